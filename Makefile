@@ -1,0 +1,44 @@
+# Two commands set up a fresh Debian machine with Python 3.11:
+#   make run    a local nsqd + nsqlookupd (+ nsqadmin) on embedded defaults, data under ./data
+#   make test   install whatever is missing, then run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test check fmt lint typecheck venv sysdeps bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+sysdeps:
+	bash scripts/install-system-deps
+
+run: venv
+	$(BIN)/nsqpy run --data-path ./data
+
+test: venv sysdeps
+	$(BIN)/python -m pytest -q
+
+fmt: venv
+	$(BIN)/ruff format src tests bench
+
+lint: venv
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+
+typecheck: venv
+	$(BIN)/mypy src
+
+check: lint typecheck test
+
+bench: venv
+	$(BIN)/python bench/storage.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

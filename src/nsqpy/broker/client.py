@@ -1,0 +1,96 @@
+"""A connected client as the broker sees it: its RDY window, in-flight count and counters.
+
+The TCP server owns the socket and hands the broker a ``Client`` whose ``sink`` receives
+message frames; the broker never touches a socket. Must not import asyncio or any server.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nsqpy.protocol.state import INIT
+
+_ids = itertools.count(1)
+
+
+class Sink(Protocol):
+    """Where a client's message frames go (the connection's output buffer)."""
+
+    def send_message(self, frame: bytes) -> None: ...
+
+    def close_by_server(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Client:
+    """State and counters of one client connection (the fields of /stats ClientStats)."""
+
+    sink: Sink
+    remote_address: str = ""
+    client_id: str = ""
+    hostname: str = ""
+    user_agent: str = ""
+    connect_ts: int = 0
+    id: int = field(default_factory=lambda: next(_ids))
+    state: int = INIT
+    ready_count: int = 0
+    in_flight_count: int = 0
+    message_count: int = 0
+    finish_count: int = 0
+    requeue_count: int = 0
+    msg_timeout_ns: int = 60_000_000_000
+    sample_rate: int = 0
+    deflate: bool = False
+    snappy: bool = False
+    tls: bool = False
+    tls_version: str = ""
+    tls_cipher_suite: str = ""
+    authed: bool = False
+    auth_identity: str = ""
+    auth_identity_url: str = ""
+    pub_counts: dict[str, int] = field(default_factory=dict)
+    channel: object | None = None  # the broker Channel it subscribed to
+
+    @property
+    def capacity(self) -> int:
+        """How many more messages the client's RDY window admits right now."""
+        return self.ready_count - self.in_flight_count
+
+    def stats(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "client_id": self.client_id,
+            "hostname": self.hostname,
+            "version": "V2",
+            "remote_address": self.remote_address,
+            "state": self.state,
+            "ready_count": self.ready_count,
+            "in_flight_count": self.in_flight_count,
+            "message_count": self.message_count,
+            "finish_count": self.finish_count,
+            "requeue_count": self.requeue_count,
+            "connect_ts": self.connect_ts,
+            "sample_rate": self.sample_rate,
+            "deflate": self.deflate,
+            "snappy": self.snappy,
+            "user_agent": self.user_agent,
+        }
+        if self.authed:
+            out["authed"] = True
+            if self.auth_identity:
+                out["auth_identity"] = self.auth_identity
+            if self.auth_identity_url:
+                out["auth_identity_url"] = self.auth_identity_url
+        if self.pub_counts:
+            out["pub_counts"] = [{"topic": t, "count": c} for t, c in self.pub_counts.items()]
+        out.update(
+            {
+                "tls": self.tls,
+                "tls_cipher_suite": self.tls_cipher_suite,
+                "tls_version": self.tls_version,
+                "tls_negotiated_protocol": "",
+                "tls_negotiated_protocol_is_mutual": False,
+            }
+        )
+        return out

@@ -1,0 +1,140 @@
+"""A channel's deferred messages: DPUB'd, REQ'd with a delay, and in flight from there.
+
+Durable channels keep them in the partition's SQLite delayed store (so delays survive
+restarts and may be days long); ephemeral channels keep them in a heap in memory. Both
+hold only offsets and attempts for durable topics: the body is read back from the topic
+log when the message comes due. An entry that is delivered stays in the store, "leased"
+until its in-flight deadline, and is removed only when it is finished, so a crash never
+loses it. Must not import asyncio or any server.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Protocol
+
+from nsqpy.storage import DelayedStore
+
+
+@dataclass(slots=True)
+class Due:
+    """A deferred message that came due: the body is None when it must be read from the log."""
+
+    offset: int
+    attempts: int
+    timestamp: int = 0
+    body: bytes | None = None
+
+
+class Deferred(Protocol):
+    def put(
+        self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes
+    ) -> None: ...
+
+    def due(self, now: int, limit: int) -> list[Due]: ...
+
+    def remove(self, offset: int) -> bool: ...
+
+    def count(self) -> int: ...
+
+    def clear(self) -> int: ...
+
+    def next_due(self) -> int | None: ...
+
+
+class MemoryDeferred:
+    """Deferred messages of an ephemeral channel: a heap with lazy deletion."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[int, int, int, bytes]] = {}
+        self._heap: list[tuple[int, int]] = []
+
+    def put(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
+        self._entries[offset] = (deliver_at, attempts, timestamp, body)
+        heapq.heappush(self._heap, (deliver_at, offset))
+
+    def due(self, now: int, limit: int) -> list[Due]:
+        out: list[Due] = []
+        heap = self._heap
+        while heap and len(out) < limit and heap[0][0] <= now:
+            deliver_at, offset = heapq.heappop(heap)
+            entry = self._entries.get(offset)
+            if entry is None or entry[0] != deliver_at:
+                continue
+            # A leased entry is re-put with its deadline by the channel when delivered.
+            del self._entries[offset]
+            out.append(Due(offset, entry[1], entry[2], entry[3]))
+        return out
+
+    def remove(self, offset: int) -> bool:
+        return self._entries.pop(offset, None) is not None
+
+    def count(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> int:
+        n = len(self._entries)
+        self._entries.clear()
+        self._heap.clear()
+        return n
+
+    def next_due(self) -> int | None:
+        heap = self._heap
+        while heap:
+            deliver_at, offset = heap[0]
+            entry = self._entries.get(offset)
+            if entry is not None and entry[0] == deliver_at:
+                return deliver_at
+            heapq.heappop(heap)
+        return None
+
+
+class DurableDeferred:
+    """Deferred messages of a durable channel, in the partition's SQLite delayed store."""
+
+    def __init__(self, store: DelayedStore, channel: str) -> None:
+        self._store = store
+        self._channel = channel
+        self._count = store.count(channel)
+        self._next: int | None = None
+        self._known = False
+
+    def put(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
+        del timestamp, body  # the log keeps them
+        if self._store.get(self._channel, offset) is None:
+            self._count += 1
+        self._store.put(self._channel, offset, deliver_at, attempts)
+        if self._known and (self._next is None or deliver_at < self._next):
+            self._next = deliver_at
+
+    def due(self, now: int, limit: int) -> list[Due]:
+        nxt = self.next_due()
+        if nxt is None or nxt > now:
+            return []
+        entries = self._store.due(self._channel, now, limit)
+        self._known = False  # the caller leases what it got; ask the store again next time
+        return [Due(e.offset, e.attempts) for e in entries]
+
+    def remove(self, offset: int) -> bool:
+        removed = self._store.remove(self._channel, offset)
+        if removed:
+            self._count -= 1
+            self._known = False
+        return removed
+
+    def count(self) -> int:
+        return self._count
+
+    def clear(self) -> int:
+        n = self._store.clear(self._channel)
+        self._count = 0
+        self._next = None
+        self._known = True
+        return n
+
+    def next_due(self) -> int | None:
+        if not self._known:
+            self._next = self._store.next_due(self._channel)
+            self._known = True
+        return self._next

@@ -1,0 +1,229 @@
+"""nsqd's side of nsqlookupd: announce topics and channels, learn channels of new topics.
+
+One ``LookupPeer`` per ``--lookupd-tcp-address`` keeps a TCP V1 connection: magic,
+IDENTIFY (version, ports, hostname, broadcast address), then REGISTER for every topic
+(bare when it has no channel, else once per channel), PING every 15 s, REGISTER and
+UNREGISTER as topics and channels come and go. When the connection drops it reconnects
+with exponential backoff and registers everything again. When a topic is created (not
+while loading metadata), every lookupd's ``/channels?topic=`` is asked for the channels
+it knows, and the non-ephemeral ones are created, as NSQ does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from nsqpy import NSQ_VERSION
+from nsqpy.broker.channel import Channel
+from nsqpy.broker.topic import Topic
+from nsqpy.protocol.lookupd import (
+    ResponseDecoder,
+    encode_identify_v1,
+    encode_ping,
+    encode_register,
+    encode_unregister,
+    encode_v1_magic,
+)
+from nsqpy.protocol.names import is_ephemeral, valid_channel_name
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.server import NsqdServer
+
+log = logging.getLogger("nsqpy.nsqd")
+
+PING_INTERVAL = 15.0
+
+
+class LookupPeer:
+    """One lookupd connection with its command queue and reconnect loop."""
+
+    def __init__(self, address: str, identity: Callable[[], dict[str, object]], registrations: Callable[[], list[bytes]]) -> None:
+        self.address = address
+        self._identity = identity
+        self._registrations = registrations
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+        self.lookupd_info: dict[str, object] = {}
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def send(self, command: bytes) -> None:
+        if self.connected.is_set():
+            self._queue.put_nowait(command)
+
+    @property
+    def http_address(self) -> str | None:
+        host = self.lookupd_info.get("broadcast_address")
+        port = self.lookupd_info.get("http_port")
+        if isinstance(host, str) and isinstance(port, int):
+            return f"{host}:{port}"
+        return None
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                await self._session()
+                backoff = 0.1
+            except (OSError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+                log.warning("LOOKUPD(%s): %s", self.address, exc or type(exc).__name__)
+            self.connected.clear()
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 5.0)
+
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: ResponseDecoder, data: bytes) -> bytes:
+        writer.write(data)
+        await writer.drain()
+        while True:
+            responses = decoder.feed(await asyncio.wait_for(reader.read(65536), 5.0) or b"")
+            if responses:
+                return responses[0]
+            if reader.at_eof():
+                raise ConnectionError("lookupd closed the connection")
+
+    async def _session(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 2.0)
+        decoder = ResponseDecoder()
+        try:
+            writer.write(encode_v1_magic())
+            reply = await self._request(reader, writer, decoder, encode_identify_v1(self._identity()))
+            if reply.startswith(b"E_"):
+                raise ConnectionError(reply.decode(errors="replace"))
+            self.lookupd_info = json.loads(reply)
+            log.info("LOOKUPD(%s): peer info %s", self.address, self.lookupd_info)
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            for command in self._registrations():
+                await self._check(await self._request(reader, writer, decoder, command))
+            self.connected.set()
+            while True:
+                try:
+                    command = await asyncio.wait_for(self._queue.get(), PING_INTERVAL)
+                except TimeoutError:
+                    command = encode_ping()
+                await self._check(await self._request(reader, writer, decoder, command))
+        finally:
+            writer.close()
+
+    async def _check(self, reply: bytes) -> None:
+        if reply != b"OK":
+            raise ConnectionError(f"lookupd replied {reply.decode(errors='replace')}")
+
+
+class LookupClient:
+    """All lookupd peers of one nsqd, wired to the broker's topic/channel hooks."""
+
+    def __init__(self, server: NsqdServer) -> None:
+        self.server = server
+        self.peers: dict[str, LookupPeer] = {}
+        broker = server.broker
+        broker.on_topic_created.append(self._topic_created)
+        broker.on_topic_deleted.append(self._topic_deleted)
+        broker.on_channel_created.append(self._channel_created)
+        broker.on_channel_deleted.append(self._channel_deleted)
+
+    def identity(self) -> dict[str, object]:
+        opts = self.server.opts
+        return {
+            "version": NSQ_VERSION,
+            "tcp_port": opts.broadcast_tcp_port or self.server.tcp_port,
+            "http_port": opts.broadcast_http_port or self.server.http_port,
+            "hostname": opts.broadcast_address,
+            "broadcast_address": opts.broadcast_address,
+        }
+
+    def registrations(self) -> list[bytes]:
+        out = []
+        for topic in self.server.broker.topics.values():
+            if not topic.channels:
+                out.append(encode_register(topic.name))
+            for name in topic.channels:
+                out.append(encode_register(topic.name, name))
+        return out
+
+    def set_addresses(self, addresses: list[str]) -> None:
+        for address in list(self.peers):
+            if address not in addresses:
+                peer = self.peers.pop(address)
+                asyncio.get_running_loop().create_task(peer.stop())
+        for address in addresses:
+            if address not in self.peers:
+                peer = LookupPeer(address, self.identity, self.registrations)
+                self.peers[address] = peer
+                peer.start()
+
+    async def stop(self) -> None:
+        for peer in self.peers.values():
+            await peer.stop()
+        self.peers.clear()
+
+    def _send(self, command: bytes) -> None:
+        for peer in self.peers.values():
+            peer.send(command)
+
+    def _topic_created(self, topic: Topic) -> None:
+        self._send(encode_register(topic.name))
+        if self.peers and not topic.ephemeral:
+            asyncio.get_running_loop().create_task(self._precreate_channels(topic))
+
+    def _topic_deleted(self, topic: Topic) -> None:
+        self._send(encode_unregister(topic.name))
+
+    def _channel_created(self, topic: Topic, channel: Channel) -> None:
+        self._send(encode_register(topic.name, channel.name))
+
+    def _channel_deleted(self, topic: Topic, channel: Channel) -> None:
+        self._send(encode_unregister(topic.name, channel.name))
+
+    async def _precreate_channels(self, topic: Topic) -> None:
+        """Create the channels lookupd already knows for a new topic (from its first offset)."""
+        timeout = aiohttp.ClientTimeout(
+            total=self.server.opts.http_client_request_timeout_ms / 1000,
+            connect=self.server.opts.http_client_connect_timeout_ms / 1000,
+        )
+        names: set[str] = set()
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for peer in list(self.peers.values()):
+                try:
+                    await asyncio.wait_for(peer.connected.wait(), 2.0)
+                except TimeoutError:
+                    continue
+                address = peer.http_address
+                if address is None:
+                    continue
+                url = f"http://{address}/channels"
+                try:
+                    async with session.get(url, params={"topic": topic.name}) as resp:
+                        if resp.status != 200:
+                            continue
+                        doc = await resp.json(content_type=None)
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    log.warning("LOOKUPD(%s): channels of %s: %s", address, topic.name, exc)
+                    continue
+                found = doc.get("channels") if isinstance(doc, dict) else None
+                for name in found if isinstance(found, list) else []:
+                    if isinstance(name, str) and valid_channel_name(name) and not is_ephemeral(name):
+                        names.add(name)
+        if topic.deleted:
+            return
+        for name in sorted(names):
+            if name not in topic.channels:
+                self.server.broker.channel(topic, name, start=topic.log.low_watermark)

@@ -1,0 +1,282 @@
+"""Test kit shipped as public API: a fake clock, daemons as subprocesses, a wire client.
+
+Product code never imports this package. Tests and benchmarks do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from nsqpy.protocol.frames import FrameDecoder
+
+
+class FakeClock:
+    """A clock in nanoseconds that moves only when told to."""
+
+    def __init__(self, start_ns: int = 1_700_000_000_000_000_000) -> None:
+        self.now = start_ns
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance_ms(self, ms: float) -> None:
+        self.now += int(ms * 1_000_000)
+
+
+def wait_for(predicate: object, timeout: float = 10.0, interval: float = 0.02) -> object:
+    """Poll ``predicate()`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()  # type: ignore[operator]
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+_LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+):(\d+)")
+
+
+def _bin(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+class DaemonProcess:
+    """A daemon (nsqd, nsqlookupd, nsqadmin) run as a real subprocess on loopback ports.
+
+    Ports are chosen by the daemon (``127.0.0.1:0``) and read from its log lines.
+    """
+
+    def __init__(self, program: str, args: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+        self.program = program
+        self.args = list(args)
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
+        self.log_lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    def start(self, timeout: float = 15.0) -> DaemonProcess:
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.ports = {}
+        self._ready.clear()
+        self.proc = subprocess.Popen(
+            [_bin(self.program), *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(timeout):
+            self.kill()
+            raise TimeoutError(f"{self.program} did not start: {self.log_lines[-20:]}")
+        return self
+
+    def _read_log(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        want = {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.log_lines.append(line)
+            m = _LISTEN.search(line)
+            if m:
+                self.ports[m.group(1)] = int(m.group(3))
+                if want <= set(self.ports):
+                    self._ready.set()
+        self._ready.set()
+
+    @property
+    def tcp_port(self) -> int:
+        return self.ports["TCP"]
+
+    @property
+    def http_port(self) -> int:
+        return self.ports["HTTP"]
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None:
+            return 0
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> DaemonProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def nsqd_process(data_path: str | Path, *extra: str) -> DaemonProcess:
+    return DaemonProcess(
+        "nsqd",
+        [
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            f"--data-path={data_path}",
+            "--broadcast-address=127.0.0.1",
+            *extra,
+        ],
+    )
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
+    return http_request("GET", url, timeout=timeout)
+
+
+def http_request(
+    method: str, url: str, body: bytes | None = None, timeout: float = 5.0
+) -> tuple[int, bytes, dict[str, str]]:
+    """One HTTP request; returns (status, body, headers) also for error statuses."""
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        return err.code, err.read(), dict(err.headers)
+
+
+class WireClient:
+    """A blocking protocol V2 client for wire-transcript tests."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.decoder = FrameDecoder()
+        self.frames: list[tuple[int, bytes]] = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_frame(self) -> tuple[int, bytes]:
+        """The next frame, skipping heartbeats (answered with NOP)."""
+        while True:
+            while not self.frames:
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError("connection closed by server")
+                self.frames.extend(self.decoder.feed(data))
+            frame = self.frames.pop(0)
+            if frame == (0, b"_heartbeat_"):
+                self.send(b"NOP\n")
+                continue
+            return frame
+
+    def closed(self, timeout: float = 5.0) -> bool:
+        """True when the server closes the connection (after any pending frames)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+                self.frames.extend(self.decoder.feed(data))
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def pub_body(topic: str, body: bytes) -> bytes:
+    return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
+
+
+class AsyncWire:
+    """An asyncio protocol V2 client for in-process wire-transcript tests."""
+
+    def __init__(self, reader: object, writer: object) -> None:
+        import asyncio
+
+        assert isinstance(reader, asyncio.StreamReader)
+        assert isinstance(writer, asyncio.StreamWriter)
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder()
+        self.frames: list[tuple[int, bytes]] = []
+        self.answer_heartbeats = True
+
+    @classmethod
+    async def connect(cls, port: int, *, magic: bool = True) -> AsyncWire:
+        import asyncio
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        wire = cls(reader, writer)
+        if magic:
+            await wire.send(b"  V2")
+        return wire
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read_frame(self, timeout: float = 5.0) -> tuple[int, bytes]:
+        """The next frame, skipping heartbeats (answered with NOP when enabled)."""
+        import asyncio
+
+        while True:
+            while not self.frames:
+                data = await asyncio.wait_for(self.reader.read(65536), timeout)
+                if not data:
+                    raise ConnectionError("connection closed by server")
+                self.frames.extend(self.decoder.feed(data))
+            frame = self.frames.pop(0)
+            if frame == (0, b"_heartbeat_") and self.answer_heartbeats:
+                await self.send(b"NOP\n")
+                continue
+            return frame
+
+    async def expect_closed(self, timeout: float = 5.0) -> None:
+        import asyncio
+
+        while True:
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                return
+            self.frames.extend(self.decoder.feed(data))
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
