@@ -1,0 +1,119 @@
+"""Client-side encoders for V2 commands (SPEC 1.6): values in, bytes to send out.
+
+Used by nsqpy.client, the tools and the tests; ``CommandParser`` reads exactly these bytes.
+Names and message IDs are checked so that a caller cannot inject a second command into a
+line. Imports only the standard library and sibling protocol modules.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+
+from nsqpy.protocol.frames import MAGIC_V2
+from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+
+_I32 = struct.Struct(">i")
+_BytesLike = bytes | bytearray | memoryview
+
+
+def _topic(topic: str) -> bytes:
+    if not valid_topic_name(topic):
+        raise ValueError(f"invalid topic name {topic!r}")
+    return topic.encode("ascii")
+
+
+def _msg_id(msg_id: bytes) -> bytes:
+    if len(msg_id) != 16 or b" " in msg_id or b"\n" in msg_id:
+        raise ValueError(f"message ID must be 16 bytes without space or newline: {msg_id!r}")
+    return bytes(msg_id)
+
+
+def _count(value: int, what: str) -> bytes:
+    if value < 0:
+        raise ValueError(f"{what} must not be negative: {value}")
+    return b"%d" % value
+
+
+def encode_magic() -> bytes:
+    """The 4 bytes a client sends first: ``"  V2"``."""
+    return MAGIC_V2
+
+
+def encode_identify_body(fields: Mapping[str, object]) -> bytes:
+    """IDENTIFY's JSON body, compact like Go's encoder."""
+    return json.dumps(dict(fields), separators=(",", ":")).encode()
+
+
+def encode_identify(fields: Mapping[str, object]) -> bytes:
+    """``IDENTIFY\\n`` [size] [JSON]."""
+    body = encode_identify_body(fields)
+    return b"IDENTIFY\n" + _I32.pack(len(body)) + body
+
+
+def encode_auth(secret: bytes | str) -> bytes:
+    """``AUTH\\n`` [size] [secret]."""
+    raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+    return b"AUTH\n" + _I32.pack(len(raw)) + raw
+
+
+def encode_sub(topic: str, channel: str) -> bytes:
+    """``SUB <topic> <channel>\\n``."""
+    if not valid_channel_name(channel):
+        raise ValueError(f"invalid channel name {channel!r}")
+    return b"SUB " + _topic(topic) + b" " + channel.encode("ascii") + b"\n"
+
+
+def encode_pub(topic: str, body: _BytesLike) -> bytes:
+    """``PUB <topic>\\n`` [size] [body]."""
+    return b"".join((b"PUB ", _topic(topic), b"\n", _I32.pack(len(body)), body))
+
+
+def encode_mpub(topic: str, bodies: Sequence[_BytesLike]) -> bytes:
+    """``MPUB <topic>\\n`` [body size] [count] then [size][body] per message."""
+    pack = _I32.pack
+    parts: list[_BytesLike] = [b"MPUB ", _topic(topic), b"\n", b"", pack(len(bodies))]
+    total = 4
+    for body in bodies:
+        parts.append(pack(len(body)))
+        parts.append(body)
+        total += 4 + len(body)
+    parts[3] = pack(total)
+    return b"".join(parts)
+
+
+def encode_dpub(topic: str, defer_ms: int, body: _BytesLike) -> bytes:
+    """``DPUB <topic> <defer_ms>\\n`` [size] [body]."""
+    line = b"DPUB " + _topic(topic) + b" " + _count(defer_ms, "defer_ms") + b"\n"
+    return b"".join((line, _I32.pack(len(body)), body))
+
+
+def encode_rdy(count: int) -> bytes:
+    """``RDY <count>\\n``."""
+    return b"RDY " + _count(count, "RDY count") + b"\n"
+
+
+def encode_fin(msg_id: bytes) -> bytes:
+    """``FIN <id>\\n``."""
+    return b"FIN " + _msg_id(msg_id) + b"\n"
+
+
+def encode_req(msg_id: bytes, timeout_ms: int) -> bytes:
+    """``REQ <id> <timeout_ms>\\n``."""
+    return b"REQ " + _msg_id(msg_id) + b" " + _count(timeout_ms, "timeout_ms") + b"\n"
+
+
+def encode_touch(msg_id: bytes) -> bytes:
+    """``TOUCH <id>\\n``."""
+    return b"TOUCH " + _msg_id(msg_id) + b"\n"
+
+
+def encode_cls() -> bytes:
+    """``CLS\\n``."""
+    return b"CLS\n"
+
+
+def encode_nop() -> bytes:
+    """``NOP\\n``."""
+    return b"NOP\n"

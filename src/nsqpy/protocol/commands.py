@@ -1,0 +1,531 @@
+"""V2 commands: the parsed command objects and the server-side incremental ``CommandParser``.
+
+Bytes in, commands out (sans-IO). Everything nsqd checks without server state is checked
+here, in nsqd v1.3.0's order and with its codes and texts (SPEC 1.2, 1.6, 1.7): the magic,
+the 16 KiB line limit, single-space splitting, unknown verbs, parameter counts, names,
+numbers, RDY/DPUB ranges, REQ clamping, message ID lengths and body sizes. State checks live
+in ``state``; an optional ``gate`` lets the server run them at nsqd's point in the order
+(before the parameters). Every error raised here is fatal. Imports only the standard library
+and nsqpy.errors (plus sibling protocol modules); never asyncio or sockets.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from nsqpy.errors import (
+    BadBody,
+    BadChannel,
+    BadMessage,
+    BadProtocol,
+    BadTopic,
+    InvalidError,
+    ProtocolError,
+)
+from nsqpy.protocol._gofmt import (
+    RawInvalidError,
+    as_int64,
+    go_quote,
+    ms_to_duration_ns,
+    parse_base10,
+)
+from nsqpy.protocol.client_codec import (
+    encode_auth,
+    encode_cls,
+    encode_dpub,
+    encode_fin,
+    encode_identify,
+    encode_magic,
+    encode_mpub,
+    encode_nop,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+    encode_touch,
+)
+from nsqpy.protocol.frames import MAGIC_V2
+from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_LINE_LENGTH, Limits
+from nsqpy.protocol.message import MSG_ID_LENGTH
+from nsqpy.protocol.names import valid_name_bytes
+
+
+@dataclass(slots=True)
+class Identify:
+    body: bytes
+
+
+@dataclass(slots=True)
+class Auth:
+    secret: bytes
+
+
+@dataclass(slots=True)
+class Sub:
+    topic: str
+    channel: str
+
+
+@dataclass(slots=True)
+class Pub:
+    topic: str
+    body: bytes
+
+
+@dataclass(slots=True)
+class Mpub:
+    topic: str
+    bodies: list[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Dpub:
+    topic: str
+    defer_ms: int
+    body: bytes
+
+
+@dataclass(slots=True)
+class Rdy:
+    count: int
+
+
+@dataclass(slots=True)
+class Fin:
+    msg_id: bytes
+
+
+@dataclass(slots=True)
+class Req:
+    msg_id: bytes
+    timeout_ms: int  # already clamped to [0, max_req_timeout_ms], as nsqd does
+
+
+@dataclass(slots=True)
+class Touch:
+    msg_id: bytes
+
+
+@dataclass(slots=True)
+class Cls:
+    pass
+
+
+@dataclass(slots=True)
+class Nop:
+    pass
+
+
+Command: TypeAlias = Identify | Auth | Sub | Pub | Mpub | Dpub | Rdy | Fin | Req | Touch | Cls | Nop
+
+# A gate sees each verb before its parameters are checked; it raises a ProtocolError to refuse
+# it, returns False to drop the line silently (only for bodiless verbs: RDY while closing),
+# or True to go on. See ``state.check_verb``. It must be a pure check: it runs again each
+# time ``next`` re-reads a command whose body has not fully arrived.
+Gate: TypeAlias = Callable[[bytes], bool]
+
+
+class LineTooLong(InvalidError):
+    """A command line longer than 16384 bytes: nsqd drops the connection without a frame."""
+
+    silent = True
+
+
+_I32 = struct.Struct(">i")
+_COMPACT_AT = 1 << 16
+_NOP = Nop()
+_CLS = Cls()
+_Buffer: TypeAlias = bytes | bytearray
+_Parsed: TypeAlias = tuple[Command, int] | None
+_Params: TypeAlias = Sequence[bytes | bytearray]
+
+
+def _body(buf: _Buffer, start: int, stop: int) -> bytes:
+    if type(buf) is bytes:
+        return buf[start:stop]
+    with memoryview(buf) as view:
+        return view[start:stop].tobytes()
+
+
+class CommandParser:
+    """Incremental parser of one V2 connection's byte stream (server side).
+
+    ``feed`` buffers bytes; ``next`` returns one command, or None when more bytes are needed.
+    A declared size over its limit raises as soon as the size field is read, so no oversized
+    body is ever buffered. Every error here is fatal: once raised, ``next`` raises it again.
+    """
+
+    def __init__(
+        self,
+        limits: Limits = DEFAULT_LIMITS,
+        *,
+        expect_magic: bool = True,
+        gate: Gate | None = None,
+    ) -> None:
+        self.limits = limits
+        self.gate = gate
+        self._need_magic = expect_magic
+        self._buf: _Buffer = b""
+        self._pos = 0
+        self._error: ProtocolError | None = None
+        # A partly received MPUB: (messages read, next size field, body spans), all
+        # relative to the command's first byte so compaction cannot invalidate them.
+        self._mpub: tuple[int, int, list[int]] | None = None
+        self._names: dict[bytes, str] = {}
+        self._max_msg = limits.max_msg_size
+        self._max_body = limits.max_body_size
+        self._handlers: dict[bytes, Callable[[_Params, int], _Parsed]] = {
+            b"FIN": self._fin,
+            b"RDY": self._rdy,
+            b"REQ": self._req,
+            b"PUB": self._pub,
+            b"MPUB": self._mpub_cmd,
+            b"DPUB": self._dpub,
+            b"NOP": self._nop,
+            b"TOUCH": self._touch,
+            b"SUB": self._sub,
+            b"CLS": self._cls,
+            b"AUTH": self._auth,
+            b"IDENTIFY": self._identify,
+        }
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet consumed by a returned command."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Add received bytes (copied: the caller may reuse its buffer).
+
+        Small leftovers are joined into an immutable ``bytes`` (fast slicing, hashable
+        params); a leftover of 64 KiB or more (a big body arriving) moves to a ``bytearray``
+        that grows in place, so a large body costs linear time.
+        """
+        buf = self._buf
+        pos = self._pos
+        left = len(buf) - pos
+        if left <= 0:
+            self._buf = data if type(data) is bytes else bytes(data)
+        elif left < _COMPACT_AT:
+            with memoryview(buf) as view:
+                self._buf = b"".join((view[pos:], data))
+        elif type(buf) is bytes:
+            with memoryview(buf) as view:
+                grown = bytearray(view[pos:])
+            grown += data
+            self._buf = grown
+        else:
+            assert isinstance(buf, bytearray)
+            del buf[:pos]
+            buf += data
+        self._pos = 0
+
+    def commands(self) -> Iterator[Command]:
+        """Every complete command buffered so far."""
+        while (command := self.next()) is not None:
+            yield command
+
+    def next(self) -> Command | None:
+        """One parsed command, or None when more bytes are needed; raises ProtocolError."""
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except ProtocolError as err:
+            self._error = err
+            raise
+
+    def _next(self) -> Command | None:
+        buf = self._buf
+        pos = self._pos
+        if self._need_magic:
+            if len(buf) - pos < 4:
+                return None
+            if buf[pos : pos + 4] != MAGIC_V2:
+                raise BadProtocol()
+            pos += 4
+            self._pos = pos
+            self._need_magic = False
+        while True:
+            newline = buf.find(b"\n", pos)
+            if newline < 0:
+                if len(buf) - pos >= MAX_LINE_LENGTH:
+                    raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
+                return None
+            if newline - pos >= MAX_LINE_LENGTH:
+                raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
+            stop = newline - 1 if newline > pos and buf[newline - 1] == 13 else newline
+            params = buf[pos:stop].split(b" ")
+            verb = params[0]
+            if type(verb) is not bytes:
+                verb = bytes(verb)
+            if self.gate is not None and not self.gate(verb):
+                pos = self._pos = newline + 1
+                continue
+            handler = self._handlers.get(verb)
+            if handler is None:
+                raise RawInvalidError("invalid command ", verb)
+            parsed = handler(params, newline + 1)
+            if parsed is None:
+                return None
+            command, self._pos = parsed
+            return command
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _topic(self, raw: bytes | bytearray, verb: str, prefix: str = "") -> str:
+        name = self._names.get(raw) if type(raw) is bytes else None
+        if name is not None:
+            return name
+        if not valid_name_bytes(raw):
+            raise BadTopic(f"{prefix}{verb} topic name {go_quote(raw)} is not valid")
+        name = raw.decode("ascii")
+        if len(self._names) >= 1024:
+            self._names.clear()
+        self._names[bytes(raw)] = name
+        return name
+
+    def _size(self, start: int) -> int | None:
+        if len(self._buf) - start < 4:
+            return None
+        size: int = _I32.unpack_from(self._buf, start)[0]
+        return size
+
+    def _message_body(self, verb: str, start: int) -> tuple[bytes, int] | None:
+        """PUB/DPUB: a size checked against --max-msg-size, then the body."""
+        size = self._size(start)
+        if size is None:
+            return None
+        if size <= 0:
+            raise BadMessage(f"{verb} invalid message body size {size}")
+        if size > self._max_msg:
+            raise BadMessage(f"{verb} message too big {size} > {self._max_msg}")
+        stop = start + 4 + size
+        if len(self._buf) < stop:
+            return None
+        return _body(self._buf, start + 4, stop), stop
+
+    def _command_body(self, verb: str, start: int) -> tuple[bytes, int] | None:
+        """IDENTIFY/AUTH: a size checked against --max-body-size (too big first), the body."""
+        size = self._size(start)
+        if size is None:
+            return None
+        if size > self._max_body:
+            raise BadBody(f"{verb} body too big {size} > {self._max_body}")
+        if size <= 0:
+            raise BadBody(f"{verb} invalid body size {size}")
+        stop = start + 4 + size
+        if len(self._buf) < stop:
+            return None
+        return _body(self._buf, start + 4, stop), stop
+
+    @staticmethod
+    def _msg_id(params: _Params, verb: str) -> bytes:
+        if len(params) < 2:
+            raise InvalidError(f"{verb} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != MSG_ID_LENGTH:
+            raise InvalidError("invalid message ID")
+        return msg_id if type(msg_id) is bytes else bytes(msg_id)
+
+    # -- one method per verb -------------------------------------------------------------
+
+    def _pub(self, params: _Params, start: int) -> _Parsed:
+        # The hot path: _topic and _message_body inlined.
+        if len(params) < 2:
+            raise InvalidError("PUB insufficient number of parameters")
+        raw = params[1]
+        topic = self._names.get(raw) if type(raw) is bytes else None
+        if topic is None:
+            topic = self._topic(raw, "PUB")
+        buf = self._buf
+        if len(buf) - start < 4:
+            return None
+        size: int = _I32.unpack_from(buf, start)[0]
+        if size <= 0:
+            raise BadMessage(f"PUB invalid message body size {size}")
+        if size > self._max_msg:
+            raise BadMessage(f"PUB message too big {size} > {self._max_msg}")
+        stop = start + 4 + size
+        if len(buf) < stop:
+            return None
+        if type(buf) is bytes:
+            return Pub(topic, buf[start + 4 : stop]), stop
+        return Pub(topic, _body(buf, start + 4, stop)), stop
+
+    def _dpub(self, params: _Params, start: int) -> _Parsed:
+        if len(params) < 3:
+            raise InvalidError("DPUB insufficient number of parameters")
+        topic = self._topic(params[1], "DPUB")
+        defer = parse_base10(params[2])
+        if defer is None:
+            raise RawInvalidError("DPUB could not parse timeout ", params[2])
+        duration = ms_to_duration_ns(defer)
+        max_ms = self.limits.max_req_timeout_ms
+        if duration < 0 or duration > max_ms * 1_000_000:
+            raise InvalidError(f"DPUB timeout {defer} out of range 0-{max_ms}")
+        parsed = self._message_body("DPUB", start)
+        if parsed is None:
+            return None
+        return Dpub(topic, defer, parsed[0]), parsed[1]
+
+    def _mpub_cmd(self, params: _Params, start: int) -> _Parsed:
+        if len(params) < 2:
+            raise InvalidError("MPUB insufficient number of parameters")
+        topic = self._topic(params[1], "MPUB", prefix="E_BAD_TOPIC ")
+        size = self._size(start)
+        if size is None:
+            return None
+        if size <= 0:
+            raise BadBody(f"MPUB invalid body size {size}")
+        if size > self._max_body:
+            raise BadBody(f"MPUB body too big {size} > {self._max_body}")
+        count = self._size(start + 4)
+        if count is None:
+            return None
+        if count <= 0 or count > self.limits.max_mpub_count:
+            raise BadBody(f"MPUB invalid message count {count}")
+        return self._mpub_messages(topic, count, start)
+
+    def _mpub_messages(self, topic: str, count: int, start: int) -> _Parsed:
+        # nsqd reads the messages one by one and never checks them against the body size.
+        buf = self._buf
+        base = self._pos
+        if self._mpub is not None:
+            index, at, spans = self._mpub
+            at += base
+        else:
+            index, at, spans = 0, start + 8, []
+        end = len(buf)
+        unpack = _I32.unpack_from
+        max_msg = self._max_msg
+        while index < count:
+            if end - at < 4:
+                break
+            msg_size: int = unpack(buf, at)[0]
+            if msg_size <= 0:
+                raise BadMessage(f"MPUB invalid message({index}) body size {msg_size}")
+            if msg_size > max_msg:
+                raise BadMessage(f"MPUB message too big {msg_size} > {max_msg}")
+            stop = at + 4 + msg_size
+            if stop > end:
+                break
+            spans.append(at + 4 - base)
+            spans.append(stop - base)
+            index += 1
+            at = stop
+        if index < count:
+            self._mpub = (index, at - base, spans)
+            return None
+        self._mpub = None
+        if type(buf) is bytes:
+            bodies = [buf[base + spans[i] : base + spans[i + 1]] for i in range(0, len(spans), 2)]
+        else:
+            with memoryview(buf) as view:
+                bodies = [
+                    view[base + spans[i] : base + spans[i + 1]].tobytes()
+                    for i in range(0, len(spans), 2)
+                ]
+        return Mpub(topic, bodies), at
+
+    def _fin(self, params: _Params, start: int) -> _Parsed:
+        if len(params) == 2 and len(params[1]) == MSG_ID_LENGTH and type(params[1]) is bytes:
+            return Fin(params[1]), start
+        return Fin(self._msg_id(params, "FIN")), start
+
+    def _touch(self, params: _Params, start: int) -> _Parsed:
+        return Touch(self._msg_id(params, "TOUCH")), start
+
+    def _req(self, params: _Params, start: int) -> _Parsed:
+        if len(params) < 3:
+            raise InvalidError("REQ insufficient number of params")
+        msg_id = self._msg_id(params, "REQ")
+        timeout = parse_base10(params[2])
+        if timeout is None:
+            raise RawInvalidError("REQ could not parse timeout ", params[2])
+        duration = ms_to_duration_ns(timeout)
+        max_ms = self.limits.max_req_timeout_ms
+        if duration < 0:
+            timeout_ms = 0
+        elif duration > max_ms * 1_000_000:
+            timeout_ms = max_ms
+        else:
+            timeout_ms = duration // 1_000_000
+        return Req(msg_id, timeout_ms), start
+
+    def _rdy(self, params: _Params, start: int) -> _Parsed:
+        count = 1
+        if len(params) > 1:
+            parsed = parse_base10(params[1])
+            if parsed is None:
+                raise RawInvalidError("RDY could not parse count ", params[1])
+            count = as_int64(parsed)
+        max_rdy = self.limits.max_rdy_count
+        if count < 0 or count > max_rdy:
+            raise InvalidError(f"RDY count {count} out of range 0-{max_rdy}")
+        return Rdy(count), start
+
+    def _sub(self, params: _Params, start: int) -> _Parsed:
+        if len(params) < 3:
+            raise InvalidError("SUB insufficient number of parameters")
+        topic = self._topic(params[1], "SUB")
+        raw_channel = params[2]
+        if not valid_name_bytes(raw_channel):
+            raise BadChannel(f"SUB channel name {go_quote(raw_channel)} is not valid")
+        return Sub(topic, raw_channel.decode("ascii")), start
+
+    def _identify(self, params: _Params, start: int) -> _Parsed:
+        parsed = self._command_body("IDENTIFY", start)
+        if parsed is None:
+            return None
+        return Identify(parsed[0]), parsed[1]
+
+    def _auth(self, params: _Params, start: int) -> _Parsed:
+        if len(params) != 1:
+            raise InvalidError("AUTH invalid number of parameters")
+        parsed = self._command_body("AUTH", start)
+        if parsed is None:
+            return None
+        return Auth(parsed[0]), parsed[1]
+
+    def _nop(self, params: _Params, start: int) -> _Parsed:
+        return _NOP, start
+
+    def _cls(self, params: _Params, start: int) -> _Parsed:
+        return _CLS, start
+
+
+__all__ = [
+    "Auth",
+    "Cls",
+    "Command",
+    "CommandParser",
+    "Dpub",
+    "Fin",
+    "Gate",
+    "Identify",
+    "LineTooLong",
+    "Mpub",
+    "Nop",
+    "Pub",
+    "Rdy",
+    "Req",
+    "Sub",
+    "Touch",
+    "encode_auth",
+    "encode_cls",
+    "encode_dpub",
+    "encode_fin",
+    "encode_identify",
+    "encode_magic",
+    "encode_mpub",
+    "encode_nop",
+    "encode_pub",
+    "encode_rdy",
+    "encode_req",
+    "encode_sub",
+    "encode_touch",
+]

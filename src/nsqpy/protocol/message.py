@@ -1,0 +1,100 @@
+"""Message frames (SPEC 1.4) and nsqpy's message IDs.
+
+A message frame's data is ``[int64 timestamp ns][uint16 attempts][16-byte id][body]``. nsqpy's
+ID is 16 lowercase hex characters of a u64 holding the partition in its top 10 bits and the
+offset in the low 54 bits, so FIN/REQ/TOUCH need no lookup table. Owns encoding (server) and
+decoding (client) of message frames and IDs. Imports only the standard library and
+nsqpy.errors.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from nsqpy.errors import BadMessage, InvalidError
+
+MESSAGE_HEADER = 26
+MSG_ID_LENGTH = 16
+PARTITION_BITS = 10
+OFFSET_BITS = 54
+MAX_PARTITION = (1 << PARTITION_BITS) - 1
+MAX_OFFSET = (1 << OFFSET_BITS) - 1
+_OFFSET_MASK = MAX_OFFSET
+
+# size, frame type (2), timestamp, attempts: everything before the ID.
+_FRAME_HEAD = struct.Struct(">iiqH")
+_MSG_HEAD = struct.Struct(">qH")
+_FRAME_OVERHEAD = 4 + MESSAGE_HEADER  # the size field counts the type field and the header
+
+
+def encode_message_id(partition: int, offset: int) -> bytes:
+    """The 16-character lowercase hex ID of ``offset`` in ``partition``."""
+    if not 0 <= partition <= MAX_PARTITION:
+        raise ValueError(f"partition {partition} out of range 0-{MAX_PARTITION}")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise ValueError(f"offset {offset} out of range 0-{MAX_OFFSET}")
+    return b"%016x" % ((partition << OFFSET_BITS) | offset)
+
+
+def try_decode_message_id(msg_id: bytes | bytearray) -> tuple[int, int] | None:
+    """``(partition, offset)``, or None unless ``msg_id`` is exactly 16 lowercase hex chars.
+
+    nsqd accepts any 16 bytes on FIN/REQ/TOUCH and answers an unknown one with the
+    non-fatal E_FIN_FAILED/E_REQ_FAILED/E_TOUCH_FAILED; servers use this form for that.
+    """
+    if len(msg_id) != MSG_ID_LENGTH:
+        return None
+    try:
+        value = int(msg_id, 16)
+    except ValueError:
+        return None
+    if b"%016x" % value != msg_id:  # rejects upper case, "0x", "_", "+", spaces
+        return None
+    return value >> OFFSET_BITS, value & _OFFSET_MASK
+
+
+def decode_message_id(msg_id: bytes | bytearray) -> tuple[int, int]:
+    """``(partition, offset)``; InvalidError("invalid message ID") for anything else."""
+    decoded = try_decode_message_id(msg_id)
+    if decoded is None:
+        raise InvalidError("invalid message ID")
+    return decoded
+
+
+def encode_message_frame(timestamp_ns: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """A whole message frame (size, type 2, header, body) ready to write."""
+    return b"".join(
+        (_FRAME_HEAD.pack(_FRAME_OVERHEAD + len(body), 2, timestamp_ns, attempts), msg_id, body)
+    )
+
+
+def encode_message_frames(messages: Iterable[tuple[int, int, bytes, bytes]]) -> bytes:
+    """Several message frames in one buffer, from ``(timestamp_ns, attempts, id, body)``."""
+    pack = _FRAME_HEAD.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for timestamp_ns, attempts, msg_id, body in messages:
+        append(pack(_FRAME_OVERHEAD + len(body), 2, timestamp_ns, attempts))
+        append(msg_id)
+        append(body)
+    return b"".join(parts)
+
+
+@dataclass(slots=True)
+class Message:
+    """A decoded message frame: publish time (ns), delivery count, 16-byte ID, body."""
+
+    timestamp: int
+    attempts: int
+    id: bytes
+    body: bytes
+
+
+def decode_message(data: bytes | bytearray | memoryview) -> Message:
+    """Decode the data of a type-2 frame; BadMessage when shorter than the 26-byte header."""
+    if len(data) < MESSAGE_HEADER:
+        raise BadMessage(f"message of {len(data)} bytes is shorter than {MESSAGE_HEADER}")
+    timestamp, attempts = _MSG_HEAD.unpack_from(data)
+    return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))

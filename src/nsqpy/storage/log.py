@@ -1,0 +1,613 @@
+"""The partition log: a directory of segment files holding one partition's records.
+
+Owns appends (group commit: everything appended between two ``flush()`` calls goes to
+the file in one ``pwritev``), fsync scheduling by policy (``sync()`` is safe from a
+worker thread while the loop thread appends, flushes and reads), recovery on open,
+retention, truncation for replica divergence, and the leader-epoch history. Reading
+and seeking live in ``nsqpy.storage.reader``. Imports only the standard library,
+``crc32c`` and ``nsqpy.errors``; no asyncio, no sockets.
+
+On-disk format (all integers little-endian)::
+
+    <dir>/00000000000000000000.log     segment, named by its first offset (20 digits)
+    <dir>/00000000000000000000.index   sparse index sidecar (rebuilt when missing/stale)
+    <dir>/epochs                       "epoch first_offset" lines, one per leader epoch
+    <dir>/*.corrupt                    quarantined segments (never read again)
+
+    segment = batch*
+    batch   = magic u32 "NQB1" | header_crc u32 | base_offset u64 | epoch u32
+              | count u32 | length u32 (bytes of the records that follow) | record*count
+              header_crc = CRC32C of the 20 header bytes after it
+    record  = length u32 (bytes after this field) | crc u32 | offset u64
+              | timestamp u64 (publish, ns) | deliver_at u64 (ns, 0 = immediate)
+              | flags u16 | ext_len u32 | extension (ext_len bytes) | body
+              crc = CRC32C of everything after the crc field to the record's end
+    extension (present when ext_len > 0)
+            = trace_id u64 | key_len u16 | partition key | headers (UTF-8 JSON, rest)
+    index   = magic "NQIX" | version u32 | covered size u64 | next offset u64
+              | max timestamp u64 | entries u32 | crc u32
+              | entries * (batch offset u64, file position u64, max timestamp before u64)
+
+A batch is valid only whole: recovery truncates the tail segment at the first batch
+whose header, length, offsets or any record CRC fail. A bad segment other than the last
+is renamed to ``*.corrupt`` (quarantined), logged and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from nsqpy.errors import CorruptRecord, StorageError
+from nsqpy.storage.policy import SyncPolicy
+from nsqpy.storage.reader import LogReader
+from nsqpy.storage.records import (
+    BATCH_SIZE,
+    RECORD,
+    Entry,
+    Frame,
+    OffsetOutOfRange,
+    Record,
+    encode_bodies,
+    encode_entries,
+    parse_batch_header,
+    reseal_batch,
+)
+from nsqpy.storage.segment import LOG_SUFFIX, Segment, scan_segment, segment_name
+
+IOV_MAX = 1024
+EPOCHS_FILE = "epochs"
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class PartitionLog:
+    """One partition's append-only log on disk. See the module docstring for the format."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        sync: SyncPolicy = SyncPolicy(),  # noqa: B008 (frozen, shared safely)
+        segment_bytes: int = 100 * 1024 * 1024,
+        index_interval_bytes: int = 4096,
+        retention_ms: int = 0,
+        retention_bytes: int = 0,
+        clock: Callable[[], int] = time.time_ns,
+        logger: logging.Logger | None = None,
+        verify_on_open: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.policy = sync
+        self._segment_bytes = max(1, segment_bytes)
+        self._interval = max(1, index_interval_bytes)
+        self._retention_ms = retention_ms
+        self._retention_bytes = retention_bytes
+        self._clock = clock
+        self._logger = logger or logging.getLogger("nsqpy.storage")
+        self._lock = threading.Lock()
+        self._sync_idle = threading.Condition(self._lock)
+        self._syncing = False
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._pending: list[tuple[bytearray, int, int, int]] = []  # buf, base, count, max ts
+        self._next = 0
+        self._durable = 0
+        self._epoch = 0
+        self._epochs: list[tuple[int, int]] = []
+        self._epochs_dirty = False
+        self._epochs_unsynced = False
+        self._dir_dirty = False
+        self._unsynced_since = 0
+        self._closed = False
+        self.quarantined = 0
+        self.truncated_bytes = 0  # torn/corrupt tail bytes cut by recovery
+        self._tail_epochs: list[tuple[int, int]] = []
+        self._reader = LogReader(self._segments, self._bases, self._logger)
+        self._open(verify_on_open)
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def low_watermark(self) -> int:
+        return self._segments[0].base
+
+    @property
+    def high_watermark(self) -> int:
+        return self._next
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._segments[-1].end
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """The next batch carries ``epoch`` (which must not go backwards)."""
+        if epoch < self._epoch:
+            raise StorageError(f"epoch {epoch} is below the current epoch {self._epoch}")
+        self._epoch = epoch
+
+    def epochs(self) -> list[tuple[int, int]]:
+        """(epoch, first offset) for every epoch that has records, in order."""
+        return list(self._epochs)
+
+    # -- open and recovery -----------------------------------------------------------
+
+    def _open(self, verify: bool) -> None:
+        for tmp in self.directory.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        bases = sorted(
+            int(p.stem) for p in self.directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit()
+        )
+        for i, base in enumerate(bases):
+            seg = Segment(base, self.directory / (segment_name(base) + LOG_SUFFIX))
+            last = i == len(bases) - 1
+            if not self._recover_segment(seg, last, verify):
+                continue
+            if self._segments and seg.base != self._segments[-1].end:
+                self._logger.error(
+                    "log %s: offsets %d..%d are missing (segment %s starts at %d)",
+                    self.directory,
+                    self._segments[-1].end,
+                    seg.base - 1,
+                    seg.path.name,
+                    seg.base,
+                )
+            self._segments.append(seg)
+            self._bases.append(seg.base)
+        if not self._segments:
+            seg = Segment(0, self.directory / (segment_name(0) + LOG_SUFFIX), end=0)
+            seg.open_fd()
+            self._segments.append(seg)
+            self._bases.append(0)
+            self._dir_dirty = True
+        active = self._segments[-1]
+        active.open_fd()
+        self._next = self._durable = active.end
+        self._load_epochs()
+
+    def _recover_segment(self, seg: Segment, last: bool, verify: bool) -> bool:
+        fd = seg.open_fd()
+        size = os.fstat(fd).st_size
+        if not last and not verify and seg.load_index(size):
+            os.close(fd)
+            seg.fd = None
+            return True
+        scan = scan_segment(fd, seg.base, size, self._interval)
+        if scan.error is None:
+            seg.adopt(scan)
+        elif last:
+            self._logger.warning(
+                "log %s: truncating the tail of %s at byte %d of %d: %s",
+                self.directory,
+                seg.path.name,
+                scan.valid_size,
+                size,
+                scan.error,
+            )
+            os.ftruncate(fd, scan.valid_size)
+            os.fsync(fd)
+            self.truncated_bytes += size - scan.valid_size
+            seg.adopt(scan)
+        else:
+            os.close(fd)
+            seg.fd = None
+            self._quarantine(seg, scan.error)
+            return False
+        if last:
+            self._tail_epochs = scan.epochs
+        else:
+            os.close(fd)
+            seg.fd = None
+            seg.save_index()
+        return True
+
+    def _quarantine(self, seg: Segment, why: str) -> None:
+        target = seg.path.with_name(seg.path.name + ".corrupt")
+        n = 1
+        while target.exists():
+            n += 1
+            target = seg.path.with_name(f"{seg.path.name}.{n}.corrupt")
+        os.replace(seg.path, target)
+        seg.index_path.unlink(missing_ok=True)
+        self.quarantined += 1
+        self._dir_dirty = True
+        self._logger.error(
+            "log %s: segment %s is corrupt (%s); quarantined as %s",
+            self.directory,
+            seg.path.name,
+            why,
+            target.name,
+        )
+
+    def _load_epochs(self) -> None:
+        path = self.directory / EPOCHS_FILE
+        known: list[tuple[int, int]] = []
+        try:
+            for line in path.read_text().splitlines():
+                epoch_text, _, first_text = line.partition(" ")
+                known.append((int(epoch_text), int(first_text)))
+        except (OSError, ValueError):
+            known = []
+        tail = self._tail_epochs
+        tail_base = self._segments[-1].base
+        epochs = [ef for ef in known if ef[1] < min(tail_base, self._next)]
+        for e, first in tail:
+            if not epochs or epochs[-1][0] != e:
+                epochs.append((e, first))
+        self._epochs = epochs
+        self._epoch = epochs[-1][0] if epochs else 0
+        if epochs != known:
+            self._write_epochs()
+
+    def _write_epochs(self) -> None:
+        path = self.directory / EPOCHS_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(f"{e} {first}\n" for e, first in self._epochs))
+        os.replace(tmp, path)
+        self._epochs_dirty = False
+        self._epochs_unsynced = True
+        self._dir_dirty = True
+
+    # -- append and flush ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+
+    def append(self, entries: Sequence[Entry]) -> int:
+        """Encode ``entries`` into the pending buffer (no syscall); returns the first offset."""
+        self._check_open()
+        base = self._next
+        if not entries:
+            return base
+        buf, max_ts = encode_entries(entries, base, self._epoch, self._clock())
+        self._queue(buf, base, len(entries), max_ts)
+        return base
+
+    def append_bodies(
+        self, bodies: Sequence[bytes], timestamp: int = 0, deliver_at: int = 0
+    ) -> int:
+        """Fast path for PUB/MPUB/DPUB: plain bodies, one timestamp. Returns the first offset."""
+        self._check_open()
+        base = self._next
+        if not bodies:
+            return base
+        ts = timestamp or self._clock()
+        self._queue(encode_bodies(bodies, base, self._epoch, ts, deliver_at), base, len(bodies), ts)
+        return base
+
+    def _queue(self, buf: bytearray, base: int, count: int, max_ts: int) -> None:
+        if not self._epochs or self._epochs[-1][0] != self._epoch:
+            self._epochs.append((self._epoch, base))
+            self._epochs_dirty = True
+        self._pending.append((buf, base, count, max_ts))
+        self._next = base + count
+
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self) -> int:
+        """Write everything pending: one syscall (two at a segment roll). Returns flushed_offset."""
+        if not self._pending:
+            return self.flushed_offset
+        self._check_open()
+        pending, self._pending = self._pending, []
+        seg = self._segments[-1]
+        group: list[bytearray] = []
+        at = seg.size
+        try:
+            for buf, base, _count, max_ts in pending:
+                if at > 0 and at + len(buf) > self._segment_bytes:
+                    self._write(seg, group, at, base)
+                    group = []
+                    seg = self._roll(base)
+                    at = 0
+                seg.add_index(base, at, self._interval)
+                if max_ts > seg.max_ts:
+                    seg.max_ts = max_ts
+                group.append(buf)
+                at += len(buf)
+            self._write(seg, group, at, self._next)
+        except OSError:
+            self._undo_pending()
+            raise
+        if self._epochs_dirty:
+            self._write_epochs()
+        return seg.end
+
+    def _write(self, seg: Segment, group: list[bytearray], end_pos: int, end_offset: int) -> None:
+        if not group:
+            return
+        fd = seg.fd if seg.fd is not None else seg.open_fd()
+        start = seg.size
+        bufs: Sequence[bytes | bytearray] = group
+        if len(group) > IOV_MAX:
+            bufs = [b"".join(group)]
+        want = end_pos - start
+        done = os.pwritev(fd, bufs, start) if len(bufs) > 1 else os.pwrite(fd, bufs[0], start)
+        if done < want:  # short write (disk full, signal): finish it, or fail below
+            rest = b"".join(bufs)[done:]
+            while rest:
+                n = os.pwrite(fd, rest, start + done)
+                if n <= 0:
+                    raise OSError(f"short write to {seg.path}")
+                done += n
+                rest = rest[n:]
+        seg.size = end_pos
+        seg.end = end_offset
+        seg.unsynced = True
+        if not self._unsynced_since:
+            self._unsynced_since = self._clock()
+
+    def _undo_pending(self) -> None:
+        """A write failed: cut any partial batch and forget what was not written."""
+        seg = self._segments[-1]
+        if seg.fd is not None:
+            try:
+                os.ftruncate(seg.fd, seg.size)
+            except OSError:
+                pass
+        del seg.idx_off[bisect_right(seg.idx_pos, seg.size - 1) :]
+        del seg.idx_pos[len(seg.idx_off) :]
+        del seg.idx_ts[len(seg.idx_off) :]
+        self._pending = []
+        self._next = seg.end
+        self._epochs = [e for e in self._epochs if e[1] < self._next]
+
+    def _roll(self, base: int) -> Segment:
+        old = self._segments[-1]
+        old.save_index()
+        seg = Segment(base, self.directory / (segment_name(base) + LOG_SUFFIX), end=base)
+        seg.open_fd()
+        with self._lock:
+            self._segments.append(seg)
+            self._bases.append(base)
+            self._dir_dirty = True
+            if not self._syncing:
+                self._close_idle()
+        return seg
+
+    def _close_idle(self) -> None:
+        """Close fds of sealed, synced segments the reader is not on (lock held, no sync)."""
+        for seg in self._segments[:-1]:
+            if seg.fd is not None and not seg.unsynced and seg is not self._reader.segment:
+                os.close(seg.fd)
+                seg.fd = None
+
+    # -- fsync -----------------------------------------------------------------------
+
+    def sync_due(self, now_ns: int) -> bool:
+        unsynced = self._segments[-1].end - self._durable
+        if unsynced <= 0:
+            return False
+        p = self.policy
+        if p.always:
+            return True
+        if p.every_messages and unsynced >= p.every_messages:
+            return True
+        return bool(p.every_ms and now_ns - self._unsynced_since >= p.every_ms * 1_000_000)
+
+    def sync(self) -> int:
+        """fsync everything flushed so far; safe from a worker thread. Returns durable_offset."""
+        with self._lock:
+            while self._syncing:
+                self._sync_idle.wait()
+            if self._closed:
+                return self._durable
+            self._syncing = True
+            target = self._segments[-1].end
+            segs = [s for s in self._segments if s.unsynced and s.fd is not None]
+            fds = [s.fd for s in segs if s.fd is not None]
+            for s in segs:
+                s.unsynced = False
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            epochs, self._epochs_unsynced = self._epochs_unsynced, False
+            since, self._unsynced_since = self._unsynced_since, 0
+        ok = False
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            if epochs:
+                self._fsync_path(self.directory / EPOCHS_FILE, os.O_RDONLY)
+            if dir_dirty:
+                self._fsync_path(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            ok = True
+        finally:
+            with self._lock:
+                self._syncing = False
+                if ok:
+                    self._durable = max(self._durable, min(target, self._segments[-1].end))
+                else:
+                    for s in segs:
+                        s.unsynced = True
+                    self._dir_dirty |= dir_dirty
+                    self._epochs_unsynced |= epochs
+                    self._unsynced_since = self._unsynced_since or since
+                self._sync_idle.notify_all()
+        return self._durable
+
+    @staticmethod
+    def _fsync_path(path: Path, flags: int) -> None:
+        try:
+            fd = os.open(path, flags | _O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read(self, offset: int, max_count: int, max_bytes: int = 1 << 20) -> list[Record]:
+        """Records from ``offset`` below flushed_offset, bounded by count and bytes (>= 1)."""
+        self._check_offset(offset)
+        return self._reader.read(offset, max_count, max_bytes, False)  # type: ignore[return-value]
+
+    def read_frames(self, offset: int, max_count: int, max_bytes: int = 1 << 20) -> list[Frame]:
+        """Like read, as (offset, timestamp, deliver_at, flags, body) tuples: the fast path."""
+        self._check_offset(offset)
+        return self._reader.read(offset, max_count, max_bytes, True)  # type: ignore[return-value]
+
+    def _check_offset(self, offset: int) -> None:
+        self._check_open()
+        if offset < self._segments[0].base:
+            raise OffsetOutOfRange(offset, self._segments[0].base, self._next)
+
+    def offset_for_timestamp(self, ts_ns: int) -> int:
+        """The first offset whose timestamp is >= ts_ns (flushed_offset when there is none)."""
+        self._check_open()
+        return self._reader.offset_for_timestamp(ts_ns)
+
+    # -- truncation and retention ----------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop every record >= offset (a replica's divergent tail); epochs are trimmed too."""
+        self._check_open()
+        if offset >= self._next:
+            return
+        self.flush()
+        if offset < self.low_watermark:
+            raise OffsetOutOfRange(offset, self.low_watermark, self._next)
+        with self._lock:
+            while self._syncing:
+                self._sync_idle.wait()
+            i = bisect_right(self._bases, offset) - 1
+            for seg in self._segments[i + 1 :]:
+                self._delete(seg)
+            del self._segments[i + 1 :]
+            del self._bases[i + 1 :]
+            seg = self._segments[-1]
+            self._cut_segment(seg, offset)
+            self._dir_dirty = True
+        self._reader.forget()
+        self._next = seg.end
+        self._durable = min(self._durable, self._next)
+        self._epochs = [e for e in self._epochs if e[1] < self._next]
+        self._write_epochs()
+
+    def _cut_segment(self, seg: Segment, offset: int) -> None:
+        fd = seg.open_fd()
+        if offset < seg.end:
+            cut = self._cut_position(seg, fd, offset)
+            os.ftruncate(fd, cut)
+            seg.adopt(scan_segment(fd, seg.base, cut, self._interval))
+            seg.unsynced = True
+            seg.index_path.unlink(missing_ok=True)
+
+    def _cut_position(self, seg: Segment, fd: int, offset: int) -> int:
+        """Where to cut so the segment ends just before ``offset``; reseals a split batch."""
+        _, pos = seg.locate(offset)
+        while True:
+            head = parse_batch_header(os.pread(fd, BATCH_SIZE, pos), 0)
+            if head is None:
+                raise CorruptRecord(f"{seg.path}: bad batch header at {pos} while truncating")
+            base, epoch, count, length = head
+            if offset < base + count:
+                break
+            pos += BATCH_SIZE + length
+        if offset == base:
+            return pos
+        data = bytearray(os.pread(fd, BATCH_SIZE + length, pos))
+        rpos = BATCH_SIZE
+        for _ in range(offset - base):
+            rpos += 4 + RECORD.unpack_from(data, rpos)[0]
+        os.pwrite(fd, reseal_batch(rpos - BATCH_SIZE, base, epoch, offset - base), pos)
+        return pos + rpos
+
+    def _delete(self, seg: Segment) -> None:
+        if seg.fd is not None:
+            os.close(seg.fd)
+            seg.fd = None
+        seg.path.unlink(missing_ok=True)
+        seg.index_path.unlink(missing_ok=True)
+
+    def retain(self, confirmed: int | None, now_ns: int) -> int:
+        """Delete whole segments below ``confirmed`` that retention allows; returns low_watermark.
+
+        ``confirmed`` None means the log has no cursors: keep everything. The active
+        (last) segment is never deleted.
+        """
+        self._check_open()
+        if confirmed is None:
+            return self.low_watermark
+        with self._lock:
+            if self._syncing:
+                return self._segments[0].base  # try again on the next housekeeping pass
+            total = sum(s.size for s in self._segments)
+            while len(self._segments) > 1:
+                seg = self._segments[0]
+                if seg.end > confirmed or not self._retention_allows(seg, total, now_ns):
+                    break
+                self._delete(seg)
+                total -= seg.size
+                del self._segments[0]
+                del self._bases[0]
+                self._dir_dirty = True
+                if self._reader.segment is seg:
+                    self._reader.forget()
+            return self._segments[0].base
+
+    def _retention_allows(self, seg: Segment, total: int, now_ns: int) -> bool:
+        if not self._retention_ms and not self._retention_bytes:
+            return True
+        if self._retention_ms and seg.max_ts <= now_ns - self._retention_ms * 1_000_000:
+            return True
+        return bool(self._retention_bytes and total > self._retention_bytes)
+
+    # -- stats and close -------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "segments": len(self._segments),
+            "bytes": sum(s.size for s in self._segments),
+            "quarantined": self.quarantined,
+            "truncated_bytes": self.truncated_bytes,
+            "low_watermark": self.low_watermark,
+            "high_watermark": self._next,
+            "flushed_offset": self.flushed_offset,
+            "durable_offset": self._durable,
+            "pending_messages": self._next - self.flushed_offset,
+            "index_entries": sum(len(s.idx_off) for s in self._segments),
+            "epoch": self._epoch,
+        }
+
+    def close(self) -> None:
+        """Flush, fsync, save indexes, close files. Idempotent."""
+        if self._closed:
+            return
+        self.flush()
+        self.sync()
+        with self._lock:
+            while self._syncing:
+                self._sync_idle.wait()
+            self._closed = True
+            for seg in self._segments:
+                if seg.index_dirty:
+                    seg.save_index()
+                if seg.fd is not None:
+                    os.close(seg.fd)
+                    seg.fd = None
+        self._reader.forget()
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["PartitionLog"]

@@ -1,0 +1,272 @@
+"""The server-side CommandParser: golden bytes (SPEC 1.6a), split feeding, round trips.
+
+Each golden stream is parsed whole, one byte at a time, cut at several points, and with a
+trailing command (which must come out next, unharmed).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from protocol_helpers import MAGIC, parse_chunks, split_ways
+
+from nsqpy.errors import ProtocolError
+from nsqpy.protocol.client_codec import (
+    encode_auth,
+    encode_cls,
+    encode_dpub,
+    encode_fin,
+    encode_identify,
+    encode_magic,
+    encode_mpub,
+    encode_nop,
+    encode_pub,
+    encode_rdy,
+    encode_req,
+    encode_sub,
+    encode_touch,
+)
+from nsqpy.protocol.commands import (
+    Auth,
+    Cls,
+    Command,
+    CommandParser,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
+)
+from nsqpy.protocol.limits import Limits
+
+ID = b"0a1b2c3d4e5f6071"
+
+GOLDEN: list[tuple[str, bytes, Command]] = [
+    ("PUB", b"PUB test\n" + b"\x00\x00\x00\x05" + b"hello", Pub("test", b"hello")),
+    (
+        "MPUB",
+        b"MPUB test\n"
+        + b"\x00\x00\x00\x0f"  # body size 15 = 4 (count) + (4+1) + (4+2)
+        + b"\x00\x00\x00\x02"  # 2 messages
+        + b"\x00\x00\x00\x01a"  # size 1, "a"
+        + b"\x00\x00\x00\x02bc",  # size 2, "bc"
+        Mpub("test", [b"a", b"bc"]),
+    ),
+    ("DPUB", b"DPUB test 5000\n" + b"\x00\x00\x00\x05" + b"hello", Dpub("test", 5000, b"hello")),
+    (
+        "IDENTIFY",
+        b'IDENTIFY\n\x00\x00\x00\x0f{"client_id":1}',  # int32 len(json) = 15, then the JSON
+        Identify(b'{"client_id":1}'),
+    ),
+    ("AUTH", b"AUTH\n\x00\x00\x00\x03abc", Auth(b"abc")),
+    ("SUB", b"SUB test ch#ephemeral\n", Sub("test", "ch#ephemeral")),
+    ("RDY", b"RDY 100\n", Rdy(100)),
+    ("RDY-default", b"RDY\n", Rdy(1)),
+    ("RDY-empty", b"RDY \n", Rdy(0)),  # an empty number parses as 0
+    ("FIN", b"FIN 0a1b2c3d4e5f6071\n", Fin(ID)),
+    ("REQ", b"REQ 0a1b2c3d4e5f6071 1000\n", Req(ID, 1000)),
+    ("REQ-clamped", b"REQ 0a1b2c3d4e5f6071 3600001\n", Req(ID, 3600000)),
+    ("TOUCH", b"TOUCH 0a1b2c3d4e5f6071\n", Touch(ID)),
+    ("CLS", b"CLS\n", Cls()),
+    ("NOP", b"NOP\n", Nop()),
+    ("NOP-crlf", b"NOP\r\n", Nop()),  # a trailing \r is stripped
+    ("FIN-crlf", b"FIN 0a1b2c3d4e5f6071\r\n", Fin(ID)),
+    ("extra-params", b"PUB test extra\n\x00\x00\x00\x01x", Pub("test", b"x")),
+    ("CLS-params", b"CLS now\n", Cls()),
+]
+TRAILER = b"NOP\n"
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), GOLDEN, ids=[g[0] for g in GOLDEN])
+def test_golden_commands_under_every_split(name: str, raw: bytes, expected: Command) -> None:
+    for way, chunks in split_ways(MAGIC + raw + TRAILER).items():
+        assert parse_chunks(chunks) == [expected, Nop()], way
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), GOLDEN, ids=[g[0] for g in GOLDEN])
+def test_incomplete_command_returns_none_and_keeps_its_bytes(
+    name: str, raw: bytes, expected: Command
+) -> None:
+    parser = CommandParser()
+    parser.feed(MAGIC + raw[:-1])
+    assert parser.next() is None
+    assert parser.buffered == len(raw) - 1
+    parser.feed(raw[-1:])
+    assert parser.next() == expected
+    assert parser.buffered == 0
+
+
+def test_all_commands_back_to_back_in_one_feed() -> None:
+    stream = MAGIC + b"".join(raw for _, raw, _ in GOLDEN)
+    assert parse_chunks([stream]) == [expected for _, _, expected in GOLDEN]
+
+
+def test_parser_without_magic() -> None:
+    parser = CommandParser(expect_magic=False)
+    parser.feed(b"NOP\n")
+    assert parser.next() == Nop()
+
+
+def test_feed_accepts_memoryview_and_copies_it() -> None:
+    data = bytearray(MAGIC + b"PUB t\n\x00\x00\x00\x02hi")
+    parser = CommandParser()
+    parser.feed(memoryview(data)[:8])
+    parser.feed(memoryview(data)[8:])
+    data[:] = b"x" * len(data)  # the caller reuses its buffer
+    assert parser.next() == Pub("t", b"hi")
+
+
+def test_big_body_arriving_in_many_chunks() -> None:
+    body = bytes(range(256)) * 4000  # 1 MB > the 64 KiB compaction threshold
+    stream = MAGIC + encode_pub("big", body) + encode_mpub("big", [body[:300_000]] * 3) + TRAILER
+    chunks = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
+    assert parse_chunks(chunks) == [Pub("big", body), Mpub("big", [body[:300_000]] * 3), Nop()]
+
+
+def test_mpub_consumes_what_its_messages_say_not_its_body_size() -> None:
+    # nsqd never checks body_size against the bytes read: a short body_size is harmless.
+    raw = b"MPUB t\n\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x02hi"
+    assert parse_chunks([MAGIC + raw + TRAILER]) == [Mpub("t", [b"hi"]), Nop()]
+
+
+def test_golden_client_encoders() -> None:
+    assert encode_magic() == b"  V2"
+    assert encode_pub("test", b"hello") == GOLDEN[0][1]
+    assert encode_mpub("test", [b"a", b"bc"]) == GOLDEN[1][1]
+    assert encode_dpub("test", 5000, b"hello") == GOLDEN[2][1]
+    assert encode_identify({"client_id": 1}) == GOLDEN[3][1]
+    assert encode_auth(b"abc") == encode_auth("abc") == GOLDEN[4][1]
+    assert encode_sub("test", "ch#ephemeral") == GOLDEN[5][1]
+    assert encode_rdy(100) == GOLDEN[6][1]
+    assert encode_fin(ID) == GOLDEN[9][1]
+    assert encode_req(ID, 1000) == GOLDEN[10][1]
+    assert encode_touch(ID) == GOLDEN[12][1]
+    assert encode_cls() == b"CLS\n"
+    assert encode_nop() == b"NOP\n"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: encode_pub("bad topic", b"x"),
+        lambda: encode_sub("t", "bad\nchannel"),
+        lambda: encode_fin(b"short"),
+        lambda: encode_req(b"0123456789abcde\n", 0),
+        lambda: encode_rdy(-1),
+        lambda: encode_dpub("t", -5, b"x"),
+    ],
+)
+def test_client_encoders_refuse_values_that_would_break_the_line(call: object) -> None:
+    with pytest.raises(ValueError):
+        call()  # type: ignore[operator]
+
+
+names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
+ids = st.binary(min_size=16, max_size=16).filter(lambda b: b" " not in b and b"\n" not in b)
+bodies = st.binary(min_size=1, max_size=64)
+commands = st.one_of(
+    st.builds(lambda t, b: (encode_pub(t, b), Pub(t, b)), names, bodies),
+    st.builds(
+        lambda t, bs: (encode_mpub(t, bs), Mpub(t, bs)),
+        names,
+        st.lists(bodies, min_size=1, max_size=5),
+    ),
+    st.builds(
+        lambda t, d, b: (encode_dpub(t, d, b), Dpub(t, d, b)),
+        names,
+        st.integers(0, 3600000),
+        bodies,
+    ),
+    st.builds(lambda t, c: (encode_sub(t, c), Sub(t, c)), names, names),
+    st.builds(lambda n: (encode_rdy(n), Rdy(n)), st.integers(0, 2500)),
+    st.builds(lambda i: (encode_fin(i), Fin(i)), ids),
+    st.builds(
+        lambda i, ms: (encode_req(i, ms), Req(i, min(ms, 3600000))), ids, st.integers(0, 10**12)
+    ),
+    st.builds(lambda i: (encode_touch(i), Touch(i)), ids),
+    st.builds(lambda b: (encode_auth(b), Auth(b)), bodies),
+    st.builds(
+        lambda d: (encode_identify(d), Identify(encode_identify(d)[13:])),
+        st.dictionaries(st.sampled_from(["client_id", "hostname"]), st.text(max_size=10)),
+    ),
+    st.just((encode_cls(), Cls())),
+    st.just((encode_nop(), Nop())),
+)
+
+
+@settings(max_examples=150)
+@given(st.lists(commands, max_size=8), st.lists(st.integers(0, 2000), max_size=8))
+def test_encoders_round_trip_through_the_parser_under_any_split(
+    pairs: list[tuple[bytes, Command]], cuts: list[int]
+) -> None:
+    stream = MAGIC + b"".join(raw for raw, _ in pairs)
+    points = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    assert parse_chunks(chunks) == [cmd for _, cmd in pairs]
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300), st.integers(1, 64))
+def test_garbage_after_magic_gives_commands_or_a_protocol_error_only(
+    garbage: bytes, step: int
+) -> None:
+    parser = CommandParser(Limits(max_msg_size=64, max_body_size=256))
+    parser.feed(MAGIC)
+    try:
+        for i in range(0, len(garbage), step):
+            parser.feed(garbage[i : i + step])
+            for command in parser.commands():
+                assert isinstance(command, Command)
+    except ProtocolError as err:
+        assert err.wire().startswith(b"E_")
+        with pytest.raises(ProtocolError):  # fatal: the parser stays failed
+            parser.next()
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"PUB ",
+                b"MPUB ",
+                b"DPUB ",
+                b"SUB ",
+                b"RDY ",
+                b"FIN ",
+                b"REQ ",
+                b"TOUCH ",
+                b"AUTH",
+                b"IDENTIFY",
+                b"NOP",
+                b"CLS",
+                b"t",
+                b" ",
+                b"\n",
+                b"\r",
+                b"-1",
+                b"99999999999999999999",
+                b"\x00\x00\x00\x05",
+                b"\xff\xff\xff\xff",
+                b"\x00\x00\x00\x00",
+                b"0123456789abcdef",
+                b"#ephemeral",
+                b"\xc3\x28",
+            ]
+        ),
+        max_size=20,
+    )
+)
+def test_plausible_garbage_never_escapes_as_another_exception(parts: list[bytes]) -> None:
+    parser = CommandParser(Limits(max_msg_size=64, max_body_size=256))
+    parser.feed(MAGIC + b"".join(parts))
+    try:
+        list(parser.commands())
+    except ProtocolError:
+        pass
