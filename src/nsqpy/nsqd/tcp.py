@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
@@ -22,9 +22,12 @@ from nsqpy.errors import (
     AuthDisabled,
     BadTopic,
     DpubFailed,
+    FinFailed,
     MpubFailed,
     ProtocolError,
     PubFailed,
+    ReqFailed,
+    TouchFailed,
 )
 from nsqpy.protocol.commands import (
     Auth,
@@ -49,13 +52,12 @@ from nsqpy.protocol.frames import (
     encode_response,
 )
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
-from nsqpy.protocol.message import decode_message_id
+from nsqpy.protocol.message import try_decode_message_id
 from nsqpy.protocol.names import valid_topic_name
 from nsqpy.protocol.state import (
     CLOSING,
     SUBSCRIBED,
-    check_state,
-    check_sub_allowed,
+    check_verb,
 )
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class V2Connection(asyncio.Protocol):
     def __init__(self, server: NsqdServer) -> None:
         self.server = server
         self.broker = server.broker
-        self.parser = CommandParser(server.limits)
+        self.parser = CommandParser(server.limits, gate=self._gate)
         self.transport: asyncio.Transport | None = None
         self.client = Client(sink=self)
         self._out: list[bytes] = []
@@ -79,15 +81,15 @@ class V2Connection(asyncio.Protocol):
         self.heartbeat_ns = server.opts.client_timeout_ms * 500_000
         self.last_recv = time.monotonic_ns()
         self.last_heartbeat = self.last_recv
-        self._heartbeat_ms = 0
+        self._heartbeat_ms = server.opts.client_timeout_ms // 2
         self.closing = False
         self._fatal = False
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) else ("", 0)
         self.client.remote_address = f"{host}:{port}"
@@ -197,14 +199,17 @@ class V2Connection(asyncio.Protocol):
 
     # -- commands --------------------------------------------------------------------
 
+    def _gate(self, verb: bytes) -> bool:
+        """nsqd's checks before a command's parameters: TLS policy, state, SUB's heartbeats."""
+        return check_verb(
+            self.client.state,
+            verb,
+            tls_required_and_not_tls=self.server.tls_required and not self.client.tls,
+            heartbeat_interval_ms=self._heartbeat_ms,
+        )
+
     def _dispatch(self, command: object) -> None:
         try:
-            if not check_state(
-                self.client.state,
-                command,  # type: ignore[arg-type]
-                tls_required_and_not_tls=self.server.tls_required and not self.client.tls,
-            ):
-                return
             match command:
                 case Pub():
                     self.pub(command)
@@ -237,9 +242,9 @@ class V2Connection(asyncio.Protocol):
         req = parse_identify(cmd.body, self.server.limits)
         neg = negotiate(req, self.server.limits)
         c = self.client
-        if req.client_id is not None:
+        if req.client_id:
             c.client_id = req.client_id
-        if req.hostname is not None:
+        if req.hostname:
             c.hostname = req.hostname
         c.user_agent = req.user_agent
         c.sample_rate = neg.sample_rate
@@ -252,7 +257,6 @@ class V2Connection(asyncio.Protocol):
         self._reply(None, encode_response(identify_response(neg, self.server.limits)))
 
     def sub(self, cmd: Sub) -> None:
-        check_sub_allowed(self._heartbeat_ms)
         channel = self.broker.subscribe(self.client, cmd.topic, cmd.channel)
         self.client.state = SUBSCRIBED
         self._reply(None, OK_FRAME)
@@ -266,27 +270,35 @@ class V2Connection(asyncio.Protocol):
         if isinstance(channel, Channel):
             channel.pump(self.broker.clock())
 
+    @staticmethod
+    def _offset_of(msg_id: bytes, error: type[ProtocolError], verb: str) -> int:
+        """The offset in a message ID; an ID we never issued is the verb's non-fatal error."""
+        decoded = try_decode_message_id(msg_id)
+        if decoded is None:
+            raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
+        return decoded[1]
+
     def _channel(self) -> Channel:
         channel = self.client.channel
         assert isinstance(channel, Channel)
         return channel
 
     def fin(self, cmd: Fin) -> None:
-        _, offset = decode_message_id(cmd.msg_id)
+        offset = self._offset_of(cmd.msg_id, FinFailed, "FIN")
         channel = self._channel()
         now = self.broker.clock()
         channel.finish(self.client, offset, cmd.msg_id, now)
         channel.pump(now)
 
     def req(self, cmd: Req) -> None:
-        _, offset = decode_message_id(cmd.msg_id)
+        offset = self._offset_of(cmd.msg_id, ReqFailed, "REQ")
         channel = self._channel()
         now = self.broker.clock()
         channel.requeue(self.client, offset, cmd.msg_id, cmd.timeout_ms, now)
         channel.pump(now)
 
     def touch(self, cmd: Touch) -> None:
-        _, offset = decode_message_id(cmd.msg_id)
+        offset = self._offset_of(cmd.msg_id, TouchFailed, "TOUCH")
         self._channel().touch(
             self.client,
             offset,

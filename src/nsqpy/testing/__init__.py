@@ -100,7 +100,13 @@ class DaemonProcess:
                 self.ports[m.group(1)] = int(m.group(3))
                 if want <= set(self.ports):
                     self._ready.set()
+        self.proc.stderr.close()
         self._ready.set()
+
+    def _reap(self) -> None:
+        """After exit: let the log reader drain and close the pipe."""
+        if self._reader is not None:
+            self._reader.join(5.0)
 
     @property
     def tcp_port(self) -> int:
@@ -120,7 +126,9 @@ class DaemonProcess:
 
     def wait(self, timeout: float = 15.0) -> int:
         assert self.proc is not None
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._reap()
+        return code
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait; returns the exit code."""
@@ -128,7 +136,7 @@ class DaemonProcess:
             return 0
         self.signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            return self.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
@@ -137,6 +145,7 @@ class DaemonProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reap()
 
     def __enter__(self) -> DaemonProcess:
         return self.start()
@@ -174,11 +183,21 @@ def http_request(
         return err.code, err.read(), dict(err.headers)
 
 
+_OPEN_SOCKETS: list[socket.socket] = []
+
+
+def close_test_connections() -> None:
+    """Close every WireClient socket still open (test teardown)."""
+    while _OPEN_SOCKETS:
+        _OPEN_SOCKETS.pop().close()
+
+
 class WireClient:
     """A blocking protocol V2 client for wire-transcript tests."""
 
     def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        _OPEN_SOCKETS.append(self.sock)
         self.decoder = FrameDecoder()
         self.frames: list[tuple[int, bytes]] = []
 
@@ -221,6 +240,9 @@ def pub_body(topic: str, body: bytes) -> bytes:
     return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
 
 
+_OPEN_WIRES: list[AsyncWire] = []
+
+
 class AsyncWire:
     """An asyncio protocol V2 client for in-process wire-transcript tests."""
 
@@ -241,6 +263,7 @@ class AsyncWire:
 
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         wire = cls(reader, writer)
+        _OPEN_WIRES.append(wire)
         if magic:
             await wire.send(b"  V2")
         return wire
@@ -271,8 +294,15 @@ class AsyncWire:
         while True:
             data = await asyncio.wait_for(self.reader.read(65536), timeout)
             if not data:
+                await self.close()
                 return
             self.frames.extend(self.decoder.feed(data))
+
+    @classmethod
+    async def close_all(cls) -> None:
+        """Close every wire opened by ``connect`` (for test teardown)."""
+        while _OPEN_WIRES:
+            await _OPEN_WIRES.pop().close()
 
     async def close(self) -> None:
         self.writer.close()

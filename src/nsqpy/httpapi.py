@@ -1,0 +1,86 @@
+"""NSQ's V1 HTTP response conventions, shared by nsqd and nsqlookupd (aiohttp).
+
+Every V1 response carries ``X-NSQ-Content-Type: nsq; version=1.0``; a text success is
+the text, an empty success an empty 200, an object JSON with the JSON content type, and an
+error ``{"message": "<CODE>"}`` with its status. The middleware turns aiohttp's own 404/405
+and any unhandled exception into NSQ's JSON errors, so no handler can answer with a
+traceback. Query arguments come from the URL only; the first value wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("nsqpy.http")
+
+V1_HEADER = {"X-NSQ-Content-Type": "nsq; version=1.0"}
+JSON_TYPE = "application/json; charset=utf-8"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def v1_json(data: Any, status: int = 200) -> web.Response:
+    """A V1 JSON body with NSQ's headers."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    headers = {**V1_HEADER, "Content-Type": JSON_TYPE}
+    return web.Response(body=body, status=status, headers=headers)
+
+
+def v1_text(text: str, status: int = 200) -> web.Response:
+    """A V1 plain-text body (``OK``)."""
+    headers = {**V1_HEADER, "Content-Type": "text/plain; charset=utf-8"}
+    return web.Response(body=text.encode(), status=status, headers=headers)
+
+
+def v1_empty() -> web.Response:
+    """A V1 success with no data: 200, empty body."""
+    return web.Response(body=b"", status=200, headers=dict(V1_HEADER))
+
+
+def v1_error(code: str, status: int, **extra: Any) -> web.Response:
+    """A V1 error: ``{"message": code}`` (plus extra fields) with the status."""
+    return v1_json({"message": code, **extra}, status=status)
+
+
+def query_arg(request: web.Request, name: str) -> str | None:
+    """The first value of a URL query argument, or None when absent."""
+    values = request.rel_url.query.getall(name, [])
+    return str(values[0]) if values else None
+
+
+def parse_bool(text: str) -> bool:
+    """NSQ's boolean query values: true/1 and false/0; anything else is a ValueError."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@web.middleware
+async def nsq_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map routing errors and crashes to NSQ's JSON errors."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed:
+        return v1_error("METHOD_NOT_ALLOWED", 405)
+    except web.HTTPNotFound:
+        return v1_error("NOT_FOUND", 404)
+    except web.HTTPRequestEntityTooLarge:
+        return v1_error("MSG_TOO_BIG", 413)
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            return v1_error(exc.reason.upper().replace(" ", "_"), exc.status)
+        raise
+    except (UnicodeDecodeError, ValueError) as exc:
+        log.debug("bad request %s %s: %s", request.method, request.path, exc)
+        return v1_error("INVALID_REQUEST", 400)
+    except Exception:
+        log.exception("handler crashed: %s %s", request.method, request.path)
+        return v1_error("INTERNAL_ERROR", 500)
