@@ -1,0 +1,133 @@
+"""The ``nsqlookupd`` program: flags -> NsqLookupdOptions -> NsqLookupd, until SIGTERM/SIGINT.
+
+A thin shell: flag parsing (SPEC 5.2, Go style, ``--config`` TOML), logging set-up, the
+event loop (uvloop when installed) and a clean exit with status 0 on a signal. Bad flags
+exit with status 2 and a message, a listener that cannot bind with status 1; never a
+traceback. Re-exports ``NsqLookupd`` and ``NsqLookupdOptions`` for callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from nsqpy import NSQ_VERSION, __version__
+from nsqpy.errors import ConfigError
+from nsqpy.flags import Flag, parse_flags
+from nsqpy.lookupd.daemon import NsqLookupd
+from nsqpy.lookupd.options import LOG_LEVELS, NsqLookupdOptions, validate
+
+FLAGS = [
+    Flag("log-level", "log_level", help="set log verbosity: debug, info, warn, error, or fatal"),
+    Flag("log-prefix", "log_prefix", help="log message prefix"),
+    Flag("verbose", "verbose", "bool", help="[deprecated] has no effect, use --log-level"),
+    Flag("tcp-address", "tcp_address", help="<addr>:<port> to listen on for TCP clients"),
+    Flag("http-address", "http_address", help="<addr>:<port> to listen on for HTTP clients"),
+    Flag(
+        "broadcast-address",
+        "broadcast_address",
+        help="address of this lookupd node, (default to the OS hostname)",
+    ),
+    Flag(
+        "broadcast-tcp-port",
+        "broadcast_tcp_port",
+        "int",
+        help="nsqpy: TCP port announced in IDENTIFY replies (0 = the TCP listener's)",
+    ),
+    Flag(
+        "broadcast-http-port",
+        "broadcast_http_port",
+        "int",
+        help="nsqpy: HTTP port announced in IDENTIFY replies (0 = the HTTP listener's)",
+    ),
+    Flag(
+        "inactive-producer-timeout",
+        "inactive_producer_timeout_ms",
+        "duration",
+        help="duration of time a producer will remain in the active list since its last ping",
+    ),
+    Flag(
+        "tombstone-lifetime",
+        "tombstone_lifetime_ms",
+        "duration",
+        help="duration of time a producer will remain tombstoned if registration remains",
+    ),
+]
+
+VERSION_LINE = f"nsqlookupd v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
+
+__all__ = ["FLAGS", "NsqLookupd", "NsqLookupdOptions", "main", "parse_args"]
+
+
+def parse_args(argv: Sequence[str]) -> NsqLookupdOptions:
+    """Flags (and ``--config``) into options; exits 2 with a message when one is bad."""
+    opts: NsqLookupdOptions = parse_flags(
+        NsqLookupdOptions,
+        FLAGS,
+        argv,
+        prog="nsqlookupd",
+        description="nsqlookupd (nsqpy): the discovery daemon that knows which nsqd has which topic",
+        version=VERSION_LINE,
+    )
+    try:
+        validate(opts)
+    except ConfigError as exc:
+        print(f"nsqlookupd: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return opts
+
+
+def setup_logging(level: str, prefix: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix}%(asctime)s %(levelname)s: %(message)s"))
+    root = logging.getLogger("nsqpy")
+    root.handlers[:] = [handler]
+    root.setLevel(LOG_LEVELS.get(level.lower(), logging.INFO))
+    root.propagate = False
+
+
+async def serve(opts: NsqLookupdOptions) -> None:
+    """Run until SIGINT or SIGTERM, then stop cleanly."""
+    daemon = NsqLookupd(opts)
+    await daemon.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await daemon.stop()
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine to completion on uvloop when it is installed."""
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(coro)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging(opts.log_level, opts.log_prefix)
+    try:
+        run(serve(opts))
+    except OSError as exc:
+        logging.getLogger("nsqpy.lookupd").error("FATAL: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The nsqlookupd daemon in-process: the registry with its TCP V1 and HTTP listeners.
+
+``NsqLookupd(opts)`` then ``await start()`` binds both listeners (port 0 picks a free
+port; ``tcp_port``/``http_port`` tell which) and logs ``TCP: listening on host:port`` and
+``HTTP: listening on host:port``; ``await stop()`` closes the listeners and every
+connection. nsqlookupd keeps no state on disk. Imports asyncio, aiohttp and the lookupd
+modules; never nsqd or the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from nsqpy import NSQ_VERSION
+from nsqpy.lookupd.http import make_app
+from nsqpy.lookupd.options import NsqLookupdOptions, split_host_port
+from nsqpy.lookupd.registry import Registry
+from nsqpy.lookupd.tcp import V1Connection
+
+log = logging.getLogger("nsqpy.lookupd")
+
+
+class NsqLookupd:
+    """One nsqlookupd: ``registry`` plus the servers around it."""
+
+    def __init__(self, opts: NsqLookupdOptions, clock: Callable[[], int] | None = None) -> None:
+        self.opts = opts
+        self.clock: Callable[[], int] = clock or time.time_ns
+        self._registry = Registry(
+            clock=self.clock,
+            inactive_producer_timeout_ms=opts.inactive_producer_timeout_ms,
+            tombstone_lifetime_ms=opts.tombstone_lifetime_ms,
+        )
+        self._connections: set[V1Connection] = set()
+        self.hostname = socket.gethostname()
+        self._tcp_server: asyncio.Server | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._tcp_port = 0
+        self._http_port = 0
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
+
+    @property
+    def connections(self) -> set[V1Connection]:
+        return self._connections
+
+    @property
+    def tcp_port(self) -> int:
+        """The bound TCP port (0 before ``start``)."""
+        return self._tcp_port
+
+    @property
+    def http_port(self) -> int:
+        """The bound HTTP port (0 before ``start``)."""
+        return self._http_port
+
+    def identify_reply(self) -> dict[str, object]:
+        """What an IDENTIFY is answered with (nsqd uses broadcast_address and http_port)."""
+        return {
+            "tcp_port": self.opts.broadcast_tcp_port or self._tcp_port,
+            "http_port": self.opts.broadcast_http_port or self._http_port,
+            "version": NSQ_VERSION,
+            "broadcast_address": self.opts.broadcast_address,
+            "hostname": self.hostname,
+        }
+
+    async def start(self) -> None:
+        """Bind TCP then HTTP; on failure nothing stays bound."""
+        loop = asyncio.get_running_loop()
+        tcp_host, tcp_port = split_host_port(self.opts.tcp_address, "tcp-address")
+        http_host, http_port = split_host_port(self.opts.http_address, "http-address")
+        self._tcp_server = await loop.create_server(
+            lambda: V1Connection(self), tcp_host, tcp_port, reuse_address=True
+        )
+        self._tcp_port = self._tcp_server.sockets[0].getsockname()[1]
+        log.info("TCP: listening on %s:%d", tcp_host, self._tcp_port)
+        try:
+            runner = web.AppRunner(make_app(self), access_log=None)
+            await runner.setup()
+            self._http_runner = runner
+            site = web.TCPSite(runner, http_host, http_port, reuse_address=True)
+            await site.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._http_port = int(runner.addresses[0][1])
+        log.info("HTTP: listening on %s:%d", http_host, self._http_port)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (peers leave the registry), stop HTTP."""
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        for conn in list(self._connections):
+            conn.close()
+        if self._tcp_server is not None:
+            await self._tcp_server.wait_closed()
+            self._tcp_server = None
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+            self._http_runner = None
+        # Let the transports run connection_lost before the loop goes away.
+        for _ in range(3):
+            if not self._connections:
+                break
+            await asyncio.sleep(0)
+        log.info("nsqlookupd stopped")
