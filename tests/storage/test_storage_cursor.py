@@ -71,6 +71,23 @@ def test_property_cursor_matches_a_set_model(start: int, offsets: list[int]) -> 
     assert CursorState.from_bytes(c.to_bytes()) == c
 
 
+@given(
+    st.lists(st.integers(0, 300), max_size=60),
+    st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=8),
+)
+def test_property_confirm_range_is_confirming_each_offset(
+    offsets: list[int], gaps: list[tuple[int, int]]
+) -> None:
+    ranged, single = CursorState(), CursorState()
+    for o in offsets:
+        ranged.confirm(o)
+        single.confirm(o)
+    for start, length in gaps:
+        new = ranged.confirm_range(start, start + length)
+        assert new == sum(1 for o in range(start, start + length) if single.confirm(o))
+    assert ranged == single
+
+
 def test_from_bytes_rejects_junk() -> None:
     data = CursorState(3, 9, [(5, 7)]).to_bytes()
     for bad in [

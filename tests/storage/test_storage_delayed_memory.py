@@ -52,31 +52,41 @@ def test_delayed_store_is_wal_and_put_many_is_one_transaction(tmp_path: Path) ->
     s.close()
 
 
-def test_memory_log_reads_and_drops_overflow() -> None:
+def test_memory_log_reads_and_drops_the_newest_on_overflow() -> None:
     clock = FakeClock()
     log = MemoryLog(5, clock=clock)
     assert log.append_bodies([b"a", b"b", b"c"]) == 0
     assert log.flush() == 3 and not log.pending() and not log.sync_due(clock.now)
     assert log.durable_offset == log.high_watermark == log.sync() == 3
+    # Room for two more: "f" and "g" are dropped and never get an offset; the oldest stay.
     assert log.append([Entry(b"d", trace_id=9), Entry(b"e"), Entry(b"f"), Entry(b"g")]) == 3
-    assert (log.low_watermark, log.high_watermark, log.dropped) == (2, 7, 2)
+    assert (log.low_watermark, log.high_watermark, log.dropped) == (0, 5, 2)
+    recs = log.read(0, 10)
+    assert [r.body for r in recs] == [b"a", b"b", b"c", b"d", b"e"]
+    assert recs[3].trace_id == 9 and recs[0].timestamp == clock.now
+    assert len(log.read(0, 10, max_bytes=2)) == 2 and len(log.read(0, 10, max_bytes=0)) == 1
+    assert log.read_frames(4, 10) == [(4, clock.now, 0, 0, b"e")]
+    assert log.read(5, 10) == []
+    assert log.append_bodies([b"h"]) == 5 and log.dropped == 3  # still full
+    # Once its readers are done with the front, there is room again.
+    assert log.retain(2, 0) == 2
     with pytest.raises(OffsetOutOfRange) as info:
         log.read(1, 10)
-    assert (info.value.low, info.value.high) == (2, 7)
-    recs = log.read(2, 10)
-    assert [r.body for r in recs] == [b"c", b"d", b"e", b"f", b"g"]
-    assert recs[1].trace_id == 9 and recs[0].timestamp == clock.now
-    assert len(log.read(2, 10, max_bytes=2)) == 2 and len(log.read(2, 10, max_bytes=0)) == 1
-    assert log.read_frames(6, 10) == [(6, clock.now, 0, 0, b"g")]
-    assert log.read(7, 10) == []
+    assert (info.value.low, info.value.high) == (2, 5)
+    assert log.append_bodies([b"i", b"j", b"k"]) == 5
+    assert [r.body for r in log.read(2, 10)] == [b"c", b"d", b"e", b"i", b"j"]
+    assert log.dropped == 4
 
 
-def test_memory_log_capacity_zero_keeps_nothing_but_counts_offsets() -> None:
+def test_memory_log_capacity_zero_keeps_nothing_and_none_is_unbounded() -> None:
     log = MemoryLog(0)
     assert log.append_bodies([b"a", b"b"]) == 0
-    assert log.append_bodies([b"c"]) == 2
-    assert (log.low_watermark, log.high_watermark, log.dropped) == (3, 3, 3)
-    assert log.read(3, 10) == []
+    assert log.append_bodies([b"c"]) == 0
+    assert (log.low_watermark, log.high_watermark, log.dropped) == (0, 0, 3)
+    assert log.read(0, 10) == []
+    unbounded = MemoryLog(None)
+    unbounded.append_bodies([b"x"] * 20000)
+    assert (unbounded.high_watermark, unbounded.dropped) == (20000, 0)
 
 
 def test_memory_log_seek_truncate_retain_epochs() -> None:
@@ -96,3 +106,33 @@ def test_memory_log_seek_truncate_retain_epochs() -> None:
         log.append_bodies([b"z"])
         log.retain(log.high_watermark - 3, 0)
     assert [r.offset for r in log.read(log.low_watermark, 10)] == list(range(3005, 3008))
+
+
+def test_memory_log_read_raw_encodes_log_batches_per_epoch() -> None:
+    log = MemoryLog(100, clock=FakeClock())
+    log.append_bodies([b"a", b"b"], timestamp=5)
+    log.set_epoch(3)
+    log.append([Entry(b"c", timestamp=6, trace_id=1, partition_key=b"k", headers=b"{}")])
+    raw = log.read_raw(1)
+    assert (raw.offset, raw.count) == (1, 2)
+    assert [(h.base, h.epoch, h.n_records) for h, _ in raw.batches()] == [(1, 0, 1), (2, 3, 1)]
+    assert raw.records() == log.read(1, 10)
+    assert log.read_raw(0, max_bytes=1).count == 1
+    assert log.read_raw(3).count == 0
+    small = MemoryLog(1)
+    small.append_bodies([b"a", b"b"])  # "b" is dropped
+    small.retain(1, 0)
+    with pytest.raises(OffsetOutOfRange):
+        small.read_raw(0)
+
+
+def test_a_durable_delayed_store_fsyncs_every_commit(tmp_path: Path) -> None:
+    plain = DelayedStore(tmp_path / "plain.sqlite")
+    durable = DelayedStore(tmp_path / "durable.sqlite", durable=True)
+    try:
+        assert (plain.synchronous(), durable.synchronous()) == ("NORMAL", "FULL")
+        durable.put("c", 7, 100, 1)
+        assert durable.get("c", 7) == DelayedEntry("c", 7, 100, 1)
+    finally:
+        plain.close()
+        durable.close()

@@ -2,7 +2,10 @@
 
 Owns ``CursorState`` (the in-memory cursor of one channel over one partition, with the
 range merging of out-of-order FINs) and ``CursorFile`` (its atomic persistence: temp
-file, fsync, rename, fsync of the directory; saved every N confirmations or T ms).
+file, fsync, rename, fsync of the directory; saved every N confirmations or T ms). A save
+comes in two halves so the caller can keep the fsyncs off its event loop: ``snapshot``
+(the bytes, cheap, on the thread that owns the cursor) and ``write`` (the file work, safe
+from a worker thread; an older snapshot never overwrites a newer one). ``save`` does both.
 Imports only the standard library, ``crc32c`` and ``nsqpy.errors``.
 
 File format (little-endian): magic "NQCU" | version u32 | confirmed u64 | next_read u64
@@ -14,10 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -28,6 +33,18 @@ _MAGIC = b"NQCU"
 _VERSION = 1
 _CRC = struct.Struct("<I")
 _log = logging.getLogger("nsqpy.storage")
+
+
+def fsync_file(fd: int) -> None:
+    """fsync a cursor file or its directory: looked up at each write so tests can observe it."""
+    os.fsync(fd)
+
+
+class CursorSnapshot(NamedTuple):
+    """A cursor's bytes at one moment, numbered so that writes keep their order."""
+
+    seq: int
+    data: bytes
 
 
 class CursorState:
@@ -98,6 +115,15 @@ class CursorState:
         else:
             ranges.insert(i, (offset, offset + 1))
         return True
+
+    def confirm_range(self, start: int, end: int) -> int:
+        """Confirm every offset in [start, end) (a gap readers skip); returns how many were new."""
+        start = max(start, self.confirmed)
+        if start >= end:
+            return 0
+        before = self.confirmed + self.pending_confirmed()
+        self._add_range(start, end)
+        return self.confirmed + self.pending_confirmed() - before
 
     def confirm_many(self, offsets: Iterable[int]) -> int:
         """Confirm several offsets; returns how many were newly confirmed."""
@@ -177,6 +203,10 @@ class CursorFile:
         self._unsaved = 0
         self._saved_at = clock()
         self.saves = 0
+        self._seq = 0
+        self._written = 0  # seq of the newest snapshot on disk
+        self._removed = False
+        self._write_lock = threading.Lock()
 
     def load(self) -> CursorState | None:
         """The saved cursor; None when missing. A corrupt file is logged and renamed aside."""
@@ -193,24 +223,41 @@ class CursorFile:
             return None
 
     def save(self, state: CursorState) -> None:
-        """Write atomically: temp file, fsync, rename, fsync the directory."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, state.to_bytes())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dfd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """Snapshot and write now (creation, shutdown, HTTP actions)."""
+        self.write(self.snapshot(state))
+
+    def snapshot(self, state: CursorState) -> CursorSnapshot:
+        """The bytes to write for ``state``; from now on the cursor counts as saved."""
+        self._seq += 1
         self._unsaved = 0
         self._saved_at = self._clock()
-        self.saves += 1
+        return CursorSnapshot(self._seq, state.to_bytes())
+
+    def write(self, snap: CursorSnapshot) -> bool:
+        """Write a snapshot atomically: temp file, fsync, rename, fsync the directory.
+
+        Safe from a worker thread. Skipped (False) when a newer snapshot is already on
+        disk or the file was removed (its channel deleted)."""
+        with self._write_lock:
+            if self._removed or snap.seq <= self._written:
+                return False
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, snap.data)
+                fsync_file(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                fsync_file(dfd)
+            finally:
+                os.close(dfd)
+            self._written = snap.seq
+            self.saves += 1
+            return True
 
     def note(self, confirmations: int) -> bool:
         """Count confirmations; True when a save is due (N confirmations or T ms elapsed)."""
@@ -222,5 +269,8 @@ class CursorFile:
         return bool(self.every_ms and self._clock() - self._saved_at >= self.every_ms * 1_000_000)
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
+        """Delete the file; a write still queued for it is dropped."""
+        with self._write_lock:
+            self._removed = True
+            self.path.unlink(missing_ok=True)
+            self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)

@@ -1,9 +1,11 @@
 """The delayed store: deferred and requeued messages of a partition's channels, on disk.
 
-Owns ``DelayedStore``, one SQLite file (stdlib ``sqlite3``, WAL mode, synchronous=NORMAL)
-per topic partition holding, for every channel, entries keyed by (channel, offset) and
+Owns ``DelayedStore``, one SQLite file (stdlib ``sqlite3``, WAL mode) per topic partition holding, for every channel, entries keyed by (channel, offset) and
 ordered by (channel, deliver-at, offset), with their attempt counts. The body stays in
-the log; an entry only says when to deliver which offset again. Imports only the standard
+the log; an entry only says when to deliver which offset again. Each write commits at once:
+with synchronous=NORMAL a commit survives a crash of the process; with ``durable`` (FULL,
+for ``--sync-always``) it is fsynced before the call returns, so it also survives a power
+loss before the channel's cursor, which confirms the entry's offset, is saved. Imports only the standard
 library and ``nsqpy.errors``.
 """
 
@@ -45,13 +47,13 @@ class DelayedEntry:
 class DelayedStore:
     """All channels' deferred entries of one partition."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, durable: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise StorageError(f"delayed store {self.path}: {exc}") from exc
@@ -114,6 +116,18 @@ class DelayedStore:
         except sqlite3.Error as exc:
             raise StorageError(f"delayed store {self.path}: {exc}") from exc
 
+    def remove_from(self, channel: str, offset: int) -> int:
+        """Remove the channel's entries at or above ``offset`` (a replay covers them again)."""
+        cur = self._run("DELETE FROM delayed WHERE channel = ? AND offset >= ?", (channel, offset))
+        return cur.rowcount
+
+    def offsets(self, channel: str) -> list[int]:
+        """Every offset ``channel`` has an entry for, in order."""
+        rows = self._run(
+            "SELECT offset FROM delayed WHERE channel = ? ORDER BY offset", (channel,)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
     def count(self, channel: str) -> int:
         row = self._run("SELECT COUNT(*) FROM delayed WHERE channel = ?", (channel,)).fetchone()
         return int(row[0])
@@ -129,6 +143,11 @@ class DelayedStore:
         """The smallest offset any channel still needs from the log (None when empty)."""
         row = self._run("SELECT MIN(offset) FROM delayed").fetchone()
         return None if row is None or row[0] is None else int(row[0])
+
+    def synchronous(self) -> str:
+        """SQLite's synchronous setting in force: "NORMAL" or "FULL"."""
+        level = int(self._run("PRAGMA synchronous").fetchone()[0])
+        return {1: "NORMAL", 2: "FULL"}.get(level, str(level))
 
     def close(self) -> None:
         self._db.close()

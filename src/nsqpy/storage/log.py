@@ -7,30 +7,39 @@ retention, truncation for replica divergence, and the leader-epoch history. Read
 and seeking live in ``nsqpy.storage.reader``. Imports only the standard library,
 ``crc32c`` and ``nsqpy.errors``; no asyncio, no sockets.
 
-On-disk format (all integers little-endian)::
+On-disk format 2 (all integers little-endian)::
 
     <dir>/00000000000000000000.log     segment, named by its first offset (20 digits)
     <dir>/00000000000000000000.index   sparse index sidecar (rebuilt when missing/stale)
     <dir>/epochs                       "epoch first_offset" lines, one per leader epoch
-    <dir>/*.corrupt                    quarantined segments (never read again)
+    <dir>/*.corrupt                    quarantined segments and byte ranges (never read again)
 
     segment = batch*
-    batch   = magic u32 "NQB1" | header_crc u32 | base_offset u64 | epoch u32
-              | count u32 | length u32 (bytes of the records that follow) | record*count
-              header_crc = CRC32C of the 20 header bytes after it
+    batch   = magic u32 "NQB2" | header_crc u32 | base_offset u64 | epoch u32
+              | count u32 | length u32 (bytes of the records that follow)
+              | records_crc u32 | max_timestamp u64 | record*count
+              header_crc  = CRC32C of the 32 header bytes after it
+              records_crc = CRC32C of the batch's `length` record bytes
     record  = length u32 (bytes after this field) | crc u32 | offset u64
               | timestamp u64 (publish, ns) | deliver_at u64 (ns, 0 = immediate)
               | flags u16 | ext_len u32 | extension (ext_len bytes) | body
               crc = CRC32C of everything after the crc field to the record's end
     extension (present when ext_len > 0)
             = trace_id u64 | key_len u16 | partition key | headers (UTF-8 JSON, rest)
-    index   = magic "NQIX" | version u32 | covered size u64 | next offset u64
+    index   = magic "NQIX" | version u32 (2) | covered size u64 | next offset u64
               | max timestamp u64 | entries u32 | crc u32
               | entries * (batch offset u64, file position u64, max timestamp before u64)
 
-A batch is valid only whole: recovery truncates the tail segment at the first batch
-whose header, length, offsets or any record CRC fail. A bad segment other than the last
-is renamed to ``*.corrupt`` (quarantined), logged and counted.
+Every record byte is covered twice: by its own CRC (so a record can be checked on its
+own, end to end) and by its batch's records CRC (so a whole batch is checked with one
+C call: recovery, reads and ``read_raw`` rely on it). A batch is valid only whole: one
+whose header, length, records CRC, record lengths or offsets fail is bad. A bad range with
+a valid batch after it is a hole: its bytes are copied to ``<segment>.<position>.corrupt``,
+logged and counted, the segment is left as it is, and readers jump over the range (its
+offsets are skipped, never a stop); such a segment keeps no index sidecar, so every open
+scans it. A bad range with nothing valid after it is a torn tail: the last segment is cut
+there; any other segment is renamed to ``*.corrupt`` whole (quarantined), logged and counted. A segment in format 1 (magic "NQB1",
+28-byte headers, no records CRC) is refused with StorageError and left untouched.
 """
 
 from __future__ import annotations
@@ -43,26 +52,30 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from nsqpy.errors import CorruptRecord, StorageError
+from nsqpy.errors import StorageError
+from nsqpy.storage.encode import Buf, encode_bodies, encode_entries
 from nsqpy.storage.policy import SyncPolicy
+from nsqpy.storage.raw import RawBatch
 from nsqpy.storage.reader import LogReader
-from nsqpy.storage.records import (
-    BATCH_SIZE,
-    RECORD,
-    Entry,
-    Frame,
-    OffsetOutOfRange,
-    Record,
-    encode_bodies,
-    encode_entries,
-    parse_batch_header,
-    reseal_batch,
+from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.segment import (
+    LOG_SUFFIX,
+    Hole,
+    Segment,
+    cut_position,
+    refuse_old_format,
+    scan_segment,
+    segment_name,
 )
-from nsqpy.storage.segment import LOG_SUFFIX, Segment, scan_segment, segment_name
 
 IOV_MAX = 1024
 EPOCHS_FILE = "epochs"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def fsync_segment(fd: int) -> None:
+    """fsync a segment file: looked up at each ``sync`` so tests can observe or hold it."""
+    os.fsync(fd)
 
 
 class PartitionLog:
@@ -95,7 +108,8 @@ class PartitionLog:
         self._syncing = False
         self._segments: list[Segment] = []
         self._bases: list[int] = []
-        self._pending: list[tuple[bytearray, int, int, int]] = []  # buf, base, count, max ts
+        # parts, bytes, base, count, max ts of each encoded, unwritten batch
+        self._pending: list[tuple[list[Buf], int, int, int, int]] = []
         self._next = 0
         self._durable = 0
         self._epoch = 0
@@ -180,15 +194,28 @@ class PartitionLog:
 
     def _recover_segment(self, seg: Segment, last: bool, verify: bool) -> bool:
         fd = seg.open_fd()
+        try:
+            refuse_old_format(fd, seg.path)
+        except StorageError:
+            os.close(fd)
+            seg.fd = None
+            raise
         size = os.fstat(fd).st_size
         if not last and not verify and seg.load_index(size):
             os.close(fd)
             seg.fd = None
             return True
         scan = scan_segment(fd, seg.base, size, self._interval)
+        if scan.error is not None and not last:
+            os.close(fd)
+            seg.fd = None
+            self._quarantine(seg, scan.error)
+            return False
+        for hole in scan.holes:
+            self._quarantine_range(seg, fd, hole)
         if scan.error is None:
             seg.adopt(scan)
-        elif last:
+        else:
             self._logger.warning(
                 "log %s: truncating the tail of %s at byte %d of %d: %s",
                 self.directory,
@@ -201,11 +228,6 @@ class PartitionLog:
             os.fsync(fd)
             self.truncated_bytes += size - scan.valid_size
             seg.adopt(scan)
-        else:
-            os.close(fd)
-            seg.fd = None
-            self._quarantine(seg, scan.error)
-            return False
         if last:
             self._tail_epochs = scan.epochs
         else:
@@ -213,6 +235,26 @@ class PartitionLog:
             seg.fd = None
             seg.save_index()
         return True
+
+    def _quarantine_range(self, seg: Segment, fd: int, hole: Hole) -> None:
+        """A corrupt range with valid batches after it: keep a copy aside, count it, log it.
+
+        The segment itself is left as it is (readers jump over the range), so nothing after
+        the range is lost and a crash here cannot make things worse."""
+        name = f"{seg.path.name}.{hole.start}.corrupt"
+        target = seg.path.with_name(name)
+        if not target.exists():
+            tmp = target.with_name(name + ".tmp")
+            tmp.write_bytes(os.pread(fd, hole.end - hole.start, hole.start))
+            os.replace(tmp, target)
+            self._dir_dirty = True
+        self.quarantined += 1
+        self._logger.error(
+            "log %s: bytes %d..%d of segment %s are corrupt (%s); offsets %d..%d are lost "
+            "and skipped by readers; the bytes are kept in %s",
+            self.directory, hole.start, hole.end - 1, seg.path.name, hole.why,
+            hole.first_missing, hole.next_offset - 1, name,
+        )  # fmt: skip
 
     def _quarantine(self, seg: Segment, why: str) -> None:
         target = seg.path.with_name(seg.path.name + ".corrupt")
@@ -273,8 +315,8 @@ class PartitionLog:
         base = self._next
         if not entries:
             return base
-        buf, max_ts = encode_entries(entries, base, self._epoch, self._clock())
-        self._queue(buf, base, len(entries), max_ts)
+        parts, max_ts = encode_entries(entries, base, self._epoch, self._clock())
+        self._queue(parts, base, len(entries), max_ts)
         return base
 
     def append_bodies(
@@ -289,11 +331,12 @@ class PartitionLog:
         self._queue(encode_bodies(bodies, base, self._epoch, ts, deliver_at), base, len(bodies), ts)
         return base
 
-    def _queue(self, buf: bytearray, base: int, count: int, max_ts: int) -> None:
+    def _queue(self, parts: list[Buf], base: int, count: int, max_ts: int) -> None:
         if not self._epochs or self._epochs[-1][0] != self._epoch:
             self._epochs.append((self._epoch, base))
             self._epochs_dirty = True
-        self._pending.append((buf, base, count, max_ts))
+        size = len(parts[0]) if len(parts) == 1 else sum(map(len, parts))
+        self._pending.append((parts, size, base, count, max_ts))
         self._next = base + count
 
     def pending(self) -> bool:
@@ -306,11 +349,11 @@ class PartitionLog:
         self._check_open()
         pending, self._pending = self._pending, []
         seg = self._segments[-1]
-        group: list[bytearray] = []
+        group: list[Buf] = []
         at = seg.size
         try:
-            for buf, base, _count, max_ts in pending:
-                if at > 0 and at + len(buf) > self._segment_bytes:
+            for parts, size, base, _count, max_ts in pending:
+                if at > 0 and at + size > self._segment_bytes:
                     self._write(seg, group, at, base)
                     group = []
                     seg = self._roll(base)
@@ -318,8 +361,8 @@ class PartitionLog:
                 seg.add_index(base, at, self._interval)
                 if max_ts > seg.max_ts:
                     seg.max_ts = max_ts
-                group.append(buf)
-                at += len(buf)
+                group += parts
+                at += size
             self._write(seg, group, at, self._next)
         except OSError:
             self._undo_pending()
@@ -328,12 +371,12 @@ class PartitionLog:
             self._write_epochs()
         return seg.end
 
-    def _write(self, seg: Segment, group: list[bytearray], end_pos: int, end_offset: int) -> None:
+    def _write(self, seg: Segment, group: list[Buf], end_pos: int, end_offset: int) -> None:
         if not group:
             return
         fd = seg.fd if seg.fd is not None else seg.open_fd()
         start = seg.size
-        bufs: Sequence[bytes | bytearray] = group
+        bufs: Sequence[Buf] = group
         if len(group) > IOV_MAX:
             bufs = [b"".join(group)]
         want = end_pos - start
@@ -346,9 +389,11 @@ class PartitionLog:
                     raise OSError(f"short write to {seg.path}")
                 done += n
                 rest = rest[n:]
+        # unsynced before end: a sync() in a worker thread that sees the new end must also
+        # see the segment as needing its fsync, or it would call those offsets durable.
+        seg.unsynced = True
         seg.size = end_pos
         seg.end = end_offset
-        seg.unsynced = True
         if not self._unsynced_since:
             self._unsynced_since = self._clock()
 
@@ -419,7 +464,7 @@ class PartitionLog:
         ok = False
         try:
             for fd in fds:
-                os.fsync(fd)
+                fsync_segment(fd)
             if epochs:
                 self._fsync_path(self.directory / EPOCHS_FILE, os.O_RDONLY)
             if dir_dirty:
@@ -453,7 +498,11 @@ class PartitionLog:
     # -- reading ---------------------------------------------------------------------
 
     def read(self, offset: int, max_count: int, max_bytes: int = 1 << 20) -> list[Record]:
-        """Records from ``offset`` below flushed_offset, bounded by count and bytes (>= 1)."""
+        """Records from ``offset`` below flushed_offset, bounded by count and bytes (>= 1).
+
+        Each batch's records CRC32C is checked (one C call) before any of its records is
+        returned; a failed check raises CorruptRecord, and other batches stay readable.
+        """
         self._check_offset(offset)
         return self._reader.read(offset, max_count, max_bytes, False)  # type: ignore[return-value]
 
@@ -461,6 +510,23 @@ class PartitionLog:
         """Like read, as (offset, timestamp, deliver_at, flags, body) tuples: the fast path."""
         self._check_offset(offset)
         return self._reader.read(offset, max_count, max_bytes, True)  # type: ignore[return-value]
+
+    def read_raw(self, offset: int, max_bytes: int = 1 << 20, *, verify: bool = False) -> RawBatch:
+        """Whole batches as stored on disk, from the one holding ``offset``: the bulk read
+        for replication and the HTTP log-read API.
+
+        Up to ``max_bytes`` but always at least one batch, below flushed_offset, from one
+        segment (the next call goes on to the next); ``count == 0`` at the end. The server
+        walks batch headers only, checking their CRCs and that their offsets chain; with
+        ``verify`` it also checks each batch's records CRC32C (one C call per batch). The
+        receiver parses the records and checks their CRCs, as ``RawBatch.records`` does.
+        If ``offset`` is inside a batch, that batch is resealed to start at ``offset`` (a
+        fresh header over its remaining records), so ``RawBatch.offset == offset`` unless
+        records were missing.
+        """
+        if self._closed or offset < self._segments[0].base:
+            self._check_offset(offset)
+        return self._reader.read_raw(offset, max_bytes, verify)
 
     def _check_offset(self, offset: int) -> None:
         self._check_open()
@@ -502,31 +568,11 @@ class PartitionLog:
     def _cut_segment(self, seg: Segment, offset: int) -> None:
         fd = seg.open_fd()
         if offset < seg.end:
-            cut = self._cut_position(seg, fd, offset)
+            cut = cut_position(seg, fd, offset)
             os.ftruncate(fd, cut)
             seg.adopt(scan_segment(fd, seg.base, cut, self._interval))
             seg.unsynced = True
             seg.index_path.unlink(missing_ok=True)
-
-    def _cut_position(self, seg: Segment, fd: int, offset: int) -> int:
-        """Where to cut so the segment ends just before ``offset``; reseals a split batch."""
-        _, pos = seg.locate(offset)
-        while True:
-            head = parse_batch_header(os.pread(fd, BATCH_SIZE, pos), 0)
-            if head is None:
-                raise CorruptRecord(f"{seg.path}: bad batch header at {pos} while truncating")
-            base, epoch, count, length = head
-            if offset < base + count:
-                break
-            pos += BATCH_SIZE + length
-        if offset == base:
-            return pos
-        data = bytearray(os.pread(fd, BATCH_SIZE + length, pos))
-        rpos = BATCH_SIZE
-        for _ in range(offset - base):
-            rpos += 4 + RECORD.unpack_from(data, rpos)[0]
-        os.pwrite(fd, reseal_batch(rpos - BATCH_SIZE, base, epoch, offset - base), pos)
-        return pos + rpos
 
     def _delete(self, seg: Segment) -> None:
         if seg.fd is not None:
@@ -557,8 +603,7 @@ class PartitionLog:
                 del self._segments[0]
                 del self._bases[0]
                 self._dir_dirty = True
-                if self._reader.segment is seg:
-                    self._reader.forget()
+                self._reader.dropped(seg)
             return self._segments[0].base
 
     def _retention_allows(self, seg: Segment, total: int, now_ns: int) -> bool:
@@ -582,6 +627,7 @@ class PartitionLog:
             "durable_offset": self._durable,
             "pending_messages": self._next - self.flushed_offset,
             "index_entries": sum(len(s.idx_off) for s in self._segments),
+            "holes": sum(len(s.holes) for s in self._segments),
             "epoch": self._epoch,
         }
 

@@ -1,10 +1,13 @@
 """The in-memory log for ephemeral topics and channels: bounded, overflow dropped.
 
 Owns ``MemoryLog``, which offers the part of ``PartitionLog``'s interface the broker uses.
-It keeps at most ``capacity`` records; appending beyond that evicts the oldest (the low
-watermark moves up) and counts them in ``dropped``, as NSQ drops ephemeral overflow.
+It holds at most ``capacity`` records (None: no bound, the owner bounds it): what an append
+brings beyond that is dropped, the newest first, never given an offset, and counted in
+``dropped``, as NSQ's full memory queue drops what comes in (the oldest stay).
+``retain`` forgets records from the front once their readers are done with them.
 Nothing touches disk: flush is a no-op and everything appended is at once flushed and
-"durable". Imports only the standard library and ``nsqpy.errors``.
+"durable". ``read_raw`` encodes what it holds into log-format batches on the fly.
+Imports only the standard library, ``crc32c`` and ``nsqpy.errors``.
 """
 
 from __future__ import annotations
@@ -13,14 +16,18 @@ import time
 from collections.abc import Callable, Sequence
 
 from nsqpy.errors import StorageError
-from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.encode import Buf, encode_entries
+from nsqpy.storage.raw import RawBatch
+from nsqpy.storage.records import RECORD_SIZE, Entry, Frame, OffsetOutOfRange, Record
 
 
 class MemoryLog:
     """A bounded list of records with dense offsets."""
 
-    def __init__(self, capacity: int = 10000, *, clock: Callable[[], int] = time.time_ns) -> None:
-        if capacity < 0:
+    def __init__(
+        self, capacity: int | None = 10000, *, clock: Callable[[], int] = time.time_ns
+    ) -> None:
+        if capacity is not None and capacity < 0:
             raise StorageError(f"memory log capacity {capacity} must be >= 0")
         self.capacity = capacity
         self._clock = clock
@@ -67,9 +74,11 @@ class MemoryLog:
     # -- append ----------------------------------------------------------------------
 
     def append(self, entries: Sequence[Entry]) -> int:
+        """Append what fits (see the module doc); returns the first offset given."""
         now = self._clock()
         epoch = self._epoch
         base = self._next
+        kept = entries[: self._room(len(entries))]
         recs = [
             Record(
                 base + i,
@@ -82,7 +91,7 @@ class MemoryLog:
                 bytes(e.headers),
                 epoch,
             )
-            for i, e in enumerate(entries)
+            for i, e in enumerate(kept)
         ]
         self._add(recs)
         return base
@@ -90,34 +99,33 @@ class MemoryLog:
     def append_bodies(
         self, bodies: Sequence[bytes], timestamp: int = 0, deliver_at: int = 0
     ) -> int:
+        """Append what fits (see the module doc); returns the first offset given."""
         ts = timestamp or self._clock()
         base = self._next
         epoch = self._epoch
+        kept = bodies[: self._room(len(bodies))]
         self._add(
-            [
-                Record(base + i, ts, deliver_at, 0, bytes(b), epoch=epoch)
-                for i, b in enumerate(bodies)
-            ]
+            [Record(base + i, ts, deliver_at, 0, bytes(b), epoch=epoch) for i, b in enumerate(kept)]
         )
         return base
 
-    def _add(self, recs: list[Record]) -> None:
+    def _room(self, wanted: int) -> int:
+        """How many of ``wanted`` new records fit; the rest are dropped and counted."""
         if self._closed:
             raise StorageError("memory log is closed")
+        if self.capacity is None:
+            return wanted
+        room = max(0, min(wanted, self.capacity - (len(self._records) - self._head)))
+        self.dropped += wanted - room
+        return room
+
+    def _add(self, recs: list[Record]) -> None:
         if not recs:
             return
         if not self._epochs or self._epochs[-1][0] != self._epoch:
             self._epochs.append((self._epoch, self._next))
         self._next += len(recs)
         self._records.extend(recs)
-        over = (len(self._records) - self._head) - self.capacity
-        if over > 0:
-            self._head += over
-            self._low += over
-            self.dropped += over
-            if self._head > 1024 and self._head * 2 > len(self._records):
-                del self._records[: self._head]
-                self._head = 0
 
     def flush(self) -> int:
         return self._next
@@ -150,6 +158,26 @@ class MemoryLog:
     def read_frames(self, offset: int, max_count: int, max_bytes: int = 1 << 20) -> list[Frame]:
         return [(r.offset, r.timestamp, r.deliver_at, r.flags, r.body)
                 for r in self.read(offset, max_count, max_bytes)]  # fmt: skip
+
+    def read_raw(self, offset: int, max_bytes: int = 1 << 20, *, verify: bool = False) -> RawBatch:
+        """``PartitionLog.read_raw``'s answer for what is held here: the records from
+        ``offset`` (at least one, about ``max_bytes`` of bodies) encoded as log batches,
+        one per run of records that share an epoch. ``verify`` has nothing to check."""
+        recs = self.read(offset, max(1, max_bytes // RECORD_SIZE), max_bytes)
+        if not recs:
+            return RawBatch(offset, 0, b"")
+        parts: list[Buf] = []
+        i = 0
+        while i < len(recs):
+            epoch = recs[i].epoch
+            j = i + 1
+            while j < len(recs) and recs[j].epoch == epoch:
+                j += 1
+            entries = [Entry(r.body, r.timestamp, r.deliver_at, r.flags, r.trace_id,
+                             r.partition_key, r.headers) for r in recs[i:j]]  # fmt: skip
+            parts += encode_entries(entries, recs[i].offset, epoch, 0)[0]
+            i = j
+        return RawBatch(recs[0].offset, len(recs), b"".join(parts))
 
     def offset_for_timestamp(self, ts_ns: int) -> int:
         live = self._records[self._head :]

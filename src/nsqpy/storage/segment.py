@@ -2,8 +2,9 @@
 
 Owns the in-memory view of a segment (first offset, size, next offset, newest timestamp,
 the sparse index: offset -> file position and running max timestamp, one entry every
-~``index_interval_bytes``), the CRC scan used by recovery and index rebuilds, and the
-sidecar file format. Files are named by their first offset, zero-padded to 20 digits so
+~``index_interval_bytes``, always at a batch start), the CRC scan used by recovery and
+index rebuilds, the refusal of format-1 files, the cut point (and resealed batch) of a
+truncation, and the sidecar file format. Files are named by their first offset, zero-padded to 20 digits so
 they sort. Imports only the standard library, ``crc32c`` and ``nsqpy.errors``; no locks
 here (the log owns concurrency).
 """
@@ -15,11 +16,23 @@ import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from crc32c import crc32c
 
-from nsqpy.errors import CorruptRecord
-from nsqpy.storage.records import BATCH_SIZE, check_batch, parse_batch_header
+from nsqpy.errors import CorruptRecord, StorageError
+from nsqpy.storage.records import (
+    BATCH,
+    BATCH_MAGIC,
+    BATCH_MAGIC_V1,
+    BATCH_SIZE,
+    BatchHead,
+    batch_header,
+    parse_batch_header,
+    records_crc_ok,
+    scan_records,
+    walk_batch,
+)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -27,7 +40,8 @@ SCAN_CHUNK = 1 << 20
 # magic | version | covered size u64 | next offset u64 | max ts u64 | entries u32 | crc u32
 INDEX_HEADER = struct.Struct("<4sIQQQII")
 INDEX_MAGIC = b"NQIX"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+_MAGIC_BYTES = struct.pack("<I", BATCH_MAGIC)
 
 
 def segment_name(base: int) -> str:
@@ -46,6 +60,17 @@ class ScanResult:
     idx_ts: list[int]
     epochs: list[tuple[int, int]]  # (epoch, first offset) at each epoch change in the file
     error: str | None  # why the scan stopped before the file's end (None = whole file valid)
+    holes: list[Hole] = field(default_factory=list)  # bad ranges skipped, in file order
+
+
+class Hole(NamedTuple):
+    """A corrupt byte range inside a segment, between two valid batches."""
+
+    start: int  # file position of the first bad byte (where a batch should have started)
+    end: int  # file position of the next valid batch
+    first_missing: int  # the offsets first_missing .. next_offset - 1 are lost
+    next_offset: int
+    why: str
 
 
 @dataclass(slots=True)
@@ -64,6 +89,8 @@ class Segment:
     last_index_pos: int = -(1 << 62)
     index_dirty: bool = True
     unsynced: bool = False
+    # Corrupt ranges readers jump over: start position -> position of the next valid batch.
+    holes: dict[int, int] = field(default_factory=dict)
 
     @property
     def index_path(self) -> Path:
@@ -106,11 +133,18 @@ class Segment:
         self.idx_off, self.idx_pos, self.idx_ts = scan.idx_off, scan.idx_pos, scan.idx_ts
         self.last_index_pos = self.idx_pos[-1] if self.idx_pos else -(1 << 62)
         self.index_dirty = True
+        self.holes = {h.start: h.end for h in scan.holes}
 
     # -- sidecar -------------------------------------------------------------------
 
     def save_index(self) -> None:
-        """Write the sidecar atomically (temp, rename); it is rebuilt on open if lost."""
+        """Write the sidecar atomically (temp, rename); it is rebuilt on open if lost.
+
+        A segment with holes keeps no sidecar: only a scan finds its holes again."""
+        if self.holes:
+            self.index_path.unlink(missing_ok=True)
+            self.index_dirty = False
+            return
         n = len(self.idx_off)
         flat = [
             v
@@ -153,47 +187,145 @@ class Segment:
         return True
 
 
-def scan_segment(fd: int, base: int, file_size: int, interval: int) -> ScanResult:
-    """Walk every batch of a segment file, checking headers, lengths, offsets and CRCs."""
+def refuse_old_format(fd: int, path: Path) -> None:
+    """Raise StorageError if the segment starts with a format-1 batch (never cut or move it)."""
+    head = os.pread(fd, 4, 0)
+    if len(head) == 4 and struct.unpack("<I", head)[0] == BATCH_MAGIC_V1:
+        raise StorageError(
+            f"{path} is in log format 1 (28-byte batch headers); this nsqpy reads format 2 "
+            "only. The file was left untouched: drain it with the nsqpy that wrote it."
+        )
+
+
+class _Window:
+    """A chunk of a file read with ``pread``, refilled as a scan moves on."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.data = b""
+        self.at = 0
+
+    def get(self, pos: int, n: int) -> tuple[bytes, int]:
+        """A buffer holding bytes [pos, pos + n) (fewer at the file's end) and pos's index."""
+        if pos < self.at or pos + n > self.at + len(self.data):
+            self.data, self.at = os.pread(self.fd, max(SCAN_CHUNK, n), pos), pos
+        return self.data, pos - self.at
+
+
+def _batch_at(
+    win: _Window, pos: int, file_size: int, expect: int, exact: bool
+) -> tuple[BatchHead, int] | tuple[None, str]:
+    """(header, bytes) of the whole, valid batch at ``pos``, or (None, why it is not).
+
+    Its base must be ``expect`` (``exact``) or at least ``expect`` (resynchronising)."""
+    data, i = win.get(pos, BATCH_SIZE)
+    head = parse_batch_header(data, i)
+    if head is None:
+        return None, f"bad batch header at position {pos}"
+    if head.n_records == 0 or head.base < expect or (exact and head.base != expect):
+        return None, (
+            f"batch at position {pos} has base {head.base} count {head.n_records}, "
+            f"expected {expect}"
+        )
+    need = BATCH_SIZE + head.length
+    if pos + need > file_size:
+        return None, f"torn batch at position {pos} ({file_size - pos} of {need} bytes)"
+    data, i = win.get(pos, need)
+    if not records_crc_ok(data, i + BATCH_SIZE, head.length, head.records_crc):
+        return None, f"batch at position {pos} (offset {head.base}) failed its CRC32C check"
+    try:
+        if walk_batch(data, i + BATCH_SIZE, head) != head.max_ts:
+            raise CorruptRecord(f"batch at offset {head.base}: max timestamp mismatch")
+    except CorruptRecord as exc:
+        return None, f"at position {pos}: {exc}"
+    return head, need
+
+
+def _resync(win: _Window, bad: int, file_size: int, expect: int) -> int | None:
+    """The position of the first whole, valid batch after the bad one at ``bad`` (None if
+    there is none: a torn or garbled tail). Where the bad batch's header still holds, the
+    position right after it is tried first; then every batch magic further on."""
+    data, i = win.get(bad, BATCH_SIZE)
+    head = parse_batch_header(data, i)
+    if head is not None:
+        after = bad + BATCH_SIZE + head.length
+        if after < file_size and _batch_at(win, after, file_size, expect, False)[0] is not None:
+            return after
+    pos = bad + 1
+    while pos + BATCH_SIZE <= file_size:
+        chunk = os.pread(win.fd, SCAN_CHUNK, pos)
+        i = chunk.find(_MAGIC_BYTES)
+        while i >= 0:
+            if _batch_at(win, pos + i, file_size, expect, False)[0] is not None:
+                return pos + i
+            i = chunk.find(_MAGIC_BYTES, i + 1)
+        if len(chunk) < SCAN_CHUNK:
+            break
+        pos += len(chunk) - len(_MAGIC_BYTES) + 1  # a magic may straddle two chunks
+    return None
+
+
+def scan_segment(
+    fd: int, base: int, file_size: int, interval: int, resync: bool = True
+) -> ScanResult:
+    """Walk every batch of a segment file: header CRC, base offset, length, records CRC,
+    then each record's length and offset (the records CRC already vouches for their bytes).
+
+    A bad batch followed by a valid one (``resync``) is a hole: its bytes are skipped, the
+    offsets it held are missing, and the scan goes on. A bad batch with nothing valid after
+    it ends the scan with ``error`` (a torn or garbled tail)."""
     res = ScanResult(0, base, 0, [], [], [], [], None)
     seg = Segment(base, Path())
-    data = b""
-    data_at = 0
+    win = _Window(fd)
     pos = 0
     expect = base
     last_epoch = -1
     while pos < file_size:
-        if pos + BATCH_SIZE > data_at + len(data):
-            data, data_at = os.pread(fd, SCAN_CHUNK, pos), pos
-        head = parse_batch_header(data, pos - data_at)
+        head, found = _batch_at(win, pos, file_size, expect, True)
         if head is None:
-            res.error = f"bad batch header at position {pos}"
-            break
-        bbase, epoch, count, length = head
-        if bbase != expect or count == 0:
-            res.error = f"batch at position {pos} has base {bbase} count {count}, expected {expect}"
-            break
-        need = BATCH_SIZE + length
-        if pos + need > file_size:
-            res.error = f"torn batch at position {pos} ({file_size - pos} of {need} bytes)"
-            break
-        if pos + need > data_at + len(data):
-            data, data_at = os.pread(fd, max(SCAN_CHUNK, need), pos), pos
-        try:
-            ts = check_batch(data, pos - data_at + BATCH_SIZE, bbase, count, length)
-        except CorruptRecord as exc:
-            res.error = f"at position {pos}: {exc}"
-            break
-        seg.add_index(bbase, pos, interval)
-        if ts > seg.max_ts:
-            seg.max_ts = ts
-        if epoch != last_epoch:
-            res.epochs.append((epoch, bbase))
-            last_epoch = epoch
-        pos += need
-        expect = bbase + count
+            after = _resync(win, pos, file_size, expect) if resync else None
+            if after is None:
+                res.error = str(found)
+                break
+            data, i = win.get(after, BATCH_SIZE)
+            next_base = BATCH.unpack_from(data, i)[2]
+            res.holes.append(Hole(pos, after, expect, next_base, str(found)))
+            pos, expect = after, next_base
+            continue
+        assert isinstance(found, int)
+        seg.add_index(head.base, pos, interval)
+        if head.max_ts > seg.max_ts:
+            seg.max_ts = head.max_ts
+        if head.epoch != last_epoch:
+            res.epochs.append((head.epoch, head.base))
+            last_epoch = head.epoch
+        pos += found
+        expect = head.base + head.n_records
     res.valid_size = pos
     res.end = expect
     res.max_ts = seg.max_ts
     res.idx_off, res.idx_pos, res.idx_ts = seg.idx_off, seg.idx_pos, seg.idx_ts
     return res
+
+
+def cut_position(seg: Segment, fd: int, offset: int) -> int:
+    """Where to cut so the segment ends just before ``offset``; reseals a split batch."""
+    _, pos = seg.locate(offset)
+    while True:
+        start, pos = pos, seg.holes.get(pos, pos)
+        head = parse_batch_header(os.pread(fd, BATCH_SIZE, pos), 0)
+        if head is None:
+            raise CorruptRecord(f"{seg.path}: bad batch header at {pos} while truncating")
+        if offset < head.base + head.n_records:
+            break
+        pos += BATCH_SIZE + head.length
+    if offset <= head.base:
+        return start  # a hole just before this batch goes with it
+    data = os.pread(fd, BATCH_SIZE + head.length, pos)
+    keep = offset - head.base
+    end, max_ts = scan_records(data, BATCH_SIZE, keep)
+    records = memoryview(data)[BATCH_SIZE:end]
+    new = batch_header(head.base, head.epoch, keep, end - BATCH_SIZE, crc32c(records), max_ts)
+    records.release()
+    os.pwrite(fd, new, pos)
+    return pos + end
