@@ -77,7 +77,8 @@ GOLDEN: list[tuple[str, bytes, Command]] = [
     ("NOP", b"NOP\n", Nop()),
     ("NOP-crlf", b"NOP\r\n", Nop()),  # a trailing \r is stripped
     ("FIN-crlf", b"FIN 0a1b2c3d4e5f6071\r\n", Fin(ID)),
-    ("extra-params", b"PUB test extra\n\x00\x00\x00\x01x", Pub("test", b"x")),
+    # A third parameter is youzan's partition (tests/partitions); a fourth is ignored.
+    ("extra-params", b"PUB test 1 extra\n\x00\x00\x00\x01x", Pub("test", b"x")),
     ("CLS-params", b"CLS now\n", Cls()),
 ]
 TRAILER = b"NOP\n"

@@ -5,8 +5,12 @@ here, in nsqd v1.3.0's order and with its codes and texts (SPEC 1.2, 1.6, 1.7): 
 the 16 KiB line limit, single-space splitting, unknown verbs, parameter counts, names,
 numbers, RDY/DPUB ranges, REQ clamping, message ID lengths and body sizes. State checks live
 in ``state``; an optional ``gate`` lets the server run them at nsqd's point in the order
-(before the parameters). Every error raised here is fatal. Imports only the standard library
-and nsqpy.errors (plus sibling protocol modules); never asyncio or sockets.
+(before the parameters). Every error raised here is fatal. Youzan's extensions are parsed
+too (``nsqpy.protocol.extend``): an optional partition after the topic of PUB/MPUB and
+after the channel of SUB (a decimal number, -1 meaning "none", else E_BAD_PARTITION),
+SUB_ORDERED, PUB_EXT/MPUB_EXT (split into header and body; the header's JSON is checked by
+the server, where its error is not fatal) and PUB_TRACE/MPUB_TRACE. Imports only the
+standard library and nsqpy.errors (plus sibling protocol modules); never asyncio or sockets.
 """
 
 from __future__ import annotations
@@ -47,6 +51,15 @@ from nsqpy.protocol.client_codec import (
     encode_sub,
     encode_touch,
 )
+from nsqpy.protocol.extend import (
+    TRACE_ID_LENGTH,
+    MpubExt,
+    MpubTrace,
+    PubExt,
+    PubTrace,
+    parse_partition,
+    split_header,
+)
 from nsqpy.protocol.frames import MAGIC_V2
 from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_LINE_LENGTH, Limits
 from nsqpy.protocol.message import MSG_ID_LENGTH
@@ -63,22 +76,27 @@ class Auth:
     secret: bytes
 
 
+# A partition of -1 means none was given: the server picks one.
 @dataclass(slots=True)
 class Sub:
     topic: str
     channel: str
+    partition: int = -1
+    ordered: bool = False  # SUB_ORDERED
 
 
 @dataclass(slots=True)
 class Pub:
     topic: str
     body: bytes
+    partition: int = -1
 
 
 @dataclass(slots=True)
 class Mpub:
     topic: str
     bodies: list[bytes] = field(default_factory=list)
+    partition: int = -1
 
 
 @dataclass(slots=True)
@@ -119,7 +137,24 @@ class Nop:
     pass
 
 
-Command: TypeAlias = Identify | Auth | Sub | Pub | Mpub | Dpub | Rdy | Fin | Req | Touch | Cls | Nop
+Command: TypeAlias = (
+    Identify
+    | Auth
+    | Sub
+    | Pub
+    | Mpub
+    | Dpub
+    | Rdy
+    | Fin
+    | Req
+    | Touch
+    | Cls
+    | Nop
+    | PubExt
+    | MpubExt
+    | PubTrace
+    | MpubTrace
+)
 
 # A gate sees each verb before its parameters are checked; it raises a ProtocolError to refuse
 # it, returns False to drop the line silently (only for bodiless verbs: RDY while closing),
@@ -135,6 +170,7 @@ class LineTooLong(InvalidError):
 
 
 _I32 = struct.Struct(">i")
+_U64 = struct.Struct(">Q")
 _COMPACT_AT = 1 << 16
 _NOP = Nop()
 _CLS = Cls()
@@ -190,12 +226,24 @@ class CommandParser:
             b"CLS": self._cls,
             b"AUTH": self._auth,
             b"IDENTIFY": self._identify,
+            b"SUB_ORDERED": self._sub_ordered,
+            b"PUB_EXT": self._pub_ext,
+            b"MPUB_EXT": self._mpub_ext,
+            b"PUB_TRACE": self._pub_trace,
+            b"MPUB_TRACE": self._mpub_trace,
         }
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet consumed by a returned command."""
         return len(self._buf) - self._pos
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the bytes received but not parsed (a stream upgrade re-reads them)."""
+        with memoryview(self._buf) as view:
+            rest = view[self._pos :].tobytes()
+        self._buf, self._pos = b"", 0
+        return rest
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Add received bytes (copied: the caller may reuse its buffer).
@@ -341,6 +389,8 @@ class CommandParser:
         topic = self._names.get(raw) if type(raw) is bytes else None
         if topic is None:
             topic = self._topic(raw, "PUB")
+        if len(params) == 3:
+            parse_partition(params[2])  # refused before the body, as youzan's nsqd does
         buf = self._buf
         if len(buf) - start < 4:
             return None
@@ -352,9 +402,10 @@ class CommandParser:
         stop = start + 4 + size
         if len(buf) < stop:
             return None
-        if type(buf) is bytes:
-            return Pub(topic, buf[start + 4 : stop]), stop
-        return Pub(topic, _body(buf, start + 4, stop)), stop
+        body = buf[start + 4 : stop] if type(buf) is bytes else _body(buf, start + 4, stop)
+        if len(params) == 3:
+            return Pub(topic, body, parse_partition(params[2])), stop
+        return Pub(topic, body), stop
 
     def _dpub(self, params: _Params, start: int) -> _Parsed:
         if len(params) < 3:
@@ -373,24 +424,38 @@ class CommandParser:
         return Dpub(topic, defer, parsed[0]), parsed[1]
 
     def _mpub_cmd(self, params: _Params, start: int) -> _Parsed:
+        parsed = self._mpub_any(params, start, "MPUB")
+        if parsed is None:
+            return None
+        (topic, partition, bodies), stop = parsed
+        return Mpub(topic, bodies, partition), stop
+
+    def _mpub_any(
+        self, params: _Params, start: int, verb: str
+    ) -> tuple[tuple[str, int, list[bytes]], int] | None:
+        """MPUB and its extended forms: (topic, partition, raw message bodies), end."""
         if len(params) < 2:
-            raise InvalidError("MPUB insufficient number of parameters")
-        topic = self._topic(params[1], "MPUB", prefix="E_BAD_TOPIC ")
+            raise InvalidError(f"{verb} insufficient number of parameters")
+        topic = self._topic(params[1], verb, prefix="E_BAD_TOPIC ")
+        partition = parse_partition(params[2]) if len(params) == 3 else -1
         size = self._size(start)
         if size is None:
             return None
         if size <= 0:
-            raise BadBody(f"MPUB invalid body size {size}")
+            raise BadBody(f"{verb} invalid body size {size}")
         if size > self._max_body:
-            raise BadBody(f"MPUB body too big {size} > {self._max_body}")
+            raise BadBody(f"{verb} body too big {size} > {self._max_body}")
         count = self._size(start + 4)
         if count is None:
             return None
         if count <= 0 or count > self.limits.max_mpub_count:
-            raise BadBody(f"MPUB invalid message count {count}")
-        return self._mpub_messages(topic, count, start)
+            raise BadBody(f"{verb} invalid message count {count}")
+        parsed = self._mpub_messages(count, start)
+        if parsed is None:
+            return None
+        return (topic, partition, parsed[0]), parsed[1]
 
-    def _mpub_messages(self, topic: str, count: int, start: int) -> _Parsed:
+    def _mpub_messages(self, count: int, start: int) -> tuple[list[bytes], int] | None:
         # nsqd reads the messages one by one and never checks them against the body size.
         buf = self._buf
         base = self._pos
@@ -429,7 +494,7 @@ class CommandParser:
                     view[base + spans[i] : base + spans[i + 1]].tobytes()
                     for i in range(0, len(spans), 2)
                 ]
-        return Mpub(topic, bodies), at
+        return bodies, at
 
     def _fin(self, params: _Params, start: int) -> _Parsed:
         if len(params) == 2 and len(params[1]) == MSG_ID_LENGTH and type(params[1]) is bytes:
@@ -468,14 +533,62 @@ class CommandParser:
             raise InvalidError(f"RDY count {count} out of range 0-{max_rdy}")
         return Rdy(count), start
 
-    def _sub(self, params: _Params, start: int) -> _Parsed:
+    def _sub(self, params: _Params, start: int, ordered: bool = False) -> _Parsed:
         if len(params) < 3:
             raise InvalidError("SUB insufficient number of parameters")
         topic = self._topic(params[1], "SUB")
         raw_channel = params[2]
         if not valid_name_bytes(raw_channel):
             raise BadChannel(f"SUB channel name {go_quote(raw_channel)} is not valid")
-        return Sub(topic, raw_channel.decode("ascii")), start
+        partition = parse_partition(params[3]) if len(params) == 4 else -1
+        return Sub(topic, raw_channel.decode("ascii"), partition, ordered), start
+
+    def _sub_ordered(self, params: _Params, start: int) -> _Parsed:
+        return self._sub(params, start, ordered=True)
+
+    # -- youzan's extended publishing --------------------------------------------------
+
+    def _one_extended(self, params: _Params, start: int, verb: str) -> _Parsed:
+        """PUB_EXT / PUB_TRACE: PUB's checks, then the header or trace id split off."""
+        if len(params) < 2:
+            raise InvalidError(f"{verb} insufficient number of parameters")
+        topic = self._topic(params[1], verb)
+        partition = parse_partition(params[2]) if len(params) == 3 else -1
+        parsed = self._message_body(verb, start)
+        if parsed is None:
+            return None
+        raw, stop = parsed
+        if verb == "PUB_TRACE":
+            if len(raw) <= TRACE_ID_LENGTH:
+                raise BadBody(f"invalid body size {len(raw)} with trace id enabled")
+            return PubTrace(topic, _U64.unpack_from(raw)[0], raw[TRACE_ID_LENGTH:], partition), stop
+        header, body = split_header(raw)
+        return PubExt(topic, header, body, partition), stop
+
+    def _pub_ext(self, params: _Params, start: int) -> _Parsed:
+        return self._one_extended(params, start, "PUB_EXT")
+
+    def _pub_trace(self, params: _Params, start: int) -> _Parsed:
+        return self._one_extended(params, start, "PUB_TRACE")
+
+    def _mpub_ext(self, params: _Params, start: int) -> _Parsed:
+        parsed = self._mpub_any(params, start, "MPUB_EXT")
+        if parsed is None:
+            return None
+        (topic, partition, raws), stop = parsed
+        split = [split_header(raw) for raw in raws]
+        return MpubExt(topic, [h for h, _ in split], [b for _, b in split], partition), stop
+
+    def _mpub_trace(self, params: _Params, start: int) -> _Parsed:
+        parsed = self._mpub_any(params, start, "MPUB_TRACE")
+        if parsed is None:
+            return None
+        (topic, partition, raws), stop = parsed
+        for i, raw in enumerate(raws):
+            if len(raw) <= TRACE_ID_LENGTH:
+                raise BadMessage(f"MPUB invalid message({i}) body size {len(raw)} for tracing")
+        traces = [_U64.unpack_from(raw)[0] for raw in raws]
+        return MpubTrace(topic, traces, [raw[TRACE_ID_LENGTH:] for raw in raws], partition), stop
 
     def _identify(self, params: _Params, start: int) -> _Parsed:
         parsed = self._command_body("IDENTIFY", start)
@@ -509,8 +622,12 @@ __all__ = [
     "Identify",
     "LineTooLong",
     "Mpub",
+    "MpubExt",
+    "MpubTrace",
     "Nop",
     "Pub",
+    "PubExt",
+    "PubTrace",
     "Rdy",
     "Req",
     "Sub",

@@ -42,6 +42,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "sample_rate": ("sample_rate", "int32"),
     "user_agent": ("user_agent", "str"),
     "msg_timeout": ("msg_timeout_ms", "int"),
+    "extend_support": ("extend_support", "bool"),  # youzan: extended message frames
 }
 # Go folds only ASCII letters plus these two runes onto ASCII (unicode.SimpleFold).
 _FOLD = str.maketrans({"\u212a": "k", "\u017f": "s"})
@@ -64,6 +65,7 @@ class IdentifyRequest:
     sample_rate: int = 0
     user_agent: str = ""
     msg_timeout_ms: int = 0
+    extend_support: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,6 +83,7 @@ class Negotiated:
     snappy: bool
     deflate: bool
     deflate_level: int
+    extend_support: bool = False
 
 
 class _Pairs(list[tuple[str, Any]]):
@@ -192,6 +195,7 @@ def negotiate(req: IdentifyRequest, limits: Limits) -> Negotiated:
         snappy=fn and limits.snappy and req.snappy,
         deflate=deflate,
         deflate_level=min(level, limits.max_deflate_level),
+        extend_support=req.extend_support,
     )
 
 
@@ -212,6 +216,8 @@ def identify_response(neg: Negotiated, limits: Limits, *, version: str = "1.3.0"
         "output_buffer_size": neg.output_buffer_size,
         "output_buffer_timeout": neg.output_buffer_timeout_ms,
     }
+    if neg.extend_support:  # only when asked: plain NSQ replies stay byte-identical
+        reply["extend_support"] = True
     return json.dumps(reply, separators=(",", ":")).encode()
 
 

@@ -2,9 +2,12 @@
 
 A message frame's data is ``[int64 timestamp ns][uint16 attempts][16-byte id][body]``. nsqpy's
 ID is 16 lowercase hex characters of a u64 holding the partition in its top 10 bits and the
-offset in the low 54 bits, so FIN/REQ/TOUCH need no lookup table. Owns encoding (server) and
-decoding (client) of message frames and IDs. Imports only the standard library and
-nsqpy.errors.
+offset in the low 54 bits, so FIN/REQ/TOUCH need no lookup table. A client that negotiated
+``extend_support`` (youzan's extension) gets extended frames instead: after the ID come a
+uint8 extension version and, unless it is 0 (no extension), a uint16 length and that many
+bytes of extension (version 4: a JSON object of headers), then the body. Owns encoding
+(server) and decoding (client) of message frames and IDs. Imports only the standard library
+and nsqpy.errors.
 """
 
 from __future__ import annotations
@@ -27,6 +30,15 @@ _OFFSET_MASK = MAX_OFFSET
 _FRAME_HEAD = struct.Struct(">iiqH")
 _MSG_HEAD = struct.Struct(">qH")
 _FRAME_OVERHEAD = 4 + MESSAGE_HEADER  # the size field counts the type field and the header
+_ID_END = 8 + MESSAGE_HEADER  # where the body starts in a whole frame (size and type first)
+_SIZE = struct.Struct(">i")
+_EXT_HEAD = struct.Struct(">BH")
+
+# Extension versions of youzan's extended message frame.
+NO_EXT_VERSION = 0
+JSON_HEADER_EXT_VERSION = 4
+EXT_VERSIONS = frozenset((NO_EXT_VERSION, JSON_HEADER_EXT_VERSION))
+MAX_EXT_LENGTH = 0xFFFF
 
 
 def encode_message_id(partition: int, offset: int) -> bytes:
@@ -82,19 +94,60 @@ def encode_message_frames(messages: Iterable[tuple[int, int, bytes, bytes]]) -> 
     return b"".join(parts)
 
 
+def extend_frame(frame: bytes, version: int, ext: bytes) -> bytes:
+    """The extended form of a whole message frame (as ``encode_message_frame`` makes it).
+
+    Version 0 carries no extension (one byte); any other version carries ``ext`` with its
+    uint16 length. ValueError when ``ext`` is longer than 65535 bytes.
+    """
+    if version == NO_EXT_VERSION:
+        head = b"\x00"
+    else:
+        if len(ext) > MAX_EXT_LENGTH:
+            raise ValueError(f"extension of {len(ext)} bytes > {MAX_EXT_LENGTH}")
+        head = _EXT_HEAD.pack(version, len(ext)) + ext
+    size = _SIZE.unpack_from(frame)[0] + len(head)
+    return b"".join((_SIZE.pack(size), frame[4:_ID_END], head, frame[_ID_END:]))
+
+
 @dataclass(slots=True)
 class Message:
-    """A decoded message frame: publish time (ns), delivery count, 16-byte ID, body."""
+    """A decoded message frame: publish time (ns), delivery count, 16-byte ID, body.
+
+    ``ext_version`` and ``ext`` are set for frames decoded as extended (``extend_support``).
+    """
 
     timestamp: int
     attempts: int
     id: bytes
     body: bytes
+    ext_version: int = NO_EXT_VERSION
+    ext: bytes = b""
 
 
-def decode_message(data: bytes | bytearray | memoryview) -> Message:
-    """Decode the data of a type-2 frame; BadMessage when shorter than the 26-byte header."""
+def decode_message(data: bytes | bytearray | memoryview, *, extended: bool = False) -> Message:
+    """Decode the data of a type-2 frame; BadMessage when shorter than its header.
+
+    With ``extended`` the frame is read in youzan's extended form; an unknown extension
+    version or a length running past the frame is BadMessage.
+    """
     if len(data) < MESSAGE_HEADER:
         raise BadMessage(f"message of {len(data)} bytes is shorter than {MESSAGE_HEADER}")
     timestamp, attempts = _MSG_HEAD.unpack_from(data)
-    return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))
+    if not extended:
+        return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))
+    if len(data) < MESSAGE_HEADER + 1:
+        raise BadMessage("extended message has no extension version")
+    version = data[MESSAGE_HEADER]
+    if version not in EXT_VERSIONS:
+        raise BadMessage(f"unknown message extension version {version}")
+    if version == NO_EXT_VERSION:
+        return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[27:]))
+    if len(data) < MESSAGE_HEADER + 3:
+        raise BadMessage("extended message is shorter than its extension header")
+    length = int.from_bytes(data[27:29], "big")
+    if MESSAGE_HEADER + 3 + length > len(data):
+        raise BadMessage(f"message extension of {length} bytes runs past the frame")
+    ext = bytes(data[29 : 29 + length])
+    body = bytes(data[29 + length :])
+    return Message(timestamp, attempts, bytes(data[10:26]), body, version, ext)

@@ -18,8 +18,12 @@ from nsqpy.protocol.commands import (
     Fin,
     Identify,
     Mpub,
+    MpubExt,
+    MpubTrace,
     Nop,
     Pub,
+    PubExt,
+    PubTrace,
     Rdy,
     Req,
     Sub,
@@ -53,6 +57,12 @@ ALLOWED: dict[bytes, frozenset[int]] = {
     b"MPUB": _ANY,
     b"DPUB": _ANY,
     b"NOP": _ANY,
+    # youzan's extensions
+    b"SUB_ORDERED": frozenset((INIT,)),
+    b"PUB_EXT": _ANY,
+    b"MPUB_EXT": _ANY,
+    b"PUB_TRACE": _ANY,
+    b"MPUB_TRACE": _ANY,
 }
 
 _VERBS: dict[type, bytes] = {
@@ -68,6 +78,10 @@ _VERBS: dict[type, bytes] = {
     Mpub: b"MPUB",
     Dpub: b"DPUB",
     Nop: b"NOP",
+    PubExt: b"PUB_EXT",
+    MpubExt: b"MPUB_EXT",
+    PubTrace: b"PUB_TRACE",
+    MpubTrace: b"MPUB_TRACE",
 }
 
 # Pre-built errors' texts: "cannot SUB in current state".
@@ -91,7 +105,7 @@ def check_verb(
         raise RawInvalidError("cannot ", verb, " in current state (TLS required)")
     allowed = ALLOWED.get(verb)
     if allowed is None or state in allowed:
-        if verb == b"SUB":
+        if verb == b"SUB" or verb == b"SUB_ORDERED":
             check_sub_allowed(heartbeat_interval_ms)
         return True
     if state == CLOSING and verb == b"RDY":
@@ -114,6 +128,14 @@ def check_state(state: int, command: Command, *, tls_required_and_not_tls: bool 
     if state == CLOSING and verb == b"RDY":
         return False
     raise InvalidError(_CANNOT[verb])
+
+
+def verb_of(command: object) -> str:
+    """The wire verb of a parsed command (``SUB_ORDERED`` for an ordered SUB)."""
+    if isinstance(command, Sub) and command.ordered:
+        return "SUB_ORDERED"
+    verb = _VERBS.get(type(command))
+    return verb.decode() if verb is not None else type(command).__name__.upper()
 
 
 def check_sub_allowed(heartbeat_interval_ms: int) -> None:
