@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from nsqpy.testing import http_request, nsqd_process  # noqa: E402
+from nsqpy.testing import http_request, nsqd_process
 
 SIZE = 200
 BODY = b"x" * SIZE
@@ -57,21 +57,20 @@ def connect(port: int) -> socket.socket:
     return s
 
 
-def read_frames(sock: socket.socket, buf: bytearray) -> list[tuple[int, memoryview]]:
+def read_frames(sock: socket.socket, buf: bytearray) -> list[tuple[int, bytes]]:
+    """The whole frames received so far (type, data); a partial frame stays in ``buf``."""
     data = sock.recv(1 << 20)
     if not data:
         raise ConnectionError("closed")
     buf += data
     out = []
     pos = 0
-    mv = memoryview(buf)
     while len(buf) - pos >= 8:
         size, ftype = struct.unpack_from(">ii", buf, pos)
         if len(buf) - pos < 4 + size:
             break
-        out.append((ftype, mv[pos + 8 : pos + 4 + size]))
+        out.append((ftype, bytes(buf[pos + 8 : pos + 4 + size])))
         pos += 4 + size
-    mv.release()
     del buf[:pos]
     return out
 
@@ -87,10 +86,10 @@ def mpub_worker(port: int, topic: str, batches: int, pipeline: int = 8) -> None:
             sock.sendall(cmd)
             sent += 1
         for ftype, data in read_frames(sock, buf):
-            if ftype == 0 and bytes(data) == b"_heartbeat_":
+            if ftype == 0 and data == b"_heartbeat_":
                 sock.sendall(b"NOP\n")
                 continue
-            assert ftype == 0, bytes(data)
+            assert ftype == 0, data
             acked += 1
     sock.close()
 
@@ -104,7 +103,7 @@ def pub_worker(port: int, topic: str, count: int) -> None:
         got = False
         while not got:
             for ftype, data in read_frames(sock, buf):
-                if ftype == 0 and bytes(data) == b"_heartbeat_":
+                if ftype == 0 and data == b"_heartbeat_":
                     sock.sendall(b"NOP\n")
                     continue
                 got = True
@@ -128,7 +127,7 @@ def sub_worker(port: int, topic: str, channel: str, count: int, rdy: int, out: m
                 fin += b"FIN " + data[10:26] + b"\n"
                 if len(latencies) < 200_000:
                     latencies.append(now - struct.unpack_from(">q", data, 0)[0])
-            elif bytes(data) == b"_heartbeat_":
+            elif data == b"_heartbeat_":
                 fin += b"NOP\n"
         if fin:
             sock.sendall(fin)
@@ -136,11 +135,23 @@ def sub_worker(port: int, topic: str, channel: str, count: int, rdy: int, out: m
     sock.close()
 
 
-def run_procs(target: object, args_list: list[tuple[object, ...]]) -> float:
+def run_procs(
+    target: object,
+    args_list: list[tuple[object, ...]],
+    results: mp.Queue | None = None,  # type: ignore[type-arg]
+) -> float:
+    """Run one process per argument tuple; the time until all are done.
+
+    A process that put a big item on ``results`` cannot exit before the item is read, so
+    one result per process is drained before joining (else the join deadlocks).
+    """
     procs = [mp.Process(target=target, args=args) for args in args_list]  # type: ignore[arg-type]
     t0 = time.perf_counter()
     for p in procs:
         p.start()
+    if results is not None:
+        for _ in procs:
+            results.put(results.get())
     for p in procs:
         p.join()
     return time.perf_counter() - t0
@@ -164,24 +175,38 @@ def main() -> None:
     ap.add_argument("--backlog", type=int, default=1_000_000)
     ap.add_argument("--procs", type=int, default=2)
     args = ap.parse_args()
-    print(f"# nsqpy nsqd bench: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"# nsqpy nsqd bench: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     print(f"# {SIZE}-byte messages; client and server share the machine")
     with tempfile.TemporaryDirectory() as tmp, nsqd_process(Path(tmp) / "data") as nsqd:
         assert nsqd.proc is not None
         pid, port = nsqd.proc.pid, nsqd.tcp_port
         n = args.messages // 200 * 200
         per = n // 200 // args.procs
-        phase("MPUB x200", pid, per * 200 * args.procs,
-              lambda: run_procs(mpub_worker, [(port, "mpub", per) for _ in range(args.procs)]))
+        phase(
+            "MPUB x200",
+            pid,
+            per * 200 * args.procs,
+            lambda: run_procs(mpub_worker, [(port, "mpub", per) for _ in range(args.procs)]),
+        )
         q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
         total = per * 200 * args.procs
-        phase("SUB+FIN from backlog (RDY 2500)", pid, total,
-              lambda: run_procs(sub_worker, [(port, "mpub", "c", total, 2500, q)]))
+        phase(
+            "SUB+FIN from backlog (RDY 2500)",
+            pid,
+            total,
+            lambda: run_procs(sub_worker, [(port, "mpub", "c", total, 2500, q)], q),
+        )
         q.get()
         pn = args.pub_messages
         conns = 8
-        phase(f"PUB round trip ({conns} conns)", pid, pn // conns * conns,
-              lambda: run_procs(pub_worker, [(port, "pub", pn // conns) for _ in range(conns)]))
+        phase(
+            f"PUB round trip ({conns} conns)",
+            pid,
+            pn // conns * conns,
+            lambda: run_procs(pub_worker, [(port, "pub", pn // conns) for _ in range(conns)]),
+        )
         # latency at a steady rate: one subscriber, a paced publisher
         rate, count = 5000, 10000
         lat_q: mp.Queue = mp.Queue()  # type: ignore[type-arg]
@@ -200,13 +225,19 @@ def main() -> None:
             read_frames(sock, buf)
         lat = sorted(lat_q.get())
         sub.join()
-        print(f"{'e2e latency at %d msgs/s' % rate:<34} p50 {lat[len(lat) // 2] / 1e6:.2f} ms  "
-              f"p99 {lat[int(len(lat) * 0.99)] / 1e6:.2f} ms", flush=True)
+        print(
+            f"{f'e2e latency at {rate} msgs/s':<34} p50 {lat[len(lat) // 2] / 1e6:.2f} ms  "
+            f"p99 {lat[int(len(lat) * 0.99)] / 1e6:.2f} ms",
+            flush=True,
+        )
         # backlog memory
         batches = args.backlog // 200 // args.procs
         run_procs(mpub_worker, [(port, "backlog", batches) for _ in range(args.procs)])
-        print(f"{'peak RSS with %d backlogged' % (batches * 200 * args.procs):<34} "
-              f"{peak_rss_mb(pid):.1f} MB", flush=True)
+        print(
+            f"{f'peak RSS with {batches * 200 * args.procs} backlogged':<34} "
+            f"{peak_rss_mb(pid):.1f} MB",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Every error a peer can cause carries the wire code NSQ uses for it and whether NSQ closes
 the connection after sending it (``fatal``). Only E_FIN_FAILED, E_REQ_FAILED and
-E_TOUCH_FAILED are non-fatal; every other error frame is followed by a close.
+E_TOUCH_FAILED (and youzan's E_INVALID_JSON_HEADER) are non-fatal; every other error frame
+is followed by a close.
 
     NsqError
     ├── ProtocolError              a peer sent something we must refuse (has .code, .fatal)
@@ -16,6 +17,8 @@ E_TOUCH_FAILED are non-fatal; every other error frame is followed by a close.
     │   ├── SubFailed              E_SUB_FAILED
     │   ├── IdentifyFailed         E_IDENTIFY_FAILED
     │   ├── AuthFirst / AuthFailed / Unauthorized / AuthDisabled / AuthError
+    │   ├── BadPartition           E_BAD_PARTITION  partition number (youzan's extension)
+    │   ├── InvalidJsonHeader      E_INVALID_JSON_HEADER  message headers (non-fatal, youzan)
     │   └── FinFailed / ReqFailed / TouchFailed   (non-fatal)
     ├── StorageError               the disk misbehaved (I/O error, corruption found)
     │   └── CorruptRecord          a record failed its length/CRC check
@@ -147,6 +150,19 @@ class AuthError(ProtocolError):
     code = "E_AUTH_ERROR"
 
 
+class BadPartition(ProtocolError):
+    """E_BAD_PARTITION: a partition number that is not a number or names no partition."""
+
+    code = "E_BAD_PARTITION"
+
+
+class InvalidJsonHeader(ProtocolError):
+    """E_INVALID_JSON_HEADER: a message's extension headers are not a valid JSON object."""
+
+    code = "E_INVALID_JSON_HEADER"
+    fatal = False
+
+
 class FinFailed(ProtocolError):
     """E_FIN_FAILED"""
 
@@ -173,9 +189,27 @@ class TouchFailed(ProtocolError):
 BY_CODE: dict[str, type[ProtocolError]] = {
     cls.code: cls
     for cls in (
-        BadProtocol, InvalidError, BadBody, BadTopic, BadChannel, BadMessage, PubFailed,
-        MpubFailed, DpubFailed, SubFailed, IdentifyFailed, AuthFirst, AuthFailed,
-        Unauthorized, AuthDisabled, AuthError, FinFailed, ReqFailed, TouchFailed,
+        BadProtocol,
+        InvalidError,
+        BadBody,
+        BadTopic,
+        BadChannel,
+        BadMessage,
+        PubFailed,
+        MpubFailed,
+        DpubFailed,
+        SubFailed,
+        IdentifyFailed,
+        AuthFirst,
+        AuthFailed,
+        Unauthorized,
+        AuthDisabled,
+        AuthError,
+        BadPartition,
+        InvalidJsonHeader,
+        FinFailed,
+        ReqFailed,
+        TouchFailed,
     )
 }
 

@@ -7,6 +7,7 @@ process) through a script in ``clients/`` that prints a JSON report.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, http_get, nsqd_process
+from nsqpy.storage import CursorState
+from nsqpy.testing import DaemonProcess, WireClient, http_get, nsqd_process, wait_for
 
 CLIENTS = Path(__file__).parent / "clients"
 pytestmark = pytest.mark.compat
@@ -50,11 +52,18 @@ def test_pynsq_writer_and_reader(nsqd: DaemonProcess) -> None:
 
 
 def test_gnsq_tcp_http_and_consumer(nsqd: DaemonProcess) -> None:
-    report = run_client("gnsq_roundtrip.py", f"127.0.0.1:{nsqd.tcp_port}", nsqd.http_port, "gnsq_t", 30)
+    report = run_client(
+        "gnsq_roundtrip.py", f"127.0.0.1:{nsqd.tcp_port}", nsqd.http_port, "gnsq_t", 30
+    )
     assert report["ping"] == "OK"
     assert report["replies"] == ["OK"] * 5
     assert report["bodies"] == sorted(f"gnsq-{i}" for i in range(30))
-    assert report["stats"] == {"topic": "gnsq_t", "channel": "compat", "message_count": 30, "clients": 1}
+    assert report["stats"] == {
+        "topic": "gnsq_t",
+        "channel": "compat",
+        "message_count": 30,
+        "clients": 1,
+    }
     assert report["info_version"] == "1.3.0"
 
 
@@ -66,16 +75,130 @@ def test_ansq_writer_and_reader(nsqd: DaemonProcess) -> None:
     assert attempts["ansq-1"] == 2
 
 
-def test_pynsq_fins_survive_a_restart(tmp_path: Path) -> None:
+def saved_confirmed(data: Path, topic: str, channel: str) -> int:
+    path = data / "topics" / f"topic-{topic}" / "cursors" / f"channel-{channel}.cursor"
+    try:
+        return CursorState.from_bytes(path.read_bytes()).confirmed
+    except (OSError, ValueError):
+        return -1
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_pynsq_fins_survive_a_restart(tmp_path: Path, stop: str) -> None:
+    """pynsq's FINs (of PUB'd, MPUB'd, DPUB'd and requeued messages) stay done across a
+    graceful restart, and across SIGKILL once the periodic cursor save (every 1 s) wrote them."""
     data = tmp_path / "data"
     with nsqd_process(data) as first:
         status, _, _ = http_get(f"{first.http}/channel/create?topic=handover&channel=compat")
         assert status == 405  # channel/create is POST only, as in NSQ
-        report = run_client("pynsq_roundtrip.py", f"127.0.0.1:{first.tcp_port}", "warm", 3)
+        report = run_client("pynsq_roundtrip.py", f"127.0.0.1:{first.tcp_port}", "warm", 6)
         assert report["pub"] == ["OK", "OK", "OK"]
-        assert first.stop() == 0
+        if stop == "SIGTERM":
+            assert first.stop() == 0
+        else:
+            wait_for(lambda: saved_confirmed(data, "warm", "compat") == 6)
+            first.signal(signal.SIGKILL)
+            assert first.wait() == -signal.SIGKILL
     with nsqd_process(data) as second:
         stats = json.loads(http_get(f"{second.http}/stats?format=json&topic=warm")[1])
         (topic,) = stats["topics"]
         assert [c["channel_name"] for c in topic["channels"]] == ["compat"]
-        assert topic["channels"][0]["depth"] == 0, "pynsq's FINs were persisted"
+        (channel,) = topic["channels"]
+        assert (channel["depth"], channel["deferred_count"]) == (0, 0), "FINs were persisted"
+        consumer = WireClient(second.tcp_port)
+        consumer.send(b"  V2SUB warm compat\nRDY 10\n")
+        assert consumer.read_frame() == (0, b"OK")
+        consumer.sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            consumer.read_frame()  # nothing finished comes again
+
+
+def check_fanout(report: dict[str, object], n: int, channels: int, consumers: int) -> None:
+    """Every channel got every message once, spread over all of its consumers."""
+    assert report["errors"] == []
+    deliveries = report["deliveries"]
+    assert isinstance(deliveries, dict) and sorted(deliveries) == [
+        f"ch{i}" for i in range(channels)
+    ]
+    for channel, got in deliveries.items():
+        bodies = sorted(body for _, body, _ in got)
+        assert bodies == sorted(f"fan-{i}" for i in range(n)), f"{channel}: each body once"
+        per_consumer = {c: sum(1 for who, _, _ in got if who == c) for c in range(consumers)}
+        assert all(per_consumer.values()), f"{channel}: a consumer got nothing {per_consumer}"
+
+
+def test_pynsq_several_channels_with_several_readers_each(nsqd: DaemonProcess) -> None:
+    report = run_client(
+        "pynsq_fanout.py", f"127.0.0.1:{nsqd.tcp_port}", f"127.0.0.1:{nsqd.http_port}",
+        "pynsq_fan", 60, 3, 3,
+    )  # fmt: skip
+    assert report["pub"] == ["OK"]
+    check_fanout(report, 60, 3, 3)
+
+
+def test_gnsq_several_channels_with_several_consumers_each(nsqd: DaemonProcess) -> None:
+    report = run_client(
+        "gnsq_fanout.py", f"127.0.0.1:{nsqd.tcp_port}", nsqd.http_port, "gnsq_fan", 60, 3, 3
+    )
+    assert report["pub"] == "OK"
+    check_fanout(report, 60, 3, 3)
+
+
+@pytest.fixture(scope="module")
+def nsqd_1s(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """An nsqd whose default msg_timeout is 1 s (gnsq cannot ask for one in IDENTIFY)."""
+    data = tmp_path_factory.mktemp("compat_1s") / "data"
+    with nsqd_process(data, "--msg-timeout=1s") as daemon:
+        yield daemon
+
+
+def compat_channel(daemon: DaemonProcess, topic: str) -> dict[str, int]:
+    stats = json.loads(http_get(f"{daemon.http}/stats?format=json&topic={topic}")[1])
+    (channel,) = stats["topics"][0]["channels"]
+    keys = ("timeout_count", "requeue_count", "depth", "in_flight_count", "deferred_count")
+    return {k: channel[k] for k in keys}
+
+
+def arrivals(report: dict[str, object], body: str) -> list[tuple[int, float]]:
+    deliveries = report["deliveries"]
+    assert isinstance(deliveries, list)
+    return [(attempts, at) for b, attempts, at in deliveries if b == body]
+
+
+def test_pynsq_touch_keeps_a_message_and_silence_times_it_out(nsqd_1s: DaemonProcess) -> None:
+    report = run_client(
+        "pynsq_touch_timeout.py", f"127.0.0.1:{nsqd_1s.tcp_port}", "pynsq_touch", 2.5
+    )
+    assert report["pub"] == ["OK"] and report["errors"] == []
+    ((attempts, _),) = arrivals(report, "held")  # touched for 2.5 s: never timed out
+    assert attempts == 1
+    (first, second) = arrivals(report, "dropped")
+    assert (first[0], second[0]) == (1, 2)
+    assert second[1] - first[1] >= 0.9, "redelivered only after the 1 s msg_timeout"
+    # Every message finished (one left unfinished would be back in the depth).
+    wait_for(lambda: compat_channel(nsqd_1s, "pynsq_touch")["in_flight_count"] == 0)
+    assert compat_channel(nsqd_1s, "pynsq_touch") == {
+        "timeout_count": 1, "requeue_count": 0, "depth": 0, "in_flight_count": 0,
+        "deferred_count": 0,
+    }  # fmt: skip
+
+
+def test_gnsq_touch_req_with_delay_and_timeout(nsqd_1s: DaemonProcess) -> None:
+    report = run_client(
+        "gnsq_touch_req.py", f"127.0.0.1:{nsqd_1s.tcp_port}", "gnsq_touch", 2.5, 1500
+    )
+    assert report["pub"] == "OK" and report["errors"] == []
+    ((attempts, _),) = arrivals(report, "held")
+    assert attempts == 1
+    (first, second) = arrivals(report, "req")
+    assert (first[0], second[0]) == (1, 2)
+    assert second[1] - first[1] >= 1.45, "the REQ's 1500 ms delay was kept"
+    (first, second) = arrivals(report, "dropped")
+    assert (first[0], second[0]) == (1, 2)
+    assert second[1] - first[1] >= 0.9, "redelivered only after the 1 s msg_timeout"
+    # Every message finished (one left unfinished would be back in the depth).
+    wait_for(lambda: compat_channel(nsqd_1s, "gnsq_touch")["in_flight_count"] == 0)
+    assert compat_channel(nsqd_1s, "gnsq_touch") == {
+        "timeout_count": 1, "requeue_count": 1, "depth": 0, "in_flight_count": 0,
+        "deferred_count": 0,
+    }  # fmt: skip

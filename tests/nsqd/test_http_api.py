@@ -47,6 +47,7 @@ async def test_pub_mpub_and_stats_counts(http: tuple[aiohttp.ClientSession, str]
     binary = struct.pack(">i", 2) + struct.pack(">i", 1) + b"4" + struct.pack(">i", 1) + b"5"
     assert (await call(http, "POST", "/mpub?topic=h&binary=true", binary))[:2] == (200, b"OK")
     status, body, headers = await call(http, "GET", "/stats?format=json&topic=h")
+    assert status == 200
     doc = __import__("json").loads(body)
     assert headers["Content-Type"].startswith("application/json")
     (topic,) = doc["topics"]
@@ -122,7 +123,9 @@ async def test_topic_pause_holds_messages_and_persists(
     assert (await read_message(s))[3] == b"held"
 
 
-async def test_http_defer(http: tuple[aiohttp.ClientSession, str], nsqd: NsqdServer, clock: FakeClock) -> None:
+async def test_http_defer(
+    http: tuple[aiohttp.ClientSession, str], nsqd: NsqdServer, clock: FakeClock
+) -> None:
     s = await subscriber(nsqd.tcp_port, "hd", "c")
     assert (await call(http, "POST", "/pub?topic=hd&defer=1000", b"later"))[0] == 200
     with pytest.raises(TimeoutError):

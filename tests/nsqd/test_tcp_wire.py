@@ -203,7 +203,9 @@ async def test_fin_of_unknown_id_is_not_fatal(nsqd: NsqdServer) -> None:
         (b"FIN short\n", b"E_INVALID"),
     ],
 )
-async def test_fatal_errors_close_the_connection(nsqd: NsqdServer, command: bytes, code: bytes) -> None:
+async def test_fatal_errors_close_the_connection(
+    nsqd: NsqdServer, command: bytes, code: bytes
+) -> None:
     wire = await AsyncWire.connect(nsqd.tcp_port)
     await wire.send(command)
     ftype, data = await wire.read_frame()
@@ -219,18 +221,51 @@ async def test_rdy_out_of_range_is_fatal(nsqd: NsqdServer) -> None:
     await s.expect_closed()
 
 
-async def test_cls_replies_close_wait(nsqd: NsqdServer) -> None:
-    s = await subscriber(nsqd.tcp_port, "c", "c")
+async def test_cls_stops_delivery_ignores_rdy_and_still_takes_fin(nsqd: NsqdServer) -> None:
+    p = await publisher(nsqd.tcp_port)
+    await p.send(mpub("cls", [b"a", b"b", b"c"]))
+    assert await p.read_frame() == (0, b"OK")
+    s = await subscriber(nsqd.tcp_port, "cls", "c", rdy=1)
+    _, _, msg_id, body = await read_message(s)
+    assert body == b"a"
     await s.send(b"CLS\n")
     assert await s.read_frame() == (0, b"CLOSE_WAIT")
+    channel = nsqd.broker.topics["cls"].channels["c"]
+    (client,) = channel.consumers
+    assert client.ready_count == 0
+    # RDY after CLS is dropped without a reply, as nsqd does ("ignoring RDY after CLS"):
+    # the PUB sent behind it is answered next, nothing was delivered before its OK.
+    await s.send(b"RDY 10\n" + pub("cls", b"d"))
+    assert await s.read_frame() == (0, b"OK")
+    assert client.ready_count == 0
+    # What it has in flight can still be finished.
+    await s.send(b"FIN " + msg_id + b"\n")
+    await until(lambda: channel.finish_count == 1 and channel.depth == 3)
+    other = await subscriber(nsqd.tcp_port, "cls", "c", rdy=10)
+    assert sorted([(await read_message(other))[3] for _ in range(3)]) == [b"b", b"c", b"d"]
+    with pytest.raises(TimeoutError):
+        await s.read_frame(timeout=0.3)  # the closing client got none of them
+    await s.send(b"CLS\n")  # a second CLS: the state no longer allows it (fatal)
+    assert await s.read_frame() == (ERR, b"E_INVALID cannot CLS in current state")
+    await s.expect_closed()
 
 
-async def test_heartbeats_sent_and_silent_client_closed(nsqd: NsqdServer) -> None:
+async def test_heartbeats_sent_and_silent_client_closed(nsqd: NsqdServer, clock: FakeClock) -> None:
     wire = await AsyncWire.connect(nsqd.tcp_port)
     wire.answer_heartbeats = False
     await wire.send(identify({"heartbeat_interval": 1000}))
     assert await wire.read_frame() == (0, b"OK")
+    with pytest.raises(TimeoutError):  # the heartbeat follows the server's clock, not time
+        await wire.read_frame(timeout=0.3)
+    clock.advance_ms(1000)
     assert await wire.read_frame(timeout=3) == (0, b"_heartbeat_")
+    clock.advance_ms(999)
+    with pytest.raises(TimeoutError):
+        await wire.read_frame(timeout=0.3)  # not yet 2 heartbeats without a command
+    await wire.send(b"NOP\n")  # any command resets the read deadline
+    clock.advance_ms(1500)
+    assert await wire.read_frame(timeout=3) == (0, b"_heartbeat_")
+    clock.advance_ms(2001)
     await wire.expect_closed(timeout=5)
 
 
@@ -256,7 +291,9 @@ async def test_ephemeral_channel_goes_away_with_its_last_client(nsqd: NsqdServer
     await until(lambda: "tmp#ephemeral" not in topic.channels)
 
 
-async def test_restart_keeps_messages_cursor_and_metadata(tmp_path: object, clock: FakeClock) -> None:
+async def test_restart_keeps_messages_cursor_and_metadata(
+    tmp_path: object, clock: FakeClock
+) -> None:
     opts = make_opts(tmp_path)  # type: ignore[arg-type]
     server = NsqdServer(opts, clock=clock)
     await server.start()

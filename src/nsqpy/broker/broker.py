@@ -1,36 +1,79 @@
 """The broker: topics and channels of one nsqd, metadata on disk, group commit, timers.
 
-The servers call it from the event-loop thread only. ``publish`` appends to a topic's
-pending buffer and marks the topic dirty; the server calls ``flush`` once at the end of
-the loop turn (one write per topic log: group commit), then ``pump`` to let channels
-read what was flushed. ``scan`` is called periodically for in-flight timeouts, due
-deferred messages, cursor persistence and retention. The metadata file ``nsqd.dat``
-keeps NSQ's JSON shape (topics, channels, paused) plus ``buffer_start``.
+The servers call it from the event-loop thread only. ``append`` (``publish``) adds to
+the pending buffer of one partition of a topic and marks that partition dirty; the server
+calls ``flush`` once at the end of the loop turn (one write per partition log: group
+commit), then ``pump`` to let channels read what was flushed. ``scan`` is called
+periodically for in-flight timeouts and due deferred messages, ``due_cursor_saves`` for
+the cursors (of every partition) the server writes off the loop, ``housekeeping`` for
+retention and the TTL sweep. The metadata file ``nsqd.dat`` is ``nsqpy.broker.metadata``'s.
+The data path is locked (``flock`` on ``nsqd.lock``, exclusive, non-blocking) for as long
+as the broker is open, as NSQ locks its data path: two nsqd on one data path would
+overwrite each other's logs and cursors. Every publish (TCP, HTTP, extended, traced, dead
+letters) goes through ``append``, which applies the topic's depth bound before and
+records traced publishes after (``Features``).
 
 Must not import asyncio, sockets or any server; time comes from the injected clock.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
-from nsqpy import NSQ_VERSION
-from nsqpy.broker.channel import Channel
+from nsqpy.broker import metadata
 from nsqpy.broker.client import Client
-from nsqpy.broker.topic import Topic
-from nsqpy.errors import SubFailed
+from nsqpy.broker.e2e import LatencyWindow
+from nsqpy.broker.features import Features
+from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.broker.topic import LogSettings, Partition, Topic
+from nsqpy.errors import BadPartition, InvalidError, StorageError, SubFailed
 from nsqpy.options import NsqdOptions
-from nsqpy.protocol.names import is_ephemeral, valid_channel_name, valid_topic_name
-from nsqpy.storage import SyncPolicy
+from nsqpy.protocol.names import is_ephemeral
+from nsqpy.storage import CursorFile, CursorSnapshot, Entry, SyncPolicy
 
 log = logging.getLogger("nsqpy.broker")
 
-METADATA_FILE = "nsqd.dat"
+METADATA_FILE = metadata.METADATA_FILE
+LOCK_FILE = "nsqd.lock"
+
+
+class DataPathInUse(StorageError):
+    """Another process (another nsqd) holds the data path's lock."""
+
+
+def lock_data_path(path: Path) -> int:
+    """Take the exclusive lock of the data path; returns the fd that holds it."""
+    lock = path / LOCK_FILE
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataPathInUse(
+            f"--data-path={path} in use (possibly by another instance of nsqd): {lock} is locked"
+        ) from None
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+class Placement(NamedTuple):
+    """Where a publish went: the partition and its first and last offsets."""
+
+    partition: Partition
+    first: int
+    last: int
+
+
+class PartitionCountMismatch(ValueError):
+    """A topic exists with another partition count (it cannot change once created)."""
 
 
 class Broker:
@@ -41,22 +84,33 @@ class Broker:
         self.clock = clock
         self.data_path = Path(opts.data_path or ".").resolve()
         self.data_path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = lock_data_path(self.data_path)
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
         self.health_error = ""
-        self.start_time = int(time.time())
-        self._dirty: dict[str, Topic] = {}
+        self.start_time_ns = time.time_ns()
+        self.start_time = self.start_time_ns // 1_000_000_000
+        self._dirty: dict[Partition, Topic] = {}
         self._loading = False
         # Hooks for the server layer (lookupd registration, channel pre-creation).
         self.on_topic_created: list[Callable[[Topic], None]] = []
         self.on_topic_deleted: list[Callable[[Topic], None]] = []
-        self.on_channel_created: list[Callable[[Topic, Channel], None]] = []
-        self.on_channel_deleted: list[Callable[[Topic, Channel], None]] = []
+        self.on_channel_created: list[Callable[[Topic, ChannelGroup], None]] = []
+        self.on_channel_deleted: list[Callable[[Topic, ChannelGroup], None]] = []
         self.sync_policy = SyncPolicy(
             every_messages=opts.sync_every,
             every_ms=opts.sync_timeout_ms,
             always=opts.sync_always,
         )
+        self.log_settings = LogSettings(
+            sync=self.sync_policy,
+            segment_bytes=opts.max_bytes_per_file,
+            mem_queue_size=opts.mem_queue_size,
+            retention_ms=opts.retention_ms,
+            retention_bytes=opts.retention_bytes,
+            clock=clock,
+        )
+        self.features = Features(self)  # dead letters, TTL, depth bounds, tracing
 
     # -- health ----------------------------------------------------------------------
 
@@ -76,35 +130,86 @@ class Broker:
     def get_topic(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
-    def topic(self, name: str, *, buffer_start: int | None = None) -> Topic:
-        """The topic ``name``, created when missing (the name must already be valid)."""
+    def topic(
+        self,
+        name: str,
+        *,
+        buffer_start: int | None = None,
+        partitions: int = 1,
+        buffer_starts: Sequence[int | None] = (),
+        ordered: bool = False,
+    ) -> Topic:
+        """The topic ``name``, created when missing (the name must already be valid) with
+        ``partitions`` partitions (1 to MAX_PARTITIONS)."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
         topic = Topic(
             name,
             None if is_ephemeral(name) else self._topic_dir(name),
-            sync=self.sync_policy,
-            segment_bytes=self.opts.max_bytes_per_file,
-            mem_queue_size=self.opts.mem_queue_size,
-            retention_ms=self.opts.retention_ms,
-            retention_bytes=self.opts.retention_bytes,
-            buffer_start=buffer_start,
+            self.log_settings,
+            partitions=partitions,
+            buffer_starts=buffer_starts or (buffer_start,),
+            ordered=ordered,
         )
         self.topics[name] = topic
-        log.info("TOPIC(%s): created", name)
+        if partitions > 1:
+            log.info("TOPIC(%s): created with %d partitions", name, partitions)
+        else:
+            log.info("TOPIC(%s): created", name)
         if not self._loading:
             for hook in self.on_topic_created:
                 hook(topic)
             self.save_metadata()
         return topic
 
-    def channel(self, topic: Topic, name: str, *, start: int | None = None) -> Channel:
-        """The channel ``name`` of ``topic``, created when missing (starting at ``start`` if given)."""
+    def create_topic(
+        self, name: str, partitions: int | None = None, ordered: bool | None = None
+    ) -> Topic:
+        """/topic/create: the topic, created with ``partitions`` when missing. An existing
+        topic keeps its count (PartitionCountMismatch if another is asked for); ``ordered``
+        given sets the topic's flag for the channels created from now on. An ephemeral
+        topic has one partition (EphemeralPartitions for more)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return self.topic(name, partitions=partitions or 1, ordered=bool(ordered))
+        if partitions is not None and partitions != topic.partition_count:
+            raise PartitionCountMismatch(
+                f"topic {name} has {topic.partition_count} partitions, not {partitions}"
+            )
+        if ordered is not None and ordered != topic.ordered:
+            topic.ordered = ordered
+            self.save_metadata()
+        return topic
+
+    def check_partition(self, topic_name: str, partition: int) -> None:
+        """BadPartition unless ``partition`` (-1: none) exists in the topic (or would, in a
+        topic created now: partition 0). Checked before anything is created or stored."""
+        if partition < 0:
+            return
+        topic = self.topics.get(topic_name)
+        count = topic.partition_count if topic is not None else 1
+        if partition >= count:
+            raise BadPartition(f"topic {topic_name} has no partition {partition} (of {count})")
+
+    def channel(
+        self, topic: Topic, name: str, *, start: int | None = None, listed: bool = False
+    ) -> ChannelGroup:
+        """The channel ``name`` of ``topic``, created when missing (starting at ``start`` if
+        given; ``listed``: restored from the metadata, see ``Partition.create_channel``)."""
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
-        channel = topic.create_channel(name, start=start)
+        channel = topic.create_channel(name, start=start, listed=listed)
+        self.features.attach_channel(topic, channel)
+        now = self.clock()
+        channel.arrive()  # what it starts with counts as put into it at once
+        if self.opts.e2e_processing_latency_percentiles:
+            channel.e2e = LatencyWindow(
+                self.opts.e2e_processing_latency_window_time_ms * 1_000_000,
+                self.opts.e2e_processing_latency_percentiles,
+                now,
+            )
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
         if not self._loading:
             for hook in self.on_channel_created:
@@ -116,14 +221,15 @@ class Broker:
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
-        self._dirty.pop(name, None)
+        for part in topic.partitions:
+            self._dirty.pop(part, None)
         channels = list(topic.channels.values())
         topic.destroy()
         for channel in channels:
-            for hook in self.on_channel_deleted:
-                hook(topic, channel)
-        for hook in self.on_topic_deleted:
-            hook(topic)
+            for channel_hook in self.on_channel_deleted:
+                channel_hook(topic, channel)
+        for topic_hook in self.on_topic_deleted:
+            topic_hook(topic)
         self.save_metadata()
         log.info("TOPIC(%s): deleted", name)
         return True
@@ -144,7 +250,19 @@ class Broker:
     def client_connected(self, client: Client) -> None:
         self.clients[client.id] = client
 
-    def subscribe(self, client: Client, topic_name: str, channel_name: str) -> Channel:
+    def subscribe(
+        self,
+        client: Client,
+        topic_name: str,
+        channel_name: str,
+        *,
+        partition: int = -1,
+        ordered: bool = False,
+    ) -> ChannelGroup:
+        """SUB (``partition`` >= 0: that partition only; ``ordered``: SUB_ORDERED)."""
+        self.check_partition(topic_name, partition)
+        if ordered and client.sample_rate:
+            raise InvalidError("order consume is not allowed while sample rate is not 0")
         topic = self.topic(topic_name)
         if topic.deleted:
             raise SubFailed("SUB failed to create topic/channel: topic exiting")
@@ -154,13 +272,16 @@ class Broker:
             raise SubFailed(
                 f"channel consumers for {topic_name}:{channel_name} exceeds limit of {limit}"
             )
-        channel.add_consumer(client)
+        if ordered and not channel.ordered:
+            channel.set_ordered(True)
+            self.save_metadata()
+        channel.add_consumer(client, partition)
         return channel
 
     def client_gone(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         channel = client.channel
-        if not isinstance(channel, Channel):
+        if not isinstance(channel, ChannelGroup):
             return
         channel.remove_consumer(client, self.clock())
         client.channel = None
@@ -171,128 +292,187 @@ class Broker:
 
     # -- publish, group commit, delivery ---------------------------------------------
 
-    def publish(self, topic: Topic, bodies: list[bytes], deliver_at: int = 0) -> int:
-        """Append to the topic's pending buffer; returns the last offset. Flushed by ``flush``."""
-        last = topic.publish(bodies, self.clock(), deliver_at)
-        self._dirty[topic.name] = topic
-        return last
+    def append(
+        self,
+        topic: Topic,
+        bodies: Sequence[bytes] = (),
+        deliver_at: int = 0,
+        *,
+        entries: Sequence[Entry] = (),
+        partition: int = -1,
+        key: bytes = b"",
+        source: Client | str | None = None,
+        trace_id: int = 0,
+    ) -> Placement:
+        """Append ``bodies`` (plain) or ``entries`` (with extensions) to one partition's
+        pending buffer: ``partition`` if >= 0, else by ``key``, else the next in turn (see
+        ``Topic.partition_for``; IndexError for a partition the topic lacks). Flushed by
+        ``flush``; the placement says where they went.
+
+        ``trace_id`` is stored with each of ``bodies`` (entries carry their own);
+        ``source`` (the publishing client, or a label) is for tracing. A topic at its
+        maximum depth raises ``TopicFull`` (a StorageError) under the ``refuse`` policy.
+        """
+        part = topic.partition_for(partition, key)
+        count = len(entries) if entries else len(bodies)
+        features = self.features
+        features.before_publish(topic, part, count)
+        now = self.clock()
+        if not entries and trace_id and not topic.ephemeral:
+            entries = [Entry(b, now, deliver_at, trace_id=trace_id) for b in bodies]
+        first = part.log.high_watermark  # the offset the first one gets
+        last = part.publish_entries(entries) if entries else part.publish(bodies, now, deliver_at)
+        self._dirty[part] = topic
+        stored = last - first + 1  # fewer than count when a full ephemeral topic drops some
+        traces: Sequence[int] | int = [e.trace_id for e in entries] if entries else trace_id
+        features.after_publish(topic, part, first, stored, source, traces, now)
+        return Placement(part, first, last)
+
+    def append_entries(
+        self,
+        topic: Topic,
+        entries: Sequence[Entry],
+        partition: int = -1,
+        *,
+        source: Client | str | None = None,
+    ) -> list[Placement]:
+        """Append records with extensions: all to ``partition`` if >= 0, else each to the
+        partition its ``partition_key`` hashes to, those without a key to the next in turn.
+        One batch per partition, each keeping the messages' order; a topic at its maximum
+        depth under ``refuse`` refuses them all (TopicFull) before any is appended."""
+        if partition >= 0 or topic.partition_count == 1:
+            return [self.append(topic, entries=entries, partition=partition, source=source)]
+        self.features.before_publish(topic, None, len(entries))
+        turn: Partition | None = None
+        groups: dict[int, list[Entry]] = {}
+        for entry in entries:
+            if entry.partition_key:
+                target = topic.partition_for(-1, entry.partition_key)
+            else:
+                turn = turn or topic.partition_for()
+                target = turn
+            groups.setdefault(target.number, []).append(entry)
+        return [
+            self.append(topic, entries=g, partition=n, source=source) for n, g in groups.items()
+        ]
+
+    def publish(
+        self,
+        topic: Topic,
+        bodies: list[bytes],
+        deliver_at: int = 0,
+        *,
+        source: Client | str | None = None,
+        trace_id: int = 0,
+    ) -> int:
+        """Append plain bodies (partition chosen in turn); returns the last offset (in its
+        partition). See ``append`` for ``source``, ``trace_id`` and ``TopicFull``."""
+        return self.append(topic, bodies, deliver_at, source=source, trace_id=trace_id).last
+
+    def mark_dirty(self, part: Partition, topic: Topic) -> None:
+        """``part`` of ``topic`` has pending records for the next ``flush``."""
+        self._dirty[part] = topic
 
     def has_dirty(self) -> bool:
         return bool(self._dirty)
 
-    def flush(self) -> list[Topic]:
-        """Write every dirty topic's pending records (one write each); returns those topics.
+    def flush(self) -> tuple[list[Partition], dict[Partition, OSError]]:
+        """Write every dirty partition's pending records (one write each).
 
-        A write failure marks the daemon unhealthy and re-raises; the next successful
-        write restores health.
+        Returns the partitions written and the write error of those that failed (their
+        pending records are dropped: nothing of them was acknowledged). A failure marks the
+        daemon unhealthy; the next successful write restores health, as in NSQ.
         """
-        dirty = list(self._dirty.values())
+        dirty = list(self._dirty)
         self._dirty.clear()
-        for topic in dirty:
+        flushed: list[Partition] = []
+        failed: dict[Partition, OSError] = {}
+        for part in dirty:
             try:
-                topic.log.flush()
+                part.log.flush()
             except OSError as exc:
-                self.health_error = f"failed to write to topic {topic.name}: {exc}"
-                log.error("TOPIC(%s): %s", topic.name, self.health_error)
-                raise
-        if dirty and self.health_error:
-            self.health_error = ""
-        return dirty
+                failed[part] = exc
+                self.health_error = f"failed to write messages of topic {part.name}: {exc}"
+                log.error("TOPIC(%s): %s", part.name, self.health_error)
+                continue
+            flushed.append(part)
+            if self.health_error and not part.ephemeral:
+                log.info("TOPIC(%s): writes succeed again; health is OK", part.name)
+                self.health_error = ""
+        return flushed, failed
 
-    def pump(self, topics: list[Topic]) -> None:
+    def pump(self, flushed: Sequence[Partition | Topic]) -> None:
+        """Let the channels of the topics of ``flushed`` (partitions or topics) deliver."""
         now = self.clock()
-        for topic in topics:
+        seen: set[str] = set()
+        for item in flushed:
+            topic = item if isinstance(item, Topic) else self.topics.get(item.name)
+            if topic is None or topic.name in seen:
+                continue
+            seen.add(topic.name)
             for channel in topic.channels.values():
+                if len(channel.parts) > 1:
+                    channel.arrive()
                 channel.pump(now)
+            if topic.ephemeral:
+                topic.forget_taken()
 
     def scan(self) -> None:
-        """Timers: in-flight timeouts, due deferred messages, cursor saves."""
+        """Timers: in-flight timeouts and due deferred messages."""
         now = self.clock()
         for topic in list(self.topics.values()):
             for channel in list(topic.channels.values()):
                 if channel.scan(now):
                     channel.pump(now)
-                channel.maybe_save_cursor()
+
+    def due_cursor_saves(
+        self, busy: Container[CursorFile]
+    ) -> list[tuple[CursorFile, CursorSnapshot]]:
+        """Snapshots of the cursors (every partition's) due for their periodic save, for the
+        server to write off the event loop (``CursorFile.write``); cursors in ``busy`` (a
+        write in flight) wait."""
+        due = []
+        for topic in self.topics.values():
+            for channel in topic.channels.values():
+                for part in channel.parts:
+                    cursor_file = part.cursor_file
+                    if cursor_file is None or cursor_file in busy:
+                        continue
+                    snap = part.cursor_snapshot()
+                    if snap is not None:
+                        due.append((cursor_file, snap))
+        return due
 
     def housekeeping(self) -> None:
-        """Slow timers: retention of fully confirmed segments."""
+        """Slow timers: retention of fully confirmed segments, the TTL sweep."""
         now = self.clock()
         for topic in list(self.topics.values()):
             try:
                 topic.retain(now)
             except OSError as exc:
                 log.error("TOPIC(%s): retention failed: %s", topic.name, exc)
+        self.features.housekeeping(now)
 
-    # -- metadata --------------------------------------------------------------------
+    # -- metadata (nsqpy.broker.metadata) --------------------------------------------
 
     def metadata(self) -> dict[str, object]:
-        topics = []
-        for topic in self.topics.values():
-            if topic.ephemeral:
-                continue
-            channels = [
-                {"name": c.name, "paused": c.paused}
-                for c in topic.channels.values()
-                if not c.ephemeral
-            ]
-            topics.append(
-                {
-                    "name": topic.name,
-                    "paused": topic.paused,
-                    "channels": channels,
-                    "buffer_start": topic.buffer_start,
-                }
-            )
-        return {"topics": topics, "version": NSQ_VERSION}
+        return metadata.document(self.topics.values())
 
     def save_metadata(self) -> None:
-        if self._loading:
-            return
-        path = self.data_path / METADATA_FILE
-        tmp = path.with_name(f"{METADATA_FILE}.{os.getpid()}.tmp")
-        data = json.dumps(self.metadata(), separators=(",", ":")).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        if not self._loading:
+            metadata.write(self.data_path, self.metadata())
 
     def load_metadata(self) -> None:
-        path = self.data_path / METADATA_FILE
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        topics = metadata.read(self.data_path)
+        if topics is None:
             return
-        try:
-            doc = json.loads(raw)
-            topics = doc.get("topics") or []
-        except (ValueError, AttributeError) as exc:
-            raise RuntimeError(f"failed to parse metadata {path}: {exc}") from exc
         self._loading = True
         try:
             for entry in topics:
-                self._load_topic(entry)
+                metadata.load_topic(self, entry)
         finally:
             self._loading = False
         self.save_metadata()
-
-    def _load_topic(self, entry: dict[str, object]) -> None:
-        name = entry.get("name")
-        if not isinstance(name, str) or not valid_topic_name(name) or is_ephemeral(name):
-            log.warning("skipping creation of invalid topic %r", name)
-            return
-        start = entry.get("buffer_start")
-        topic = self.topic(name, buffer_start=start if isinstance(start, int) else None)
-        topic.paused = bool(entry.get("paused"))
-        for centry in entry.get("channels") or []:  # type: ignore[attr-defined]
-            cname = centry.get("name") if isinstance(centry, dict) else None
-            if not isinstance(cname, str) or not valid_channel_name(cname) or is_ephemeral(cname):
-                log.warning("skipping creation of invalid channel %r", cname)
-                continue
-            channel = self.channel(topic, cname)
-            channel.paused = bool(centry.get("paused"))
 
     def all_topics_created(self) -> list[Topic]:
         return list(self.topics.values())
@@ -301,13 +481,18 @@ class Broker:
 
     def close(self) -> None:
         """Flush everything, persist cursors and metadata, close every log."""
-        try:
-            self.flush()
-        except OSError:
-            pass
+        self.flush()
         self.save_metadata()
+        self.features.close()
         for topic in self.topics.values():
             try:
                 topic.close()
             except OSError as exc:
                 log.error("TOPIC(%s): close failed: %s", topic.name, exc)
+        self.unlock()
+
+    def unlock(self) -> None:
+        """Let go of the data path (closing the fd releases the flock)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)

@@ -6,8 +6,16 @@ and remembers it in flight (offset -> owner, attempts, deadline) until FIN, REQ 
 timeout. FIN confirms the offset in the cursor; out-of-order confirmations are kept as
 ranges. REQ without delay puts the message in a small in-memory requeue list; REQ with
 a delay and DPUB'd messages go to the deferred set (durable for durable topics), which
-takes them out of the cursor's window. Time is given, never read: every method that
-needs "now" takes it. Must not import asyncio, sockets or any server.
+takes them out of the cursor's window. A channel reads up to its topic's
+``readable_end`` (a paused topic holds what came after the pause). What reaches that end
+is counted as put into the channel (``message_count``, NSQ's count); an ephemeral channel,
+and every channel of an ephemeral topic, keeps at most ``mem_queue_size`` of it and drops
+the rest (the newest, as NSQ's full memory queue does) by confirming it unread. A channel
+of an ephemeral topic copies what it keeps into its own ``MemoryQueue`` and reads from
+there, so the topic can forget it at once. The paths beyond NSQ that the channel's
+``policy`` drives (dead letters, TTL expiry, a full topic's drops) are inherited from
+``broker.channel_policy``; ``reset_to`` is replay. Time is given, never read:
+every method that needs "now" takes it. Must not import asyncio, sockets or any server.
 """
 
 from __future__ import annotations
@@ -15,25 +23,29 @@ from __future__ import annotations
 import heapq
 import logging
 import random
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nsqpy.broker.channel_policy import FROM_DEFERRED, FROM_LOG, PolicyPaths
 from nsqpy.broker.client import Client
 from nsqpy.broker.deferred import Deferred, MemoryDeferred
+from nsqpy.broker.e2e import LatencyWindow
+from nsqpy.broker.memqueue import MemoryQueue
+from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
 from nsqpy.protocol.message import encode_message_frame, encode_message_id
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
-from nsqpy.storage import CursorFile, CursorState, OffsetOutOfRange
+from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
 
 if TYPE_CHECKING:
-    from nsqpy.broker.topic import Topic
+    from nsqpy.broker.topic import Partition
 
 log = logging.getLogger("nsqpy.broker")
 
 # How many records one pump pass reads from the log at most.
 READ_BATCH = 512
-FROM_LOG, FROM_DEFERRED = 0, 1
 
 
 @dataclass(slots=True)
@@ -47,20 +59,26 @@ class InFlight:
     source: int
 
 
-class Channel:
-    """One channel of a topic partition (partition 0 on a single node)."""
+class Channel(PolicyPaths):
+    """One channel of a topic partition (``ChannelGroup`` joins a topic's partitions)."""
 
     def __init__(
         self,
-        topic: Topic,
+        topic: Partition,
         name: str,
         cursor: CursorState,
         cursor_file: CursorFile | None,
         deferred: Deferred | None = None,
+        *,
+        counted_from: int | None = None,
     ) -> None:
         self.topic = topic
         self.name = name
         self.ephemeral = name.endswith("#ephemeral")
+        # NSQ's per-channel memory queue: an ephemeral channel, or any channel of an
+        # ephemeral topic, holds at most mem_queue_size; the latter in its own queue.
+        self.bounded = self.ephemeral or topic.ephemeral
+        self.queue = MemoryQueue() if topic.ephemeral else None
         self.cursor = cursor
         self.cursor_file = cursor_file
         self.deferred: Deferred = deferred if deferred is not None else MemoryDeferred()
@@ -77,7 +95,16 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self.finish_count = 0
-        self.e2e_latencies: list[int] = []
+        self.dropped_count = 0
+        # Beyond NSQ (broker.policy): dead letters, TTL expiry, the topic's depth bound.
+        self.policy = ChannelPolicy()
+        self.dead_letter_count = 0
+        self.expired_count = 0
+        self.depth_dropped_count = 0
+        # Set by the broker when --e2e-processing-latency-percentile is given.
+        self.e2e: LatencyWindow | None = None
+        # Offsets below this have been counted as put into the channel (or dropped).
+        self._arrived = cursor.next_read if counted_from is None else counted_from
 
     # -- consumers -------------------------------------------------------------------
 
@@ -90,7 +117,7 @@ class Channel:
         if client in self.consumers:
             self.consumers.remove(client)
         for offset, item in list(self.in_flight.items()):
-            if item.client is client:
+            if item.client is client and not self._exhausted(offset, item, "disconnected", now):
                 self._back_to_queue(offset, item, now)
         client.in_flight_count = 0
 
@@ -98,12 +125,59 @@ class Channel:
 
     @property
     def depth(self) -> int:
-        """Messages waiting to be delivered (not in flight, not deferred)."""
-        backlog = self.topic.log.flushed_offset - self.cursor.next_read
-        return max(0, backlog) + len(self._requeued)
+        """Messages waiting to be delivered (not in flight, not deferred, not dropped)."""
+        return self._backlog(self.topic.readable_end) + len(self._requeued)
+
+    def _backlog(self, end: int) -> int:
+        """Unread offsets below ``end`` that are still to be delivered."""
+        start = self.cursor.next_read
+        if self.queue is None:  # (an ephemeral topic forgets what its channels have taken)
+            start = max(start, self.topic.log.low_watermark)
+        backlog = end - start
+        if backlog <= 0:
+            return 0
+        ranges = self.cursor.ranges
+        if ranges:
+            i = max(0, bisect_right(ranges, (start, 1 << 64)) - 1)
+            for lo, hi in ranges[i:]:
+                if lo >= end:
+                    break
+                if hi > start:
+                    backlog -= min(hi, end) - max(lo, start)
+        return backlog
+
+    def _arrive(self) -> None:
+        """Count what reached the readable end since the last call; bound ephemeral backlogs."""
+        end = self.topic.readable_end
+        start = self._arrived
+        if end <= start:
+            return
+        self._arrived = end
+        self.message_count += end - start
+        if self.bounded:
+            room = max(0, self.topic.mem_queue_size - self._backlog(start) - len(self._requeued))
+            keep = min(room, end - start)
+            if self.queue is not None:
+                self.queue.take(self.topic.log, start, start + keep)
+            if keep < end - start:
+                self.dropped_count += self.skip(start + keep, end)
+
+    @property
+    def arrived(self) -> int:
+        """Offsets below this have reached the channel (counted, and taken or dropped)."""
+        return self._arrived
+
+    def skip(self, start: int, end: int) -> int:
+        """Drop the unread offsets in [start, end): confirmed, never delivered. Returns how many."""
+        done = self.cursor.confirm_range(max(start, self.cursor.next_read), end)
+        self._unsaved += done
+        if self._arrived < end:
+            self._arrived = end
+        return done
 
     def pump(self, now: int) -> int:
         """Deliver what the consumers' RDY windows admit; returns how many were sent."""
+        self._arrive()
         if self.paused or not self.consumers:
             return 0
         ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
@@ -112,7 +186,7 @@ class Channel:
         sent = 0
         if self._requeued:
             sent += self._pump_requeued(ready, now)
-        if ready and not self.topic.paused:
+        if ready:
             sent += self._pump_log(ready, now)
         return sent
 
@@ -131,40 +205,67 @@ class Channel:
                 ready.remove(client)
         return sent
 
-    def _pump_log(self, ready: list[Client], now: int) -> int:
-        log_ = self.topic.log
+    def _skip_confirmed(self) -> None:
+        """Move next_read past a confirmed range it stands on (dropped or skipped offsets)."""
         cursor = self.cursor
+        ranges = cursor.ranges
+        i = bisect_right(ranges, (cursor.next_read, 1 << 64))
+        if i and ranges[i - 1][1] > cursor.next_read:
+            cursor.next_read = ranges[i - 1][1]
+
+    def _read_failed(self, exc: Exception) -> None:
+        cursor = self.cursor
+        if isinstance(exc, OffsetOutOfRange):
+            log.warning(
+                "channel %s/%s: offsets %d..%d were removed; skipping to %d",
+                self.topic.name, self.name, cursor.next_read, exc.low - 1, exc.low,
+            )  # fmt: skip
+            cursor.next_read = exc.low
+            if cursor.confirmed < exc.low:
+                cursor.reset(exc.low)
+            return
+        log.error("channel %s/%s: offset %d is unreadable, skipped: %s",
+                  self.topic.name, self.name, cursor.next_read, exc)  # fmt: skip
+        self._confirm(cursor.next_read)
+        cursor.next_read += 1
+
+    def _pump_log(self, ready: list[Client], now: int) -> int:
+        read_frames = self.topic.log.read_frames if self.queue is None else self.queue.read_frames
+        cursor = self.cursor
+        end = self.topic.readable_end
+        ttl = self.policy.ttl_ns
+        cutoff = now - ttl if ttl else 0
         sent = 0
-        while ready and cursor.next_read < log_.flushed_offset:
-            want = min(READ_BATCH, sum(c.capacity for c in ready))
+        while ready and cursor.next_read < end:
+            if cursor.ranges:
+                self._skip_confirmed()
+                if cursor.next_read >= end:
+                    break
+            want = min(READ_BATCH, sum(c.capacity for c in ready), end - cursor.next_read)
             try:
-                records = log_.read(cursor.next_read, want)
-            except OffsetOutOfRange as exc:
-                log.warning(
-                    "channel %s/%s: offsets %d..%d were removed; skipping to %d",
-                    self.topic.name, self.name, cursor.next_read, exc.low - 1, exc.low,
-                )
-                cursor.next_read = exc.low
-                if cursor.confirmed < exc.low:
-                    cursor.reset(exc.low)
+                frames = read_frames(cursor.next_read, want)
+            except (OffsetOutOfRange, StorageError) as exc:
+                self._read_failed(exc)
                 continue
-            if not records:
+            if not frames:
                 break
-            for rec in records:
-                offset = rec.offset
+            for offset, timestamp, deliver_at, _flags, body in frames:
+                if offset != cursor.next_read:  # offsets the log lost (quarantined): skipped
+                    self._unsaved += cursor.confirm_range(cursor.next_read, offset)
                 cursor.next_read = offset + 1
                 if cursor.ranges and cursor.is_confirmed(offset):
                     continue
-                if rec.deliver_at > now:
-                    self.message_count += 1
-                    self._defer(offset, rec.deliver_at, 0, rec.timestamp, rec.body)
+                if deliver_at > now:
+                    self._defer(offset, deliver_at, 0, timestamp, body)
                     continue
-                self.message_count += 1
+                if cutoff and (deliver_at or timestamp) < cutoff:
+                    self._expire(offset, now)
+                    continue
                 client = self._next_client(ready)
                 if client.sample_rate and random.randint(0, 99) > client.sample_rate:
-                    self._confirm(offset)
+                    self._confirm(offset)  # NSQ discards what sampling skips
                     continue
-                self._deliver(client, offset, 1, rec.timestamp, rec.body, FROM_LOG, now)
+                self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now)
                 sent += 1
                 if client.capacity <= 0:
                     ready.remove(client)
@@ -189,8 +290,13 @@ class Channel:
         client.message_count += 1
         msg_id = encode_message_id(self.topic.partition, offset)
         client.sink.send_message(encode_message_frame(timestamp, attempts, msg_id, body))
+        tracer = self.policy.tracer
+        if tracer is not None:
+            tracer.channel_event(self, offset, "delivered", client, attempts, now)
 
-    def _defer(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
+    def _defer(
+        self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes
+    ) -> None:
         """Move a message out of the cursor's window into the deferred set."""
         self.deferred.put(offset, deliver_at, attempts, timestamp, body)
         self._confirm(offset)
@@ -201,12 +307,21 @@ class Channel:
 
     # -- FIN / REQ / TOUCH -----------------------------------------------------------
 
-    def _owned(self, client: Client, offset: int, error: type[FinFailed | ReqFailed | TouchFailed], verb: str, msg_id: bytes) -> InFlight:
+    def _owned(
+        self,
+        client: Client,
+        offset: int,
+        error: type[FinFailed | ReqFailed | TouchFailed],
+        verb: str,
+        msg_id: bytes,
+    ) -> InFlight:
         item = self.in_flight.get(offset)
         if item is None:
             raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
         if item.client is not client:
-            raise error(f"{verb} {msg_id.decode(errors='replace')} failed client does not own message")
+            raise error(
+                f"{verb} {msg_id.decode(errors='replace')} failed client does not own message"
+            )
         return item
 
     def finish(self, client: Client, offset: int, msg_id: bytes, now: int) -> None:
@@ -220,8 +335,10 @@ class Channel:
             self._leased -= 1
         else:
             self._confirm(offset)
-        if len(self.e2e_latencies) < 100_000:
-            self.e2e_latencies.append(now - item.timestamp)
+        if self.e2e is not None:
+            self.e2e.insert(now - item.timestamp, now)
+        if self.policy.tracer is not None:
+            self.policy.tracer.channel_event(self, offset, "finished", client, item.attempts, now)
 
     def requeue(self, client: Client, offset: int, msg_id: bytes, delay_ms: int, now: int) -> None:
         item = self._owned(client, offset, ReqFailed, "REQ", msg_id)
@@ -229,6 +346,12 @@ class Channel:
         client.in_flight_count -= 1
         client.requeue_count += 1
         self.requeue_count += 1
+        if self.policy.tracer is not None:
+            self.policy.tracer.channel_event(
+                self, offset, "requeued", client, item.attempts, now, f"delay_ms={delay_ms}"
+            )
+        if self._exhausted(offset, item, "requeued", now):
+            return
         if delay_ms <= 0:
             self._back_to_queue(offset, item, now, in_flight_removed=True)
             return
@@ -239,7 +362,9 @@ class Channel:
         else:
             self._defer(offset, deliver_at, item.attempts, item.timestamp, item.body)
 
-    def touch(self, client: Client, offset: int, msg_id: bytes, now: int, max_msg_timeout_ns: int) -> None:
+    def touch(
+        self, client: Client, offset: int, msg_id: bytes, now: int, max_msg_timeout_ns: int
+    ) -> None:
         item = self._owned(client, offset, TouchFailed, "TOUCH", msg_id)
         deadline = min(now + client.msg_timeout_ns, item.delivered + max_msg_timeout_ns)
         item.deadline = deadline
@@ -247,7 +372,9 @@ class Channel:
         if item.source == FROM_DEFERRED:
             self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
 
-    def _back_to_queue(self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False) -> None:
+    def _back_to_queue(
+        self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False
+    ) -> None:
         """Make an in-flight message deliverable again at once (timeout, REQ 0, client gone)."""
         if not in_flight_removed:
             self.in_flight.pop(offset, None)
@@ -270,7 +397,12 @@ class Channel:
                 continue
             item.client.in_flight_count -= 1
             self.timeout_count += 1
-            self._back_to_queue(offset, item, now)
+            if self.policy.tracer is not None:
+                self.policy.tracer.channel_event(
+                    self, offset, "timed_out", item.client, item.attempts, now
+                )
+            if not self._exhausted(offset, item, "timeout", now):
+                self._back_to_queue(offset, item, now)
             work += 1
         work += self._pull_due(now)
         return work
@@ -283,17 +415,22 @@ class Channel:
         if room <= 0:
             return 0
         sent = 0
+        ttl = self.policy.ttl_ns
         for due in self.deferred.due(now, room):
+            if ttl and due.attempts == 0 and due.deliver_at < now - ttl:
+                self.deferred.remove(due.offset)  # a DPUB'd message nobody took in time
+                self._expire(due.offset, now)
+                continue
             body, timestamp = due.body, due.timestamp
             if body is None:
                 try:
-                    recs = self.topic.log.read(due.offset, 1)
+                    frames = self.topic.log.read_frames(due.offset, 1)
                 except (OffsetOutOfRange, StorageError):
-                    recs = []
-                if not recs or recs[0].offset != due.offset:
+                    frames = []
+                if not frames or frames[0][0] != due.offset:
                     self.deferred.remove(due.offset)
                     continue
-                body, timestamp = recs[0].body, recs[0].timestamp
+                timestamp, body = frames[0][1], frames[0][4]
             if not ready:
                 self.deferred.put(due.offset, now, due.attempts, timestamp, body)
                 continue
@@ -319,6 +456,15 @@ class Channel:
 
     # -- cursor persistence, empty, stats --------------------------------------------
 
+    def cursor_snapshot(self) -> CursorSnapshot | None:
+        """The cursor's bytes when its periodic save is due (the server writes them off-loop)."""
+        if self.cursor_file is None:
+            return None
+        n, self._unsaved = self._unsaved, 0
+        if not self.cursor_file.note(n):
+            return None
+        return self.cursor_file.snapshot(self.cursor)
+
     def maybe_save_cursor(self, force: bool = False) -> None:
         if self.cursor_file is None:
             return
@@ -327,27 +473,43 @@ class Channel:
             self.cursor_file.save(self.cursor)
 
     def empty(self, now: int) -> None:
-        """Drop everything: backlog, requeued, deferred and in flight (NSQ's /channel/empty)."""
+        """Drop everything: backlog, requeued, deferred and in flight (NSQ's /channel/empty).
+
+        What a paused topic holds is the topic's, not the channel's: it stays.
+        """
         del now
+        self._arrive()
         for item in self.in_flight.values():
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
         self.in_flight.clear()
         self._timeouts.clear()
         self._requeued.clear()
         self.deferred.clear()
+        if self.queue is not None:
+            self.queue.clear()
         self._leased = 0
-        self.cursor.reset(self.topic.log.flushed_offset)
+        self.cursor.reset(self.topic.readable_end)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
 
     def reset_to(self, offset: int) -> None:
-        """Replay: move the cursor to ``offset``; in-flight messages are forgotten safely."""
+        """Replay (or skip): everything below ``offset`` is done, delivery resumes there.
+
+        In-flight messages leave the window: their clients' counts go down, and a late
+        FIN/REQ/TOUCH for one answers "ID not in flight" as NSQ does for an unknown ID
+        (unless the replay has meanwhile delivered that offset again to the same client).
+        Deferred entries at or above ``offset`` are removed (the replay reads them from the
+        log again); those below stay deferred, a leased one due again at its old deadline.
+        """
         for item in self.in_flight.values():
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
         self.in_flight.clear()
         self._timeouts.clear()
         self._requeued.clear()
+        self._leased = 0
+        self.deferred.remove_from(offset)
         self.cursor.reset(offset)
+        self._arrived = max(self._arrived, offset)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
 

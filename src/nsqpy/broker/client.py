@@ -47,18 +47,26 @@ class Client:
     tls: bool = False
     tls_version: str = ""
     tls_cipher_suite: str = ""
+    tls_negotiated_protocol: str = ""
+    tls_negotiated_protocol_is_mutual: bool = False
     authed: bool = False
     auth_identity: str = ""
     auth_identity_url: str = ""
     pub_counts: dict[str, int] = field(default_factory=dict)
     channel: object | None = None  # the broker Channel it subscribed to
+    write_paused: bool = False  # its connection's write buffer is full: send it nothing
 
     @property
     def capacity(self) -> int:
-        """How many more messages the client's RDY window admits right now."""
+        """How many more messages the client's RDY window admits right now (none while its
+        connection cannot take more bytes)."""
+        if self.write_paused:
+            return 0
         return self.ready_count - self.in_flight_count
 
-    def stats(self) -> dict[str, object]:
+    def stats(self, topic: str | None = None) -> dict[str, object]:
+        """ClientStats; ``pub_counts`` holds at most one entry (for ``topic`` when given),
+        the quirk of nsqd 1.3.0 whose loop stops after the first."""
         out: dict[str, object] = {
             "client_id": self.client_id,
             "hostname": self.hostname,
@@ -82,15 +90,20 @@ class Client:
                 out["auth_identity"] = self.auth_identity
             if self.auth_identity_url:
                 out["auth_identity_url"] = self.auth_identity_url
-        if self.pub_counts:
-            out["pub_counts"] = [{"topic": t, "count": c} for t, c in self.pub_counts.items()]
+        counts = [
+            {"topic": t, "count": c}
+            for t, c in self.pub_counts.items()
+            if topic is None or t == topic
+        ]
+        if counts:
+            out["pub_counts"] = counts[:1]
         out.update(
             {
                 "tls": self.tls,
                 "tls_cipher_suite": self.tls_cipher_suite,
                 "tls_version": self.tls_version,
-                "tls_negotiated_protocol": "",
-                "tls_negotiated_protocol_is_mutual": False,
+                "tls_negotiated_protocol": self.tls_negotiated_protocol,
+                "tls_negotiated_protocol_is_mutual": self.tls_negotiated_protocol_is_mutual,
             }
         )
         return out

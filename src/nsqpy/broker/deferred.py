@@ -25,6 +25,7 @@ class Due:
     attempts: int
     timestamp: int = 0
     body: bytes | None = None
+    deliver_at: int = 0  # when it came due (ns)
 
 
 class Deferred(Protocol):
@@ -36,11 +37,15 @@ class Deferred(Protocol):
 
     def remove(self, offset: int) -> bool: ...
 
+    def remove_from(self, offset: int) -> int: ...
+
     def count(self) -> int: ...
 
     def clear(self) -> int: ...
 
     def next_due(self) -> int | None: ...
+
+    def offsets(self) -> list[int]: ...
 
 
 class MemoryDeferred:
@@ -64,11 +69,20 @@ class MemoryDeferred:
                 continue
             # A leased entry is re-put with its deadline by the channel when delivered.
             del self._entries[offset]
-            out.append(Due(offset, entry[1], entry[2], entry[3]))
+            out.append(Due(offset, entry[1], entry[2], entry[3], deliver_at))
         return out
 
     def remove(self, offset: int) -> bool:
         return self._entries.pop(offset, None) is not None
+
+    def remove_from(self, offset: int) -> int:
+        gone = [off for off in self._entries if off >= offset]
+        for off in gone:
+            del self._entries[off]
+        return len(gone)
+
+    def offsets(self) -> list[int]:
+        return sorted(self._entries)
 
     def count(self) -> int:
         return len(self._entries)
@@ -114,7 +128,7 @@ class DurableDeferred:
             return []
         entries = self._store.due(self._channel, now, limit)
         self._known = False  # the caller leases what it got; ask the store again next time
-        return [Due(e.offset, e.attempts) for e in entries]
+        return [Due(e.offset, e.attempts, deliver_at=e.deliver_at) for e in entries]
 
     def remove(self, offset: int) -> bool:
         removed = self._store.remove(self._channel, offset)
@@ -123,8 +137,17 @@ class DurableDeferred:
             self._known = False
         return removed
 
+    def remove_from(self, offset: int) -> int:
+        removed = self._store.remove_from(self._channel, offset)
+        self._count = self._store.count(self._channel)
+        self._known = False
+        return removed
+
     def count(self) -> int:
         return self._count
+
+    def offsets(self) -> list[int]:
+        return self._store.offsets(self._channel)
 
     def clear(self) -> int:
         n = self._store.clear(self._channel)

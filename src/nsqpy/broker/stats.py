@@ -1,6 +1,12 @@
 """/stats of nsqd: the JSON document (field names and order of NSQ 1.3.0) and the text form.
 
-Reads broker state only. Must not import asyncio or any server.
+A topic and each of its channels appear once, with the totals of all partitions. A topic
+with several partitions (or an ordered channel) adds fields after NSQ's, so NSQ's readers
+are unaffected: the topic's ``partition_num`` and ``partitions`` (per partition: number,
+depth, message count, low/high watermarks), a channel's ``ordered`` and ``partitions``
+(per partition: depth, in flight, deferred, counters and, when ordered, the owning
+client's id). The e2e latency of a channel is one window shared by its partitions; a
+topic merges its channels'. Reads broker state only. Must not import asyncio or any server.
 """
 
 from __future__ import annotations
@@ -8,32 +14,65 @@ from __future__ import annotations
 import gc
 import resource
 import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.e2e import LatencyWindow, latency_result
+from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
 
 
-def _latency(samples: list[int], percentiles: list[float]) -> dict[str, object]:
-    if not percentiles:
-        return {"count": 0, "percentiles": None}
-    ordered = sorted(samples)
-    out = []
-    for q in sorted(percentiles, reverse=True):
-        value = float(ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else 0.0
-        out.append({"quantile": q, "value": value})
-    return {"count": len(ordered), "percentiles": out}
+def _windows(channels: Iterable[ChannelGroup]) -> list[LatencyWindow]:
+    return [c.e2e for c in channels if c.e2e is not None]
+
+
+def _channel_partitions(channel: ChannelGroup) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for number, part in enumerate(channel.parts):
+        entry: dict[str, object] = {
+            "partition": number,
+            "depth": part.depth,
+            "in_flight_count": part.in_flight_count,
+            "deferred_count": part.deferred_count,
+            "message_count": part.message_count,
+            "requeue_count": part.requeue_count,
+            "timeout_count": part.timeout_count,
+            "confirmed_offset": part.cursor.confirmed,
+        }
+        if channel.delivery is not None:
+            owner = channel.delivery.owner_of(number)
+            entry["owner"] = owner.client_id if owner is not None else None
+        out.append(entry)
+    return out
+
+
+def _topic_partitions(topic: Topic) -> list[dict[str, object]]:
+    return [
+        {
+            "partition": part.number,
+            "depth": part.depth,
+            "message_count": part.message_count,
+            "low_watermark": part.log.low_watermark,
+            "high_watermark": part.log.flushed_offset,
+        }
+        for part in topic.partitions
+    ]
 
 
 def channel_stats(
-    channel: Channel, include_clients: bool, percentiles: list[float]
+    channel: ChannelGroup,
+    include_clients: bool,
+    percentiles: list[float],
+    topic_filter: str | None = None,
+    now: int = 0,
 ) -> dict[str, object]:
-    clients = [c.stats() for c in channel.consumers] if include_clients else None
-    return {
+    clients = [c.stats(topic_filter) for c in channel.consumers] if include_clients else None
+    doc: dict[str, object] = {
         "channel_name": channel.name,
         "depth": channel.depth,
-        "backend_depth": 0 if channel.topic.ephemeral else channel.depth,
+        "backend_depth": 0 if channel.topic.ephemeral or channel.ephemeral else channel.depth,
         "in_flight_count": channel.in_flight_count,
         "deferred_count": channel.deferred_count,
         "message_count": channel.message_count,
@@ -42,22 +81,29 @@ def channel_stats(
         "client_count": len(channel.consumers),
         "clients": clients,
         "paused": channel.paused,
-        "e2e_processing_latency": _latency(channel.e2e_latencies, percentiles),
+        "e2e_processing_latency": latency_result(_windows([channel]), percentiles, now),
     }
+    if channel.ordered:
+        doc["ordered"] = True
+    if channel.ordered or len(channel.parts) > 1:
+        doc["partitions"] = _channel_partitions(channel)
+    return doc
 
 
 def topic_stats(
-    topic: Topic, channel_filter: str | None, include_clients: bool, percentiles: list[float]
+    topic: Topic,
+    channel_filter: str | None,
+    include_clients: bool,
+    percentiles: list[float],
+    topic_filter: str | None = None,
+    now: int = 0,
 ) -> dict[str, object]:
     channels = [
-        channel_stats(topic.channels[name], include_clients, percentiles)
+        channel_stats(topic.channels[name], include_clients, percentiles, topic_filter, now)
         for name in sorted(topic.channels)
         if channel_filter is None or name == channel_filter
     ]
-    samples: list[int] = []
-    for ch in topic.channels.values():
-        samples.extend(ch.e2e_latencies)
-    return {
+    doc: dict[str, object] = {
         "topic_name": topic.name,
         "channels": channels,
         "depth": topic.depth,
@@ -65,8 +111,16 @@ def topic_stats(
         "message_count": topic.message_count,
         "message_bytes": topic.message_bytes,
         "paused": topic.paused,
-        "e2e_processing_latency": _latency(samples, percentiles),
+        "e2e_processing_latency": latency_result(
+            _windows(topic.channels.values()), percentiles, now
+        ),
     }
+    if topic.partition_count > 1:
+        doc["partition_num"] = topic.partition_count
+        doc["partitions"] = _topic_partitions(topic)
+    if topic.ordered:
+        doc["ordered"] = True
+    return doc
 
 
 def memory_stats() -> dict[str, int]:
@@ -94,17 +148,25 @@ def stats(
     include_clients: bool = True,
     include_mem: bool = True,
 ) -> dict[str, object]:
-    """The /stats?format=json document."""
+    """The /stats?format=json document, filtered as nsqd 1.3.0 filters it.
+
+    A ``topic`` filter naming no topic gives ``topics`` and ``producers`` null; a
+    ``channel`` filter leaves out the topics that have no such channel.
+    """
     pct = broker.opts.e2e_processing_latency_percentiles
-    topics: list[dict[str, object]] | None
-    if topic is not None and topic not in broker.topics:
-        topics = None
-    else:
+    now = broker.clock()
+    topics: list[dict[str, object]] | None = None
+    producers: list[dict[str, object]] | None = None
+    if topic is None or topic in broker.topics:
         topics = [
-            topic_stats(broker.topics[name], channel, include_clients, pct)
+            topic_stats(broker.topics[name], channel, include_clients, pct, topic, now)
             for name in sorted(broker.topics)
-            if topic is None or name == topic
+            if (topic is None or name == topic)
+            and (channel is None or channel in broker.topics[name].channels)
         ]
+        broker.features.add_stats(topics)  # nsqpy's extra fields (README "Beyond NSQ")
+        if include_clients:
+            producers = [c.stats(topic) for c in broker.clients.values() if c.pub_counts] or None
     doc: dict[str, object] = {
         "version": NSQ_VERSION,
         "health": broker.health,
@@ -113,73 +175,119 @@ def stats(
     }
     if include_mem:
         doc["memory"] = memory_stats()
-    producers = None
-    if include_clients:
-        producers = [c.stats() for c in broker.clients.values() if c.pub_counts] or None
     doc["producers"] = producers
     return doc
 
 
+def _fraction(value: int, unit: int) -> str:
+    """``value/unit`` in decimal, trailing zeros of the fraction dropped (Go's fmtFrac)."""
+    whole, frac = divmod(value, unit)
+    digits = str(frac).rjust(len(str(unit)) - 1, "0").rstrip("0")
+    return f"{whole}.{digits}" if digits else str(whole)
+
+
+def go_duration(ns: int) -> str:
+    """Go's ``time.Duration.String()``: 0s, 850ms, 1.5µs, 45s, 1m30.25s, 2h0m5.000000001s."""
+    if ns == 0:
+        return "0s"
+    sign, u = ("-", -ns) if ns < 0 else ("", ns)
+    if u < 1_000:
+        return f"{sign}{u}ns"
+    if u < 1_000_000:
+        return f"{sign}{_fraction(u, 1_000)}\u00b5s"
+    if u < 1_000_000_000:
+        return f"{sign}{_fraction(u, 1_000_000)}ms"
+    h, rem = divmod(u, 3_600_000_000_000)
+    m, rem = divmod(rem, 60_000_000_000)
+    head = f"{h}h{m}m" if h else (f"{m}m" if m else "")
+    return f"{sign}{head}{_fraction(rem, 1_000_000_000)}s"
+
+
 def _duration(seconds: int) -> str:
-    h, rem = divmod(max(0, seconds), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m}m{s}s" if h else (f"{m}m{s}s" if m else f"{s}s")
+    """A Go duration truncated to whole seconds (a client's ``connected``)."""
+    return go_duration(max(0, seconds) * 1_000_000_000)
 
 
-def stats_text(doc: dict[str, object]) -> str:
-    """NSQ's plain-text /stats layout."""
-    now = int(time.time())
+def _rfc3339(unix_seconds: int) -> str:
+    """Go's ``Time.Format(time.RFC3339)`` in the local time zone ("Z" for UTC)."""
+    local = datetime.fromtimestamp(unix_seconds, tz=UTC).astimezone()
+    text = local.isoformat(timespec="seconds")
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _human_ns(value: float) -> str:
+    """NSQ's NanoSecondToHuman: the unit whose size the value exceeds, one decimal."""
+    for unit, size in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if value > size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.1f}ns"
+
+
+def _e2e(latency: object) -> str:
+    """nsqd's e2e%: the percentile values, comma separated ("" when none are tracked)."""
+    pcts = latency.get("percentiles") if isinstance(latency, dict) else None
+    return ", ".join(_human_ns(float(p["value"])) for p in pcts or [])
+
+
+def _client_line(cl: dict[str, object], now: int) -> str:
+    """ClientV2Stats.String(): a producer line when it has pub_counts, else a consumer line."""
+    port = str(cl["remote_address"]).rpartition(":")[2]
+    ident = f"{cl['hostname']}:{port} {cl['user_agent']}"
+    connected = _duration(now - int(cl["connect_ts"]))  # type: ignore[call-overload]
+    counts = cl.get("pub_counts")
+    if isinstance(counts, list) and counts:
+        total = sum(int(c["count"]) for c in counts)
+        topics = ",".join(f"{c['topic']}={c['count']}" for c in counts)
+        return f"[V2 {ident:<21}] msgs: {total:<8} topics: {topics} connected: {connected}"
+    return (
+        f"[V2 {ident:<21}] state: {cl['state']} inflt: {cl['in_flight_count']:<4} "
+        f"rdy: {cl['ready_count']:<4} fin: {cl['finish_count']:<8} "
+        f"re-q: {cl['requeue_count']:<8} msgs: {cl['message_count']:<8} connected: {connected}"
+    )
+
+
+def stats_text(
+    doc: dict[str, object], *, now_ns: int | None = None, start_ns: int | None = None
+) -> str:
+    """nsqd 1.3.0's plain-text /stats layout (printStats); ``start_ns`` gives the uptime its
+    full precision (``start_time`` of the document otherwise)."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    now = now_ns // 1_000_000_000
     start = int(doc["start_time"])  # type: ignore[call-overload]
-    lines = [
-        f"nsqd v{NSQ_VERSION} (nsqpy)",
-        f"start_time {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(start))}",
-        f"uptime {_duration(now - start)}",
-        "",
-        f"Health: {doc['health']}",
-        "",
+    uptime = now_ns - (start * 1_000_000_000 if start_ns is None else start_ns)
+    out = [
+        f"nsqd v{NSQ_VERSION} (nsqpy)\n",
+        f"start_time {_rfc3339(start)}\n",
+        f"uptime {go_duration(max(0, uptime))}\n",
+        f"\nHealth: {doc['health']}\n",
     ]
     mem = doc.get("memory")
     if isinstance(mem, dict):
-        lines.append("Memory:")
-        lines += [f"   {k:<25}\t{v}" for k, v in mem.items()]
-        lines.append("")
+        out.append("\nMemory:\n")
+        out += [f"   {k:<25}\t{v}\n" for k, v in mem.items()]
     topics = doc.get("topics") or []
-    if not topics:
-        lines.append("Topics: None")
-    else:
-        lines.append("Topics:")
+    out.append("\nTopics: None\n" if not topics else "\nTopics:")
     for t in topics:  # type: ignore[attr-defined]
-        mark = "*P " if t["paused"] else ""
-        lines.append(
-            f"   {mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: "
-            f"{t['backend_depth']:<5} msgs: {t['message_count']:<8}"
+        mark = "*P " if t["paused"] else "   "
+        out.append(
+            f"\n{mark}[{t['topic_name']:<15}] depth: {t['depth']:<5} be-depth: "
+            f"{t['backend_depth']:<5} msgs: {t['message_count']:<8} "
+            f"e2e%: {_e2e(t['e2e_processing_latency'])}\n"
         )
         for c in t["channels"]:
-            cmark = "*P " if c["paused"] else ""
-            lines.append(
-                f"      {cmark}[{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: "
+            cmark = "   *P " if c["paused"] else "      "
+            out.append(
+                f"{cmark}[{c['channel_name']:<25}] depth: {c['depth']:<5} be-depth: "
                 f"{c['backend_depth']:<5} inflt: {c['in_flight_count']:<4} def: "
                 f"{c['deferred_count']:<4} re-q: {c['requeue_count']:<5} timeout: "
-                f"{c['timeout_count']:<5} msgs: {c['message_count']:<8}"
+                f"{c['timeout_count']:<5} msgs: {c['message_count']:<8} "
+                f"e2e%: {_e2e(c['e2e_processing_latency'])}\n"
             )
-            for cl in c["clients"] or []:
-                lines.append(
-                    f"        [V2 {cl['remote_address']:<21} {cl['user_agent']}] state: "
-                    f"{cl['state']} inflt: {cl['in_flight_count']:<4} rdy: {cl['ready_count']:<4} "
-                    f"fin: {cl['finish_count']:<8} re-q: {cl['requeue_count']:<8} msgs: "
-                    f"{cl['message_count']:<8} connected: {_duration(now - cl['connect_ts'])}"
-                )
+            out += [f"        {_client_line(cl, now)}\n" for cl in c["clients"] or []]
     producers = doc.get("producers") or []
-    lines.append("")
     if not producers:
-        lines.append("Producers: None")
+        out.append("\nProducers: None\n")
     else:
-        lines.append("Producers:")
-        for p in producers:  # type: ignore[attr-defined]
-            counts = " ".join(f"{pc['topic']}={pc['count']}" for pc in p.get("pub_counts", []))
-            lines.append(
-                f"   [V2 {p['remote_address']:<21} {p['user_agent']}] msgs: "
-                f"{p['message_count']:<8} topics: {counts} connected: "
-                f"{_duration(now - p['connect_ts'])}"
-            )
-    return "\n".join(lines) + "\n"
+        out.append("\nProducers:\n")
+        out += [f"   {_client_line(p, now)}\n" for p in producers]  # type: ignore[attr-defined]
+    return "".join(out)

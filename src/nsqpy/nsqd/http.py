@@ -1,12 +1,18 @@
 """nsqd's HTTP API (SPEC 2): the route table first, then one handler per endpoint.
 
-Every response follows NSQ's V1 conventions through ``nsqpy.httpapi``. Publishing goes
-through the same group commit as TCP and answers only once the message is written.
+Every response follows NSQ's V1 conventions through ``nsqpy.httpapi``. Arguments are read
+from the raw query string as nsqd's Go code reads them (``nsqd.params``), checks run in
+nsqd's order, and a failed write answers 503 ``EXITING`` as nsqd does for any publish
+error. Publishing goes through the same group commit as TCP and answers only once the
+message is written. Partitions (youzan's arguments, ``nsqd.http_extend``): /pub and /mpub
+take ``partition`` or ``partition_key``, /topic/create ``partition_num`` and ``ordered``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import struct
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -16,14 +22,21 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import ProtocolError, PubFailed
-from nsqpy.httpapi import nsq_middleware, parse_bool, query_arg, v1_empty, v1_error, v1_json, v1_text
+from nsqpy.errors import ProtocolError, PubFailed, StorageError
+from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json, v1_text
+from nsqpy.metrics.nsqd_metrics import add_nsqd_metrics
+from nsqpy.nsqd import http_extend
+from nsqpy.nsqd.http_features import http_source, parse_trace_id
+from nsqpy.nsqd.params import BOOL_PARAMS, BadQuery, parse_int64, parse_query
+from nsqpy.options import LOG_LEVELS, config_value
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+from nsqpy.storage import Entry
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.server import NsqdServer
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("nsqpy.nsqd")
 
 
 def make_app(server: NsqdServer) -> web.Application:
@@ -53,6 +66,13 @@ def make_app(server: NsqdServer) -> web.Application:
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)
+    from nsqpy.nsqd.http_features import add_feature_routes
+    from nsqpy.nsqd.logread import add_logread_routes
+
+    add_logread_routes(app, server)  # the binary log-read API (docs/logread.md)
+    add_nsqd_metrics(app, server)  # nsqpy: GET /metrics (Prometheus), nsqpy.metrics
+    add_feature_routes(app, server)  # replay, dead letters, TTL, depth bounds, tracing
+    http_extend.add_extend_routes(app, api)  # youzan's /pub_ext, /pubtrace, /channel/setorder
     return app
 
 
@@ -61,6 +81,43 @@ class HttpApi:
         self.server = server
         self.broker = server.broker
         self.opts = server.opts
+
+    # -- arguments -------------------------------------------------------------------
+
+    @staticmethod
+    def _args(request: web.Request) -> dict[str, list[str]] | web.Response:
+        """The query arguments as nsqd's url.ParseQuery reads them; 400 INVALID_REQUEST if bad."""
+        try:
+            return parse_query(request.rel_url.raw_query_string)
+        except BadQuery as exc:
+            log.info("failed to parse request params - %s", exc)
+            return v1_error("INVALID_REQUEST", 400)
+
+    @staticmethod
+    def _first(args: dict[str, list[str]], name: str) -> str | None:
+        values = args.get(name)
+        return values[0] if values else None
+
+    def _topic_from_query(
+        self, request: web.Request, *, with_partition: bool = False
+    ) -> tuple[dict[str, list[str]], Topic, int] | web.Response:
+        """nsqd's getTopicFromQuery: arguments, a valid topic name, the topic (created),
+        and with ``with_partition`` the ``partition`` argument, checked before creating."""
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
+        name = self._first(args, "topic")
+        if name is None:
+            return v1_error("MISSING_ARG_TOPIC", 400)
+        if not valid_topic_name(name):
+            return v1_error("INVALID_TOPIC", 400)
+        partition = -1
+        if with_partition:
+            found = http_extend.checked_partition(self, args, name)
+            if isinstance(found, web.Response):
+                return found
+            partition = found
+        return args, self.broker.topic(name), partition
 
     # -- health and info -------------------------------------------------------------
 
@@ -74,7 +131,7 @@ class HttpApi:
             {
                 "version": NSQ_VERSION,
                 "broadcast_address": self.opts.broadcast_address,
-                "hostname": self.opts.broadcast_address,
+                "hostname": socket.gethostname(),
                 "http_port": self.server.http_port,
                 "tcp_port": self.server.tcp_port,
                 "start_time": self.server.start_time,
@@ -86,92 +143,138 @@ class HttpApi:
         )
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
-        try:
-            include_clients = parse_bool(query_arg(request, "include_clients") or "true")
-            include_mem = parse_bool(query_arg(request, "include_mem") or "true")
-        except ValueError:
-            return v1_error("INVALID_REQUEST", 400)
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
         doc = stats(
             self.broker,
-            topic=query_arg(request, "topic"),
-            channel=query_arg(request, "channel"),
-            include_clients=include_clients,
-            include_mem=include_mem,
+            topic=self._first(args, "topic") or None,
+            channel=self._first(args, "channel") or None,
+            include_clients=BOOL_PARAMS.get(self._first(args, "include_clients") or "", True),
+            include_mem=BOOL_PARAMS.get(self._first(args, "include_mem") or "", True),
         )
-        if query_arg(request, "format") == "json":
+        if self._first(args, "format") == "json":
             return v1_json(doc)
-        return v1_text(stats_text(doc))
+        return v1_text(stats_text(doc, start_ns=self.broker.start_time_ns))
 
     # -- publishing ------------------------------------------------------------------
 
-    def _topic_arg(self, request: web.Request) -> str | web.StreamResponse:
-        name = query_arg(request, "topic")
-        if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        if not valid_topic_name(name):
-            return v1_error("INVALID_TOPIC", 400)
-        return name
+    @staticmethod
+    async def _read_at_most(request: web.Request, limit: int) -> bytes:
+        """The body, or its first ``limit`` bytes (StreamReader.read(n) may return less)."""
+        chunks: list[bytes] = []
+        total = 0
+        while total < limit:
+            chunk = await request.content.read(limit - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
 
-    async def _read_body(self, request: web.Request, limit: int, too_big: str) -> bytes | web.StreamResponse:
-        if request.content_length is not None and request.content_length > limit:
-            return v1_error(too_big, 413)
-        body = await request.content.read(limit + 1)
-        if len(body) > limit:
-            return v1_error(too_big, 413)
-        return body
-
-    async def _publish(self, topic_name: str, bodies: list[bytes], defer_ms: int) -> web.StreamResponse:
-        topic = self.broker.topic(topic_name)
+    async def _publish(
+        self,
+        topic: Topic,
+        bodies: list[bytes],
+        defer_ms: int,
+        args: dict[str, list[str]],
+        partition: int = -1,
+        *,
+        trace_id: int = 0,
+        source: str = "",
+    ) -> web.StreamResponse:
         if topic.deleted:
             return v1_error("EXITING", 503)
-        deliver_at = self.broker.clock() + defer_ms * 1_000_000 if defer_ms else 0
+        now = self.broker.clock()
+        deliver_at = now + defer_ms * 1_000_000 if defer_ms else 0
+        key = (self._first(args, "partition_key") or "").encode()
+        entries = (
+            [Entry(b, now, deliver_at, trace_id=trace_id, partition_key=key) for b in bodies]
+            if key
+            else []
+        )
         try:
-            await self.server.publish_and_wait(topic, bodies, deliver_at, PubFailed)
-        except (ProtocolError, OSError):
-            return v1_error("INTERNAL_ERROR", 500)
+            await self.server.publish_and_wait(
+                topic, bodies, deliver_at, PubFailed, entries=entries, partition=partition,
+                key=key, source=source, trace_id=trace_id,
+            )  # fmt: skip
+        except (ProtocolError, OSError, StorageError):
+            return v1_error("EXITING", 503)  # nsqd answers any PutMessage error so
         return v1_text("OK")
 
     async def pub(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read_body(request, self.opts.max_msg_size, "MSG_TOO_BIG")
-        if isinstance(body, web.StreamResponse):
-            return body
+        limit = self.opts.max_msg_size
+        if request.content_length is not None and request.content_length > limit:
+            return v1_error("MSG_TOO_BIG", 413)
+        body = await self._read_at_most(request, limit + 1)
+        if len(body) > limit:
+            return v1_error("MSG_TOO_BIG", 413)
         if not body:
             return v1_error("MSG_EMPTY", 400)
-        name = self._topic_arg(request)
-        if not isinstance(name, str):
-            return name
+        found = self._topic_from_query(request, with_partition=True)
+        if not isinstance(found, tuple):
+            return found
+        args, topic, partition = found
         defer_ms = 0
-        raw = query_arg(request, "defer")
+        raw = self._first(args, "defer")
         if raw is not None:
-            try:
-                defer_ms = int(raw)
-            except ValueError:
+            parsed = parse_int64(raw)
+            if parsed is None or not 0 <= parsed <= self.opts.max_req_timeout_ms:
                 return v1_error("INVALID_DEFER", 400)
-            if not 0 <= defer_ms <= self.opts.max_req_timeout_ms:
-                return v1_error("INVALID_DEFER", 400)
-        return await self._publish(name, [body], defer_ms)
+            defer_ms = parsed
+        trace_id = parse_trace_id(self._first(args, "trace_id"))  # nsqpy (README: Beyond NSQ)
+        if trace_id is None:
+            return v1_error("INVALID_TRACE_ID", 400)
+        return await self._publish(
+            topic, [body], defer_ms, args, partition, trace_id=trace_id,
+            source=http_source(request),
+        )  # fmt: skip
 
     async def mpub(self, request: web.Request) -> web.StreamResponse:
-        name = self._topic_arg(request)
-        if not isinstance(name, str):
-            return name
-        body = await self._read_body(request, self.opts.max_body_size, "BODY_TOO_BIG")
-        if isinstance(body, web.StreamResponse):
-            return body
-        binary = query_arg(request, "binary")
-        if binary is not None and binary not in ("false", "0"):
+        limit = self.opts.max_body_size
+        if request.content_length is not None and request.content_length > limit:
+            return v1_error("BODY_TOO_BIG", 413)
+        found = self._topic_from_query(request, with_partition=True)
+        if not isinstance(found, tuple):
+            return found
+        args, topic, partition = found
+        binary = self._first(args, "binary")
+        # Text mode is the default; a value other than nsqd's four spellings means binary.
+        binary_mode = binary is not None and BOOL_PARAMS.get(binary, True)
+        body = await self._read_at_most(request, limit + 1)
+        if binary_mode:
+            if len(body) > limit:
+                return v1_error("BODY_TOO_BIG", 413)
             parsed = self._parse_binary_mpub(body)
         else:
-            parsed = [line for line in body.split(b"\n") if line]
-            if any(len(m) > self.opts.max_msg_size for m in parsed):
-                return v1_error("MSG_TOO_BIG", 413)
+            parsed = self._parse_text_mpub(body)
         if isinstance(parsed, web.StreamResponse):
             return parsed
         if not parsed:
             return v1_text("OK")
-        return await self._publish(name, parsed, 0)
+        return await self._publish(topic, parsed, 0, args, partition, source=http_source(request))
+
+    def _parse_text_mpub(self, body: bytes) -> list[bytes] | web.StreamResponse:
+        """Lines split on "\n" (a "\r" stays), empty ones skipped, as nsqd reads them."""
+        max_body, max_msg = self.opts.max_body_size, self.opts.max_msg_size
+        out: list[bytes] = []
+        start, size = 0, len(body)
+        while start < size:
+            newline = body.find(b"\n", start)
+            stop = size if newline < 0 else newline + 1
+            if stop > max_body:
+                return v1_error("BODY_TOO_BIG", 413)
+            line = body[start : stop - 1 if newline >= 0 else stop]
+            start = stop
+            if not line:
+                continue
+            if len(line) > max_msg:
+                return v1_error("MSG_TOO_BIG", 413)
+            out.append(line)
+        return out
 
     def _parse_binary_mpub(self, body: bytes) -> list[bytes] | web.StreamResponse:
+        """[int32 count] then [int32 size][bytes] per message; trailing bytes are ignored."""
         if len(body) < 4:
             return v1_error("BAD_BODY", 413)
         (count,) = struct.unpack_from(">i", body, 0)
@@ -191,24 +294,41 @@ class HttpApi:
 
     # -- topic and channel actions ---------------------------------------------------
 
-    def _existing_topic(self, request: web.Request) -> Topic | web.StreamResponse:
-        name = query_arg(request, "topic")
+    def _topic_name(self, request: web.Request) -> str | web.Response:
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
+        name = self._first(args, "topic")
         if name is None:
             return v1_error("MISSING_ARG_TOPIC", 400)
+        return name
+
+    def _existing_topic(
+        self, request: web.Request, *, validate: bool = False
+    ) -> Topic | web.Response:
+        name = self._topic_name(request)
+        if not isinstance(name, str):
+            return name
+        if validate and not valid_topic_name(name):
+            return v1_error("INVALID_TOPIC", 400)
         topic = self.broker.get_topic(name)
         if topic is None:
             return v1_error("TOPIC_NOT_FOUND", 404)
         return topic
 
     async def topic_create(self, request: web.Request) -> web.StreamResponse:
-        name = self._topic_arg(request)
-        if not isinstance(name, str):
-            return name
-        self.broker.topic(name)
-        return v1_empty()
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
+        name = self._first(args, "topic")
+        if name is None:
+            return v1_error("MISSING_ARG_TOPIC", 400)
+        if not valid_topic_name(name):
+            return v1_error("INVALID_TOPIC", 400)
+        return http_extend.create_topic(self, name, args)
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:
-        topic = self._existing_topic(request)
+        topic = self._existing_topic(request)  # nsqd does not validate the name here
         if not isinstance(topic, Topic):
             return topic
         self.broker.delete_topic(topic.name)
@@ -216,10 +336,7 @@ class HttpApi:
         return v1_empty()
 
     async def topic_empty(self, request: web.Request) -> web.StreamResponse:
-        name = query_arg(request, "topic")
-        if name is not None and not valid_topic_name(name):
-            return v1_error("INVALID_TOPIC", 400)
-        topic = self._existing_topic(request)
+        topic = self._existing_topic(request, validate=True)
         if not isinstance(topic, Topic):
             return topic
         topic.empty()
@@ -230,7 +347,10 @@ class HttpApi:
         topic = self._existing_topic(request)
         if not isinstance(topic, Topic):
             return topic
-        topic.paused = paused
+        if paused:
+            topic.pause()
+        else:
+            topic.unpause()
         self.broker.save_metadata()
         if not paused:
             self.broker.pump([topic])
@@ -243,13 +363,16 @@ class HttpApi:
     async def topic_unpause(self, request: web.Request) -> web.StreamResponse:
         return await self._topic_pause(request, False)
 
-    def _channel_args(self, request: web.Request) -> tuple[Topic, str] | web.StreamResponse:
-        tname = query_arg(request, "topic")
+    def _channel_args(self, request: web.Request) -> tuple[Topic, str] | web.Response:
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
+        tname = self._first(args, "topic")
         if tname is None:
             return v1_error("MISSING_ARG_TOPIC", 400)
         if not valid_topic_name(tname):
             return v1_error("INVALID_ARG_TOPIC", 400)
-        cname = query_arg(request, "channel")
+        cname = self._first(args, "channel")
         if cname is None:
             return v1_error("MISSING_ARG_CHANNEL", 400)
         if not valid_channel_name(cname):
@@ -302,20 +425,7 @@ class HttpApi:
     # -- config ----------------------------------------------------------------------
 
     def _config_value(self, opt: str) -> object:
-        aliases = {
-            "id": "node_id",
-            "nsqlookupd_tcp_addresses": "lookupd_tcp_addresses",
-        }
-        field = aliases.get(opt, opt)
-        if field.endswith("_ms") or not hasattr(self.opts, field):
-            ms_field = field + "_ms"
-            if hasattr(self.opts, ms_field):
-                return int(getattr(self.opts, ms_field)) * 1_000_000
-            raise KeyError(opt)
-        if field == "log_level":
-            levels = {"debug": 1, "info": 2, "warn": 3, "error": 4, "fatal": 5}
-            return levels.get(str(self.opts.log_level), 2)
-        return getattr(self.opts, field)
+        return config_value(self.opts, opt)  # KeyError: not one of nsqd's /config names
 
     async def config_get(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -325,22 +435,25 @@ class HttpApi:
 
     async def config_put(self, request: web.Request) -> web.StreamResponse:
         opt = request.match_info["opt"]
-        body = await request.content.read(self.opts.max_msg_size + 1)
-        if not body or len(body) > self.opts.max_msg_size:
+        limit = self.opts.max_msg_size
+        body = await self._read_at_most(request, limit + 1)
+        if not body or len(body) > limit:
             return v1_error("INVALID_VALUE", 413)
         if opt == "nsqlookupd_tcp_addresses":
             try:
                 value = json.loads(body)
             except ValueError:
                 return v1_error("INVALID_VALUE", 400)
+            if value is None:  # Go unmarshals null into a nil slice
+                value = []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 return v1_error("INVALID_VALUE", 400)
             self.opts.lookupd_tcp_addresses = value
             self.server.lookupd_addresses_changed()
             return v1_json(value)
         if opt == "log_level":
-            level = body.decode(errors="replace").strip().lower()
-            if level not in ("debug", "info", "warn", "error", "fatal"):
+            level = body.decode(errors="replace").lower()  # lg.ParseLogLevel: no trimming
+            if level not in LOG_LEVELS:
                 return v1_error("INVALID_VALUE", 400)
             self.opts.log_level = level
             self.server.apply_log_level()

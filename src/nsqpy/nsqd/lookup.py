@@ -1,10 +1,14 @@
 """nsqd's side of nsqlookupd: announce topics and channels, learn channels of new topics.
 
 One ``LookupPeer`` per ``--lookupd-tcp-address`` keeps a TCP V1 connection: magic,
-IDENTIFY (version, ports, hostname, broadcast address), then REGISTER for every topic
-(bare when it has no channel, else once per channel), PING every 15 s, REGISTER and
-UNREGISTER as topics and channels come and go. When the connection drops it reconnects
-with exponential backoff and registers everything again. When a topic is created (not
+IDENTIFY (version, ports, the OS hostname, broadcast address), then REGISTER for every
+topic (bare when it has no channel, else once per channel), REGISTER and UNREGISTER as
+topics and channels come and go, and PING every 15 s on its own timer, however busy the
+command queue is (lookupd counts only PINGs as signs of life). Commands are queued from
+the moment the connection is made: the registration snapshot is taken after that, so a
+topic or channel created or deleted while the snapshot is being sent is replayed after
+it, never lost. When the connection drops it reconnects with exponential backoff and
+registers everything again. When a topic is created (not
 while loading metadata), every lookupd's ``/channels?topic=`` is asked for the channels
 it knows, and the non-ephemeral ones are created, as NSQ does.
 """
@@ -15,13 +19,15 @@ import asyncio
 import json
 import logging
 import random
+import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from nsqpy import NSQ_VERSION
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
 from nsqpy.protocol.lookupd import (
     ResponseDecoder,
@@ -42,13 +48,22 @@ PING_INTERVAL = 15.0
 
 
 class LookupPeer:
-    """One lookupd connection with its command queue and reconnect loop."""
+    """One lookupd connection with its command queue, PING timer and reconnect loop."""
 
-    def __init__(self, address: str, identity: Callable[[], dict[str, object]], registrations: Callable[[], list[bytes]]) -> None:
+    def __init__(
+        self,
+        address: str,
+        identity: Callable[[], dict[str, object]],
+        registrations: Callable[[], list[bytes]],
+        *,
+        ping_interval: float = PING_INTERVAL,
+    ) -> None:
         self.address = address
         self._identity = identity
         self._registrations = registrations
+        self.ping_interval = ping_interval
         self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._accepting = False  # queue commands: a session is registering or registered
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.lookupd_info: dict[str, object] = {}
@@ -65,7 +80,9 @@ class LookupPeer:
                 pass
 
     def send(self, command: bytes) -> None:
-        if self.connected.is_set():
+        """Queue a REGISTER/UNREGISTER; dropped only while disconnected (the next
+        session's snapshot covers it)."""
+        if self._accepting:
             self._queue.put_nowait(command)
 
     @property
@@ -84,15 +101,25 @@ class LookupPeer:
                 backoff = 0.1
             except (OSError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
                 log.warning("LOOKUPD(%s): %s", self.address, exc or type(exc).__name__)
-            self.connected.clear()
+            finally:
+                self._accepting = False
+                self.connected.clear()
             await asyncio.sleep(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 5.0)
 
-    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, decoder: ResponseDecoder, data: bytes) -> bytes:
+    async def _request(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        decoder: ResponseDecoder,
+        data: bytes,
+    ) -> bytes:
         writer.write(data)
         await writer.drain()
         while True:
-            responses = decoder.feed(await asyncio.wait_for(reader.read(65536), 5.0) or b"")
+            async with asyncio.timeout(5.0):  # not wait_for: on 3.11 it can swallow a cancel
+                data = await reader.read(65536)
+            responses = decoder.feed(data)
             if responses:
                 return responses[0]
             if reader.at_eof():
@@ -100,26 +127,40 @@ class LookupPeer:
 
     async def _session(self) -> None:
         host, _, port = self.address.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 2.0)
+        async with asyncio.timeout(2.0):
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
         decoder = ResponseDecoder()
+
+        async def request(data: bytes) -> bytes:
+            return await self._request(reader, writer, decoder, data)
+
         try:
             writer.write(encode_v1_magic())
-            reply = await self._request(reader, writer, decoder, encode_identify_v1(self._identity()))
+            reply = await request(encode_identify_v1(self._identity()))
             if reply.startswith(b"E_"):
                 raise ConnectionError(reply.decode(errors="replace"))
             self.lookupd_info = json.loads(reply)
             log.info("LOOKUPD(%s): peer info %s", self.address, self.lookupd_info)
+            # From here every change is queued; the snapshot below is taken after, so a
+            # change made while it is being sent is replayed once it has been.
             while not self._queue.empty():
                 self._queue.get_nowait()
+            self._accepting = True
+            next_ping = time.monotonic() + self.ping_interval
             for command in self._registrations():
-                await self._check(await self._request(reader, writer, decoder, command))
+                await self._check(await request(command))
             self.connected.set()
             while True:
+                if time.monotonic() >= next_ping:
+                    await self._check(await request(encode_ping()))
+                    next_ping = time.monotonic() + self.ping_interval
+                    continue
                 try:
-                    command = await asyncio.wait_for(self._queue.get(), PING_INTERVAL)
+                    async with asyncio.timeout(max(0.0, next_ping - time.monotonic())):
+                        command = await self._queue.get()  # left queued if the timer wins
                 except TimeoutError:
-                    command = encode_ping()
-                await self._check(await self._request(reader, writer, decoder, command))
+                    continue
+                await self._check(await request(command))
         finally:
             writer.close()
 
@@ -131,9 +172,11 @@ class LookupPeer:
 class LookupClient:
     """All lookupd peers of one nsqd, wired to the broker's topic/channel hooks."""
 
-    def __init__(self, server: NsqdServer) -> None:
+    def __init__(self, server: NsqdServer, *, ping_interval: float = PING_INTERVAL) -> None:
         self.server = server
+        self.ping_interval = ping_interval
         self.peers: dict[str, LookupPeer] = {}
+        self._precreating: set[asyncio.Task[None]] = set()
         broker = server.broker
         broker.on_topic_created.append(self._topic_created)
         broker.on_topic_deleted.append(self._topic_deleted)
@@ -146,7 +189,7 @@ class LookupClient:
             "version": NSQ_VERSION,
             "tcp_port": opts.broadcast_tcp_port or self.server.tcp_port,
             "http_port": opts.broadcast_http_port or self.server.http_port,
-            "hostname": opts.broadcast_address,
+            "hostname": socket.gethostname(),  # NSQ sends os.Hostname()
             "broadcast_address": opts.broadcast_address,
         }
 
@@ -166,14 +209,19 @@ class LookupClient:
                 asyncio.get_running_loop().create_task(peer.stop())
         for address in addresses:
             if address not in self.peers:
-                peer = LookupPeer(address, self.identity, self.registrations)
+                peer = LookupPeer(
+                    address, self.identity, self.registrations, ping_interval=self.ping_interval
+                )
                 self.peers[address] = peer
                 peer.start()
 
     async def stop(self) -> None:
+        for task in list(self._precreating):
+            task.cancel()
         for peer in self.peers.values():
             await peer.stop()
         self.peers.clear()
+        await asyncio.gather(*self._precreating, return_exceptions=True)
 
     def _send(self, command: bytes) -> None:
         for peer in self.peers.values():
@@ -182,15 +230,17 @@ class LookupClient:
     def _topic_created(self, topic: Topic) -> None:
         self._send(encode_register(topic.name))
         if self.peers and not topic.ephemeral:
-            asyncio.get_running_loop().create_task(self._precreate_channels(topic))
+            task = asyncio.get_running_loop().create_task(self._precreate_channels(topic))
+            self._precreating.add(task)  # held until done (the loop keeps only weak refs)
+            task.add_done_callback(self._precreating.discard)
 
     def _topic_deleted(self, topic: Topic) -> None:
         self._send(encode_unregister(topic.name))
 
-    def _channel_created(self, topic: Topic, channel: Channel) -> None:
+    def _channel_created(self, topic: Topic, channel: ChannelGroup) -> None:
         self._send(encode_register(topic.name, channel.name))
 
-    def _channel_deleted(self, topic: Topic, channel: Channel) -> None:
+    def _channel_deleted(self, topic: Topic, channel: ChannelGroup) -> None:
         self._send(encode_unregister(topic.name, channel.name))
 
     async def _precreate_channels(self, topic: Topic) -> None:
@@ -203,7 +253,8 @@ class LookupClient:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for peer in list(self.peers.values()):
                 try:
-                    await asyncio.wait_for(peer.connected.wait(), 2.0)
+                    async with asyncio.timeout(2.0):
+                        await peer.connected.wait()
                 except TimeoutError:
                     continue
                 address = peer.http_address
@@ -220,10 +271,14 @@ class LookupClient:
                     continue
                 found = doc.get("channels") if isinstance(doc, dict) else None
                 for name in found if isinstance(found, list) else []:
-                    if isinstance(name, str) and valid_channel_name(name) and not is_ephemeral(name):
+                    if (
+                        isinstance(name, str)
+                        and valid_channel_name(name)
+                        and not is_ephemeral(name)
+                    ):
                         names.add(name)
         if topic.deleted:
             return
         for name in sorted(names):
             if name not in topic.channels:
-                self.server.broker.channel(topic, name, start=topic.log.low_watermark)
+                self.server.broker.channel(topic, name, start=0)  # each partition's oldest

@@ -3,33 +3,40 @@
 ``NsqdServer(opts)`` then ``await start()`` binds the listeners (port 0 picks a free
 port; ``tcp_port``/``http_port`` tell which), loads metadata and starts the ticker.
 Group commit: the first publish of a loop turn schedules ``_commit`` with
-``call_soon``; it flushes every dirty topic log in one write each, releases the
+``call_soon``; it flushes every dirty partition log in one write each, releases the
 acknowledgements that the flush (or, under ``always``, the fsync run in a worker
 thread) covers, lets channels deliver, and writes every touched connection's output.
+Acknowledgements wait per partition (offsets are per partition).
 ``await stop()`` stops accepting, flushes, persists and closes: nothing is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from nsqpy.broker.broker import Broker
-from nsqpy.broker.topic import Topic
-from nsqpy.errors import ProtocolError
-from nsqpy.nsqd.tcp import V2Connection
-from nsqpy.options import NsqdOptions
+from nsqpy.broker.broker import Broker, Placement
+from nsqpy.broker.topic import Partition, Topic
+from nsqpy.errors import ConfigError, ProtocolError
+from nsqpy.nsqd.auth import AuthClient
+from nsqpy.nsqd.https import plain_http_app, start_https
+from nsqpy.nsqd.tcp import V2Connection, failed_verb
+from nsqpy.nsqd.tls import TlsSettings
+from nsqpy.options import NsqdOptions, listen_address
 from nsqpy.protocol.limits import Limits
+from nsqpy.storage import Entry
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.lookup import LookupClient
-    from nsqpy.storage import MemoryLog, PartitionLog
+    from nsqpy.storage import CursorFile, MemoryLog, PartitionLog
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -58,8 +65,11 @@ class Ack:
 
 
 def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    """(host, port) of a TCP address (ConfigError for anything else)."""
+    parsed = listen_address("address", address)
+    if isinstance(parsed, str):
+        raise ConfigError(f"{address!r} is not host:port")
+    return parsed
 
 
 class NsqdServer:
@@ -67,6 +77,13 @@ class NsqdServer:
 
     def __init__(self, opts: NsqdOptions, *, clock: Callable[[], int] = time.time_ns) -> None:
         self.opts = opts
+        self.tls = TlsSettings.from_options(opts)  # ConfigError: nsqd must not start
+        self.clock = clock  # ns; heartbeats, timeouts and output buffering all read it
+        # Checked before the data path is touched: a bad address changes nothing.
+        self.tcp_listen = listen_address("tcp-address", opts.tcp_address)
+        self.http_listen = (
+            listen_address("http-address", opts.http_address) if opts.http_address else None
+        )
         self.broker = Broker(opts, clock=clock)
         self.limits = Limits(
             max_msg_size=opts.max_msg_size,
@@ -81,17 +98,21 @@ class NsqdServer:
             max_output_buffer_timeout_ms=opts.max_output_buffer_timeout_ms,
             output_buffer_timeout_ms=opts.output_buffer_timeout_ms,
             max_deflate_level=opts.max_deflate_level,
-            snappy=False,
-            deflate=False,
-            tls_available=False,
-            auth_required=False,
+            snappy=opts.snappy,
+            deflate=opts.deflate,
+            tls_available=self.tls.context is not None,
+            auth_required=bool(opts.auth_http_addresses),
         )
-        self.tls_required = False
+        self.tls_required = self.tls.tcp_required
+        self.auth = AuthClient(opts, self.tls.client_context) if opts.auth_http_addresses else None
+        self._https_runner: web.AppRunner | None = None
+        self.https_port = 0
         self.lookup: LookupClient | None = None
         self.connections: set[V2Connection] = set()
         self._touched: set[V2Connection] = set()
-        self._acks: dict[str, deque[Ack]] = {}
-        self._syncing: set[str] = set()
+        self._acks: dict[Partition, deque[Ack]] = {}
+        self._syncing: set[Partition] = set()
+        self._cursor_writes: dict[CursorFile, asyncio.Future[bool]] = {}
         self._commit_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.Server | None = None
@@ -100,6 +121,7 @@ class NsqdServer:
         self.tcp_port = 0
         self.http_port = 0
         self.start_time = int(time.time())
+        self.broker.on_topic_deleted.append(self._topic_deleted)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -108,25 +130,54 @@ class NsqdServer:
 
         self._loop = asyncio.get_running_loop()
         self.broker.load_metadata()
-        host, port = split_host_port(self.opts.tcp_address)
-        self._tcp_server = await self._loop.create_server(
-            lambda: V2Connection(self), host, port, reuse_address=True, backlog=1024
-        )
-        self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
-        log.info("TCP: listening on %s:%d", host, self.tcp_port)
-        if self.opts.http_address:
-            host, port = split_host_port(self.opts.http_address)
-            self._http_runner = web.AppRunner(make_app(self), access_log=None)
-            await self._http_runner.setup()
-            site = web.TCPSite(self._http_runner, host, port, reuse_address=True)
-            await site.start()
-            server = site._server
-            assert server is not None
-            self.http_port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            log.info("HTTP: listening on %s:%d", host, self.http_port)
+        where = self.tcp_listen
+        if isinstance(where, str):
+            self._tcp_server = await self._loop.create_unix_server(
+                lambda: V2Connection(self), where, backlog=1024
+            )
+            self.tcp_port = -1  # as /info reports a unix socket listener
+            log.info("TCP: listening on %s", where)
+        else:
+            self._tcp_server = await self._loop.create_server(
+                lambda: V2Connection(self), where[0], where[1], reuse_address=True, backlog=1024
+            )
+            self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
+            log.info("TCP: listening on %s:%d", where[0], self.tcp_port)
+        if self.http_listen is not None:
+            await self._start_http(plain_http_app(self, make_app(self)), self.http_listen)
+        await start_https(self)
         self._tasks.append(asyncio.create_task(self._ticker()))
+        if self.opts.statsd_address:  # NSQ's statsd push (nsqpy.metrics.statsd)
+            from nsqpy.metrics.statsd import StatsdEmitter
+
+            self._tasks.append(asyncio.create_task(StatsdEmitter(self).run()))
         if self.opts.lookupd_tcp_addresses:
             self.lookupd_addresses_changed()
+
+    async def _start_http(self, app: web.Application, where: tuple[str, int] | str) -> None:
+        # Go's net/http takes request lines and headers up to 1 MiB; aiohttp's 8 KiB
+        # default would refuse long query strings that nsqd answers.
+        self._http_runner = web.AppRunner(
+            app, access_log=None, max_line_size=1 << 20, max_field_size=1 << 20
+        )
+        await self._http_runner.setup()
+        if isinstance(where, str):
+            await web.UnixSite(self._http_runner, where).start()
+            self.http_port = -1
+            log.info("HTTP: listening on %s", where)
+            return
+        await web.TCPSite(self._http_runner, where[0], where[1], reuse_address=True).start()
+        self.http_port = int(self._http_runner.addresses[0][1])
+        log.info("HTTP: listening on %s:%d", where[0], self.http_port)
+
+    def _remove_unix_sockets(self) -> None:
+        """Unlink the socket files we listened on, as Go's unix listener does on close."""
+        for where in (self.tcp_listen, self.http_listen):
+            if isinstance(where, str):
+                try:
+                    os.unlink(where)
+                except OSError:
+                    pass
 
     async def stop(self) -> None:
         """Stop accepting, flush and persist everything, close connections."""
@@ -145,12 +196,19 @@ class NsqdServer:
         self._commit()
         while self._syncing:
             await asyncio.sleep(0.01)
+        if self._cursor_writes:  # let the periodic writes land; close() saves the last state
+            await asyncio.gather(*self._cursor_writes.values(), return_exceptions=True)
         for conn in list(self.connections):
-            conn.flush()
+            conn.flush(force=True)
             if conn.transport is not None:
                 conn.transport.close()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
+        if self._https_runner is not None:
+            await self._https_runner.cleanup()
+        if self.auth is not None:
+            await self.auth.close()
+        self._remove_unix_sockets()
         self.broker.close()
         for acks in self._acks.values():
             for ack in acks:
@@ -169,37 +227,52 @@ class NsqdServer:
             self._commit_scheduled = True
             self._loop.call_soon(self._commit)
 
-    def expect_ack(self, topic: Topic, last_offset: int, failed: type[ProtocolError]) -> Ack:
+    def expect_ack(
+        self, partition: Partition, last_offset: int, failed: type[ProtocolError]
+    ) -> Ack:
         ack = Ack(last_offset, failed)
-        self._acks.setdefault(topic.name, deque()).append(ack)
+        self._acks.setdefault(partition, deque()).append(ack)
         self._schedule_commit()
         return ack
 
     async def publish_and_wait(
-        self, topic: Topic, bodies: list[bytes], deliver_at: int, failed: type[ProtocolError]
-    ) -> None:
-        """HTTP publishing: append, then wait for the commit that covers it."""
-        last = self.broker.publish(topic, bodies, deliver_at)
-        ack = self.expect_ack(topic, last, failed)
+        self,
+        topic: Topic,
+        bodies: list[bytes],
+        deliver_at: int,
+        failed: type[ProtocolError],
+        *,
+        entries: Sequence[Entry] = (),
+        partition: int = -1,
+        key: bytes = b"",
+        source: str = "",
+        trace_id: int = 0,
+    ) -> Placement:
+        """HTTP publishing: append (see ``Broker.append``: ``source`` and ``trace_id`` are
+        for tracing), then wait for the commit that covers it."""
+        placed = self.broker.append(
+            topic, bodies, deliver_at, entries=entries, partition=partition, key=key,
+            source=source, trace_id=trace_id,
+        )  # fmt: skip
+        ack = self.expect_ack(placed.partition, placed.last, failed)
         assert self._loop is not None
         ack.callback = self._loop.create_future()
         await ack.callback
+        return placed
 
     def _commit(self) -> None:
         self._commit_scheduled = False
-        try:
-            flushed = self.broker.flush()
-        except OSError as exc:
-            self._fail_all(exc)
-            flushed = []
+        flushed, failed = self.broker.flush()
+        for part, exc in failed.items():
+            self._fail_topic(part, exc)
         now = self.broker.clock()
-        for topic in flushed:
-            if self.opts.sync_always and not topic.ephemeral:
-                self._start_sync(topic)  # acknowledged when the fsync covering it is done
+        for part in flushed:
+            if self.opts.sync_always and not part.ephemeral:
+                self._start_sync(part)  # acknowledged when the fsync covering it is done
                 continue
-            self._release(topic, topic.log.flushed_offset)
-            if not topic.ephemeral and topic.log.sync_due(now):
-                self._start_sync(topic)
+            self._release(part, part.log.flushed_offset)
+            if not part.ephemeral and part.log.sync_due(now):
+                self._start_sync(part)
         if flushed:
             self.broker.pump(flushed)
         self._flush_connections()
@@ -209,47 +282,58 @@ class NsqdServer:
         for conn in touched:
             conn.release_replies()
             conn.flush()
+            if conn._replies:  # still waiting for a commit (the ticker ran first): look again
+                self._touched.add(conn)
 
-    def _release(self, topic: Topic, limit: int) -> None:
-        acks = self._acks.get(topic.name)
+    def _release(self, part: Partition, limit: int) -> None:
+        acks = self._acks.get(part)
         while acks and acks[0].offset < limit:
             ack = acks.popleft()
             ack.resolve()
 
-    def _fail_all(self, exc: OSError) -> None:
-        for acks in self._acks.values():
+    def _topic_deleted(self, topic: Topic) -> None:
+        """Publishes the topic accepted before its deletion are answered (its log was closed)."""
+        for part in topic.partitions:
+            acks = self._acks.pop(part, None)
             while acks:
-                ack = acks.popleft()
-                ack.resolve(ack.failed(f"{ack.failed.code[2:]} failed {exc}"))
+                acks.popleft().resolve()
+
+    def _fail_topic(self, part: Partition, exc: OSError) -> None:
+        """A write or fsync of a partition failed: its waiting publishers get an error."""
+        acks = self._acks.get(part)
+        while acks:
+            ack = acks.popleft()
+            ack.resolve(ack.failed(f"{failed_verb(ack.failed)} failed {exc}"))
         for conn in list(self.connections):
-            self._touched.add(conn)
+            if conn._replies:
+                self._touched.add(conn)
 
-    def _start_sync(self, topic: Topic) -> None:
-        if topic.name in self._syncing or self._loop is None:
+    def _start_sync(self, part: Partition) -> None:
+        if part in self._syncing or self._loop is None:
             return
-        self._syncing.add(topic.name)
-        log_: PartitionLog | MemoryLog = topic.log
+        self._syncing.add(part)
+        log_: PartitionLog | MemoryLog = part.log
         fut = self._loop.run_in_executor(None, log_.sync)
-        fut.add_done_callback(lambda f, t=topic: self._synced(t, f))
+        fut.add_done_callback(functools.partial(self._synced, part))
 
-    def _synced(self, topic: Topic, fut: asyncio.Future[int]) -> None:
-        self._syncing.discard(topic.name)
+    def _synced(self, part: Partition, fut: asyncio.Future[int]) -> None:
+        self._syncing.discard(part)
         exc = fut.exception()
         if exc is not None:
-            self.broker.health_error = f"fsync of topic {topic.name} failed: {exc}"
+            self.broker.health_error = f"fsync of topic {part.name} failed: {exc}"
             log.error("%s", self.broker.health_error)
-            if isinstance(exc, OSError):
-                self._fail_all(exc)
+            if self.opts.sync_always and isinstance(exc, OSError):
+                self._fail_topic(part, exc)
             self._flush_connections()
             return
-        self._release(topic, topic.log.durable_offset)
+        self._release(part, part.log.durable_offset)
         for conn in list(self.connections):
             if conn._replies:
                 self._touched.add(conn)
         self._flush_connections()
         # Data appended while this fsync ran needs another one.
-        if self.opts.sync_always and topic.log.durable_offset < topic.log.flushed_offset:
-            self._start_sync(topic)
+        if self.opts.sync_always and part.log.durable_offset < part.log.flushed_offset:
+            self._start_sync(part)
 
     # -- timers ----------------------------------------------------------------------
 
@@ -266,18 +350,38 @@ class NsqdServer:
 
     def _tick(self, ticks: int) -> None:
         self.broker.scan()
-        now = time.monotonic_ns()
+        if self.broker.has_dirty():  # dead letters published by timeouts
+            self._schedule_commit()
+        self._save_cursors()
+        now = self.clock()
         for conn in list(self.connections):
             conn.heartbeat(now)
             if conn._out:
                 self._touched.add(conn)
         clock = self.broker.clock()
         for topic in self.broker.topics.values():
-            if not topic.ephemeral and topic.log.sync_due(clock):
-                self._start_sync(topic)
+            for part in topic.partitions:
+                if not part.ephemeral and part.log.sync_due(clock):
+                    self._start_sync(part)
         if ticks % 50 == 0:
             self.broker.housekeeping()
         self._flush_connections()
+
+    def _save_cursors(self) -> None:
+        """Write due cursors in worker threads: snapshots taken here, fsyncs off the loop,
+        one write in flight per channel."""
+        if self._loop is None:
+            return
+        for cursor_file, snap in self.broker.due_cursor_saves(self._cursor_writes):
+            fut = self._loop.run_in_executor(None, cursor_file.write, snap)
+            self._cursor_writes[cursor_file] = fut
+            fut.add_done_callback(functools.partial(self._cursor_written, cursor_file))
+
+    def _cursor_written(self, cursor_file: CursorFile, fut: asyncio.Future[bool]) -> None:
+        self._cursor_writes.pop(cursor_file, None)
+        exc = None if fut.cancelled() else fut.exception()
+        if exc is not None:
+            log.error("failed to save cursor %s: %s", cursor_file.path, exc)
 
     # -- hooks for the HTTP API --------------------------------------------------------
 

@@ -4,8 +4,23 @@ Bytes go to the sans-IO ``CommandParser``; each parsed command is one method her
 (``identify``, ``sub``, ``pub`` …) that calls the broker. Replies keep the order of the
 commands: a PUB's ``OK`` waits for the group commit that writes its message (and, under
 the ``always`` fsync policy, for the fsync), and replies after it wait behind it.
-Message frames and replies are gathered during a loop turn and written with one
-``writelines`` at its end. Fatal errors send their frame and close the connection.
+Fatal errors send their frame and close the connection. Youzan's extensions are handled
+here too: partitioned PUB/MPUB/SUB, SUB_ORDERED, PUB_EXT/MPUB_EXT (headers checked, stored
+in the record's extension) and PUB_TRACE/MPUB_TRACE (trace id stored; the reply carries
+ID, trace id, offset and size); a client that IDENTIFYs with ``extend_support`` gets
+extended message frames (its sink is an ``ExtendSink`` in front of this connection).
+
+Output follows nsqd's buffered writer: frames gathered during a loop turn go out with one
+``writelines``. A response, error or heartbeat is flushed at the end of its turn, with any
+messages before it. Message frames alone wait, as NSQ's messagePump lets them, until
+``output_buffer_size`` bytes are buffered (written at once, mid-turn), the client stops
+being ready (in flight >= RDY, channel paused or ordered, not subscribed), or
+``output_buffer_timeout`` has passed since the first of them, by the server's clock
+(checked by the server's ticker) or in real time (a loop timer); a size or timeout of -1
+in IDENTIFY turns buffering off.
+Writes have backpressure: when the transport's buffer passes its high-water mark
+(``pause_writing``) the client's RDY window counts as full, so its channel skips it until
+the buffer drains (``resume_writing``).
 """
 
 from __future__ import annotations
@@ -16,8 +31,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, cast
 
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.broker import Placement
 from nsqpy.broker.client import Client
+from nsqpy.broker.extensions import ExtendSink
+from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.errors import (
     AuthDisabled,
     BadTopic,
@@ -27,8 +44,12 @@ from nsqpy.errors import (
     ProtocolError,
     PubFailed,
     ReqFailed,
+    StorageError,
     TouchFailed,
 )
+from nsqpy.nsqd.auth import ConnectionAuth
+from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
+from nsqpy.nsqd.upgrade import begin_upgrade
 from nsqpy.protocol.commands import (
     Auth,
     Cls,
@@ -37,8 +58,12 @@ from nsqpy.protocol.commands import (
     Fin,
     Identify,
     Mpub,
+    MpubExt,
+    MpubTrace,
     Nop,
     Pub,
+    PubExt,
+    PubTrace,
     Rdy,
     Req,
     Sub,
@@ -52,6 +77,7 @@ from nsqpy.protocol.frames import (
     encode_response,
 )
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
+from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE
 from nsqpy.protocol.message import try_decode_message_id
 from nsqpy.protocol.names import valid_topic_name
 from nsqpy.protocol.state import (
@@ -59,11 +85,21 @@ from nsqpy.protocol.state import (
     SUBSCRIBED,
     check_verb,
 )
+from nsqpy.storage import Entry
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.server import Ack, NsqdServer
 
+
+def failed_verb(error: type[ProtocolError]) -> str:
+    """The verb NSQ names in a publish failure: E_MPUB_FAILED -> "MPUB"."""
+    return error.code[2:].removesuffix("_FAILED")
+
+
 log = logging.getLogger("nsqpy.nsqd")
+
+# A client's transport buffer past this pauses its deliveries (resumed below a quarter).
+WRITE_HIGH_WATER = 256 * 1024
 
 
 class V2Connection(asyncio.Protocol):
@@ -75,21 +111,34 @@ class V2Connection(asyncio.Protocol):
         self.parser = CommandParser(server.limits, gate=self._gate)
         self.transport: asyncio.Transport | None = None
         self.client = Client(sink=self)
-        self._out: list[bytes] = []
+        self._out: list[bytes] = []  # frames to write, in order
+        self._out_bytes = 0  # bytes of message frames among them
+        self._buffered_since = 0  # server clock when the first of them was buffered
+        self._force = False  # a frame that is not a message is waiting: flush this turn
+        self._timer: asyncio.TimerHandle | None = None
+        self._buf_size = DEFAULT_OUTPUT_BUFFER_SIZE
+        self._buf_timeout_ns = server.opts.output_buffer_timeout_ms * 1_000_000
         # Replies waiting for a publish acknowledgement: (ack or None, frame bytes, close after).
         self._replies: deque[tuple[Ack | None, bytes, bool]] = deque()
         self.heartbeat_ns = server.opts.client_timeout_ms * 500_000
-        self.last_recv = time.monotonic_ns()
+        self.last_recv = server.clock()  # the server's clock: fake in tests
         self.last_heartbeat = self.last_recv
         self._heartbeat_ms = server.opts.client_timeout_ms // 2
         self.closing = False
         self._fatal = False
+        self._held = False
+        self._reading_paused = False
+        # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
+        # commands that arrived together, not once per command (DESIGN "Speed in Python").
+        self._pump_due: ChannelGroup | None = None
+        self.auth = ConnectionAuth(self, server.auth) if server.auth is not None else None
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) else ("", 0)
         self.client.remote_address = f"{host}:{port}"
@@ -102,6 +151,8 @@ class V2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
         self.server.connections.discard(self)
         self.broker.client_gone(self.client)
         self.transport = None
@@ -109,26 +160,75 @@ class V2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._fatal:
             return
-        self.last_recv = time.monotonic_ns()
+        self.last_recv = self.server.clock()
         self.parser.feed(data)
+        self._process()
+
+    def _process(self) -> None:
+        """Run every complete command buffered, unless held (AUTH query, stream upgrade)."""
         try:
-            while not self._fatal:
+            while not self._fatal and not self._held:
                 command = self.parser.next()
                 if command is None:
                     break
                 self._dispatch(command)
         except ProtocolError as err:
             if getattr(err, "silent", False):
+                self._pump_due = None
                 self._abort()
                 return
             self._error(err)
+        self._pump_pending()
+        self.server.touch_connection(self)
+
+    def _pump_pending(self) -> None:
+        channel, self._pump_due = self._pump_due, None
+        if channel is not None and not channel.deleted:
+            channel.pump(self.broker.clock())
+
+    def hold(self, *, pause_reading: bool = True) -> None:
+        """Run no more commands until ``resume`` (an AUTH query or a stream upgrade runs)."""
+        self._held = True
+        if pause_reading and self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        """Run the commands that arrived meanwhile and read again."""
+        if not self._held:
+            return
+        self._held = False
+        if self.transport is None:  # gone meanwhile: run nothing more for a dead client
+            return
+        if self._reading_paused and self.transport is not None:
+            self._reading_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+        self._process()
         self.server.touch_connection(self)
 
     # -- output ----------------------------------------------------------------------
 
     def send_message(self, frame: bytes) -> None:
-        """Sink for the broker: a message frame for this client."""
+        """Sink for the broker: a message frame for this client (buffered, see the module doc)."""
         self._out.append(frame)
+        self._out_bytes += len(frame)
+        if not self._buffered_since:
+            self._buffered_since = self.server.clock()
+        if self._out_bytes >= self._buf_size:
+            self._write_out()  # the buffer is full: it goes now, as bufio writes through
+        else:
+            self.server.touch_connection(self)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer passed its high-water mark: stop taking messages."""
+        self.client.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.client.write_paused = False
+        channel = self.client.channel
+        if isinstance(channel, ChannelGroup):
+            channel.pump(self.broker.clock())
         self.server.touch_connection(self)
 
     def close_by_server(self) -> None:
@@ -140,6 +240,7 @@ class V2Connection(asyncio.Protocol):
         if ack is None and not self._replies:
             if frame:
                 self._out.append(frame)
+                self._force = True
             if close:
                 self._close_after_flush()
             return
@@ -157,16 +258,55 @@ class V2Connection(asyncio.Protocol):
                 frame, close = encode_error(ack.error), True
             if frame:
                 self._out.append(frame)
+                self._force = True
             if close:
                 self._close_after_flush()
                 replies.clear()
                 return
 
-    def flush(self) -> None:
-        """Write everything gathered during this loop turn in one call."""
+    def flush(self, force: bool = False) -> None:
+        """End of a loop turn: write what is gathered unless only messages wait in a buffer
+        that may still wait (see the module doc); ``force`` writes in any case."""
+        if self._out and not (force or self._force or self._flush_due()):
+            self._arm_timer()
+            return
+        self._write_out()
+
+    def _flush_due(self) -> bool:
+        if self.closing or self._buf_timeout_ns <= 0 or self._buf_size <= 1:
+            return True
+        client = self.client
+        channel = client.channel
+        if client.capacity <= 0 or client.state != SUBSCRIBED:
+            return True  # not ready for more: nsqd flushes
+        if isinstance(channel, ChannelGroup) and (channel.paused or channel.ordered):
+            return True  # an ordered channel sends the next only after a FIN: no batch to wait for
+        return self.server.clock() - self._buffered_since >= self._buf_timeout_ns
+
+    def _arm_timer(self) -> None:
+        """Flush when the output buffer timeout has passed in real time (the server's ticker
+        checks its own clock too: with a fake clock, tests move time themselves)."""
+        if self._timer is None and self.server._loop is not None:
+            self._timer = self.server._loop.call_later(
+                self._buf_timeout_ns / 1e9, self._buffer_timer
+            )
+
+    def _buffer_timer(self) -> None:
+        self._timer = None
+        if self._out:
+            self._write_out()
+
+    def _write_out(self) -> None:
+        """Write everything gathered, in one call."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(self._out)
         self._out.clear()
+        self._out_bytes = 0
+        self._buffered_since = 0
+        self._force = False
         if self.closing and self.transport is not None and not self._replies:
             self.transport.close()
 
@@ -210,6 +350,8 @@ class V2Connection(asyncio.Protocol):
 
     def _dispatch(self, command: object) -> None:
         try:
+            if self.auth is not None and self.auth.intercept(command):
+                return
             match command:
                 case Pub():
                     self.pub(command)
@@ -235,6 +377,8 @@ class V2Connection(asyncio.Protocol):
                     self.cls()
                 case Auth():
                     raise AuthDisabled("AUTH disabled")
+                case PubExt() | MpubExt() | PubTrace() | MpubTrace():
+                    self.pub_extended(command)
         except ProtocolError as err:
             self._error(err)
 
@@ -249,58 +393,69 @@ class V2Connection(asyncio.Protocol):
         c.user_agent = req.user_agent
         c.sample_rate = neg.sample_rate
         c.msg_timeout_ns = neg.msg_timeout_ms * 1_000_000
-        self.heartbeat_ns = neg.heartbeat_interval_ms * 1_000_000 if neg.heartbeat_interval_ms > 0 else -1
+        self.heartbeat_ns = (
+            neg.heartbeat_interval_ms * 1_000_000 if neg.heartbeat_interval_ms > 0 else -1
+        )
+        self._buf_size = neg.output_buffer_size
+        self._buf_timeout_ns = neg.output_buffer_timeout_ms * 1_000_000
         self._heartbeat_ms = neg.heartbeat_interval_ms
+        if neg.extend_support and not isinstance(c.sink, ExtendSink):
+            c.sink = ExtendSink(self, c)
         if not req.feature_negotiation:
             self._reply(None, OK_FRAME)
             return
         self._reply(None, encode_response(identify_response(neg, self.server.limits)))
+        if neg.tls_v1 or neg.snappy or neg.deflate:
+            begin_upgrade(self, neg)
 
     def sub(self, cmd: Sub) -> None:
-        channel = self.broker.subscribe(self.client, cmd.topic, cmd.channel)
+        self.broker.subscribe(
+            self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
+        )
         self.client.state = SUBSCRIBED
         self._reply(None, OK_FRAME)
-        del channel
 
     def rdy(self, cmd: Rdy) -> None:
         if self.client.state == CLOSING:
             return
         self.client.ready_count = cmd.count
         channel = self.client.channel
-        if isinstance(channel, Channel):
-            channel.pump(self.broker.clock())
+        if isinstance(channel, ChannelGroup):
+            self._pump_due = channel
 
     @staticmethod
-    def _offset_of(msg_id: bytes, error: type[ProtocolError], verb: str) -> int:
-        """The offset in a message ID; an ID we never issued is the verb's non-fatal error."""
+    def _id_of(msg_id: bytes, error: type[ProtocolError], verb: str) -> tuple[int, int]:
+        """(partition, offset) of a message ID; an ID we never issued is the verb's
+        non-fatal error."""
         decoded = try_decode_message_id(msg_id)
         if decoded is None:
             raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
-        return decoded[1]
+        return decoded
 
-    def _channel(self) -> Channel:
+    def _channel(self) -> ChannelGroup:
         channel = self.client.channel
-        assert isinstance(channel, Channel)
+        assert isinstance(channel, ChannelGroup)
         return channel
 
     def fin(self, cmd: Fin) -> None:
-        offset = self._offset_of(cmd.msg_id, FinFailed, "FIN")
+        partition, offset = self._id_of(cmd.msg_id, FinFailed, "FIN")
         channel = self._channel()
         now = self.broker.clock()
-        channel.finish(self.client, offset, cmd.msg_id, now)
-        channel.pump(now)
+        channel.finish(self.client, partition, offset, cmd.msg_id, now)
+        self._pump_due = channel
 
     def req(self, cmd: Req) -> None:
-        offset = self._offset_of(cmd.msg_id, ReqFailed, "REQ")
+        partition, offset = self._id_of(cmd.msg_id, ReqFailed, "REQ")
         channel = self._channel()
         now = self.broker.clock()
-        channel.requeue(self.client, offset, cmd.msg_id, cmd.timeout_ms, now)
-        channel.pump(now)
+        channel.requeue(self.client, partition, offset, cmd.msg_id, cmd.timeout_ms, now)
+        self._pump_due = channel
 
     def touch(self, cmd: Touch) -> None:
-        offset = self._offset_of(cmd.msg_id, TouchFailed, "TOUCH")
+        partition, offset = self._id_of(cmd.msg_id, TouchFailed, "TOUCH")
         self._channel().touch(
             self.client,
+            partition,
             offset,
             cmd.msg_id,
             self.broker.clock(),
@@ -313,28 +468,60 @@ class V2Connection(asyncio.Protocol):
         self._reply(None, CLOSE_WAIT_FRAME)
 
     def _publish(
-        self, topic_name: str, bodies: list[bytes], deliver_at: int, failed: type[ProtocolError]
-    ) -> None:
+        self,
+        topic_name: str,
+        bodies: list[bytes],
+        deliver_at: int,
+        failed: type[ProtocolError],
+        partition: int = -1,
+        entries: list[Entry] | None = None,
+    ) -> list[Placement]:
+        """Append and answer once written: ``bodies`` to ``partition`` (-1: the next in
+        turn), or ``entries`` (see ``Broker.append_entries``)."""
         if not valid_topic_name(topic_name):
             raise BadTopic(f'PUB topic name "{topic_name}" is not valid')
+        if partition >= 0:
+            self.broker.check_partition(topic_name, partition)
         topic = self.broker.topic(topic_name)
         if topic.deleted:
-            raise failed(f"{failed.code[2:]} failed exiting")
+            raise failed(f"{failed_verb(failed)} failed exiting")
         try:
-            last = self.broker.publish(topic, bodies, deliver_at)
-        except OSError as exc:
-            raise failed(f"{failed.code[2:]} failed {exc}") from exc
+            if entries is None:
+                placed = [
+                    self.broker.append(
+                        topic, bodies, deliver_at, partition=partition, source=self.client
+                    )
+                ]
+            else:
+                placed = self.broker.append_entries(topic, entries, partition, source=self.client)
+        except (OSError, StorageError) as exc:
+            raise failed(f"{failed_verb(failed)} failed {exc}") from exc
         counts = self.client.pub_counts
-        counts[topic_name] = counts.get(topic_name, 0) + len(bodies)
-        ack = self.server.expect_ack(topic, last, failed)
-        self._reply(ack, OK_FRAME)
+        counts[topic_name] = counts.get(topic_name, 0) + (
+            len(bodies) if entries is None else len(entries)
+        )
+        last = placed[-1]
+        if len(placed) > 1:  # an MPUB split over partitions: OK once every part is written
+            for place in placed[:-1]:
+                self._reply(self.server.expect_ack(place.partition, place.last, failed), b"")
+        self._reply(self.server.expect_ack(last.partition, last.last, failed), OK_FRAME)
+        return placed
 
     def pub(self, cmd: Pub) -> None:
-        self._publish(cmd.topic, [cmd.body], 0, PubFailed)
+        self._publish(cmd.topic, [cmd.body], 0, PubFailed, cmd.partition)
 
     def mpub(self, cmd: Mpub) -> None:
-        self._publish(cmd.topic, cmd.bodies, 0, MpubFailed)
+        self._publish(cmd.topic, cmd.bodies, 0, MpubFailed, cmd.partition)
 
     def dpub(self, cmd: Dpub) -> None:
         deliver_at = self.broker.clock() + cmd.defer_ms * 1_000_000 if cmd.defer_ms else 0
         self._publish(cmd.topic, [cmd.body], deliver_at, DpubFailed)
+
+    def pub_extended(self, cmd: Extended) -> None:
+        """PUB_EXT, MPUB_EXT, PUB_TRACE, MPUB_TRACE (youzan): records with extensions."""
+        entries, traced = extended_entries(cmd, self.broker.clock())
+        failed = PubFailed if isinstance(cmd, PubExt | PubTrace) else MpubFailed
+        placed = self._publish(cmd.topic, [], 0, failed, cmd.partition, entries)
+        if traced:  # the traced reply in place of the OK queued last
+            ack, _frame, close = self._replies.pop()
+            self._replies.append((ack, traced_reply(placed, entries), close))

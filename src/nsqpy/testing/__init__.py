@@ -60,7 +60,9 @@ class DaemonProcess:
     Ports are chosen by the daemon (``127.0.0.1:0``) and read from its log lines.
     """
 
-    def __init__(self, program: str, args: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, program: str, args: Sequence[str], *, env: dict[str, str] | None = None
+    ) -> None:
         self.program = program
         self.args = list(args)
         self.env = env

@@ -16,7 +16,9 @@ import gnsq
 def main() -> int:
     address, http_port, topic, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     http = gnsq.NsqdHTTPClient("127.0.0.1", http_port)
-    report: dict[str, object] = {"ping": http.ping().decode() if isinstance(http.ping(), bytes) else http.ping()}
+    report: dict[str, object] = {
+        "ping": http.ping().decode() if isinstance(http.ping(), bytes) else http.ping()
+    }
     http.create_topic(topic)
     http.create_channel(topic, "compat")
     producer = gnsq.Producer(nsqd_tcp_addresses=[address])

@@ -1,0 +1,77 @@
+"""Message extensions at delivery: what a stored record's extension becomes on the wire.
+
+A record may carry a trace id, a partition key and JSON headers (``nsqpy.storage``). A
+client that negotiated ``extend_support`` gets them in youzan's extended message frame
+(``nsqpy.protocol.message.extend_frame``): version 4 with the headers as published, or,
+for a record with a trace id or key but no headers, a header object holding the reserved
+``##trace_id`` / ``##partition_key``; version 0 when the record has none. ``ExtendSink``
+stands between a channel and such a client's connection and rewrites each plain frame;
+clients that did not negotiate it never see anything but NSQ's plain frames. Must not
+import asyncio or any server.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeAlias
+
+from nsqpy.broker.client import Client, Sink
+from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.protocol.extend import PARTITION_KEY_KEY, TRACE_ID_KEY
+from nsqpy.protocol.message import (
+    JSON_HEADER_EXT_VERSION,
+    NO_EXT_VERSION,
+    extend_frame,
+    try_decode_message_id,
+)
+from nsqpy.storage import Entry, Record
+from nsqpy.storage.records import EXT_SIZE, RECORD_SIZE
+
+Extension: TypeAlias = tuple[int, bytes]  # (extension version, extension bytes)
+NO_EXTENSION: Extension = (NO_EXT_VERSION, b"")
+_ID_AT = 18  # a whole frame: size (4), type (4), timestamp (8), attempts (2), then the ID
+
+
+def extension_of(record: Record) -> Extension:
+    """The extension delivered with ``record`` (see the module doc)."""
+    return extension_from(record.trace_id, record.partition_key, record.headers)
+
+
+def extension_from(trace_id: int, partition_key: bytes, headers: bytes) -> Extension:
+    """The extension delivered with a record holding these (see the module doc)."""
+    if headers:
+        return JSON_HEADER_EXT_VERSION, headers
+    if not trace_id and not partition_key:
+        return NO_EXTENSION
+    doc: dict[str, str] = {}
+    if trace_id:
+        doc[TRACE_ID_KEY] = str(trace_id)
+    if partition_key:
+        doc[PARTITION_KEY_KEY] = partition_key.decode(errors="replace")
+    return JSON_HEADER_EXT_VERSION, json.dumps(doc, separators=(",", ":")).encode()
+
+
+def stored_size(entry: Entry) -> int:
+    """The bytes ``entry`` takes in the log (the size youzan's traced reply reports)."""
+    ext = entry.trace_id or entry.partition_key or entry.headers
+    extension = EXT_SIZE + len(entry.partition_key) + len(entry.headers) if ext else 0
+    return RECORD_SIZE + extension + len(entry.body)
+
+
+class ExtendSink:
+    """The sink of a client with ``extend_support``: plain frames in, extended frames out."""
+
+    def __init__(self, sink: Sink, client: Client) -> None:
+        self.sink = sink
+        self.client = client
+
+    def send_message(self, frame: bytes) -> None:
+        version, ext = NO_EXTENSION
+        group = self.client.channel
+        decoded = try_decode_message_id(frame[_ID_AT : _ID_AT + 16])
+        if decoded is not None and isinstance(group, ChannelGroup):
+            version, ext = group.extension(*decoded)
+        self.sink.send_message(extend_frame(frame, version, ext))
+
+    def close_by_server(self) -> None:
+        self.sink.close_by_server()

@@ -1,0 +1,109 @@
+"""Ordered delivery of a channel: per partition one message in flight, one owning consumer.
+
+A producer that needs order hashes its key to a partition; an ordered channel then hands
+out each partition's messages strictly one at a time, the next only after the previous is
+finished. Each partition is owned by one of the channel's consumers at a time (balanced:
+no consumer owns more than one partition above the least loaded one that may take it;
+a consumer subscribed to one partition can own only that one). When the owner leaves,
+its in-flight message goes back to the head of the partition and the partition passes to
+another consumer, which gets that message first. A requeue keeps the order too: the
+message is the next one delivered, and a requeue with a delay holds the whole partition
+until the delay is over. Messages published with a delay (DPUB) leave the order, as they
+leave the cursor's window. Delivery reuses ``Channel.pump``/``Channel.scan`` with the
+owner's RDY window narrowed to one message for the call. Must not import asyncio or any
+server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nsqpy.broker.channel import Channel
+from nsqpy.broker.client import Client
+
+if TYPE_CHECKING:
+    from nsqpy.broker.partitioned import ChannelGroup
+
+
+class OrderedDelivery:
+    """The owners and requeue holds of an ordered ``ChannelGroup``."""
+
+    def __init__(self, group: ChannelGroup) -> None:
+        self.group = group
+        self.owners: list[Client | None] = [None] * len(group.parts)
+        self.holds: dict[int, int] = {}  # partition -> no delivery before this time (ns)
+
+    def owner_of(self, partition: int) -> Client | None:
+        return self.owners[partition]
+
+    def hold(self, partition: int, until: int) -> None:
+        """A requeue with a delay: the partition delivers nothing before ``until``."""
+        self.holds[partition] = until
+
+    def assign(self) -> None:
+        """Give every partition an owner among the eligible consumers, balanced and sticky."""
+        group = self.group
+        owners = self.owners
+        load = {c.id: 0 for c in group.consumers}
+        for number, owner in enumerate(owners):
+            if owner is None:
+                continue
+            if owner.id not in load or not group.consumes(owner, number):
+                owners[number] = None
+            else:
+                load[owner.id] += 1
+        for number in range(len(owners)):
+            eligible = [c for c in group.consumers if group.consumes(c, number)]
+            if not eligible:
+                continue
+            least = min(eligible, key=lambda c: load[c.id])  # the earliest among equals
+            owner = owners[number]
+            if owner is None or load[owner.id] > load[least.id] + 1:
+                if owner is not None:
+                    load[owner.id] -= 1
+                owners[number] = least
+                load[least.id] += 1
+        for number, part in enumerate(group.parts):
+            owner = owners[number]
+            part.consumers = [owner] if owner is not None else []
+
+    def _free(self, number: int, part: Channel, now: int) -> bool:
+        until = self.holds.get(number)
+        if until is not None:
+            if until > now:
+                return False
+            del self.holds[number]
+        return not part.in_flight
+
+    @staticmethod
+    def _one_slot(owner: Client | None, free: bool, step: Callable[[int], int], now: int) -> int:
+        """Run ``step`` (the partition's pump or scan) with the owner able to take one more
+        message when ``free``, none otherwise (what arrived is still counted)."""
+        if owner is None:
+            return step(now)
+        saved = owner.ready_count
+        room = 1 if free and owner.capacity > 0 else 0
+        owner.ready_count = owner.in_flight_count + room
+        try:
+            return step(now)
+        finally:
+            owner.ready_count = saved
+
+    def pump(self, now: int) -> int:
+        sent = 0
+        for number, part in enumerate(self.group.parts):
+            owner = self.owners[number]
+            sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)
+        return sent
+
+    def scan(self, now: int) -> int:
+        """Timeouts and due deferred messages; an expired hold counts as work (pump after)."""
+        work = 0
+        for number, part in enumerate(self.group.parts):
+            held = number in self.holds
+            free = self._free(number, part, now)
+            if held and number not in self.holds:
+                work += 1
+            work += self._one_slot(self.owners[number], free, part.scan, now)
+        return work

@@ -1,0 +1,320 @@
+"""A user-visible channel over all partitions of its topic: ``ChannelGroup``.
+
+A topic with N partitions has, for each of its channels, N ``Channel`` cursors (one per
+partition log). The group is what clients subscribe to and what /stats, the HTTP actions
+and the metadata see: it fans consumers out to the partitions, routes FIN/REQ/TOUCH by the
+partition in the message ID, pumps the partitions in turn (starting one further each time
+so that no partition starves the others of RDY) and sums their counters. A consumer that
+subscribed to one partition (youzan's ``SUB <topic> <channel> <partition>``) is a consumer
+of that partition only. An ordered group delivers through ``OrderedDelivery``
+(``nsqpy.broker.ordered``): per partition one message in flight, one owner. A single
+partition topic's group has one cursor, and behaves exactly as NSQ's channel. The
+features beyond NSQ are the group's too: one ``ChannelPolicy`` (dead letters, TTL,
+tracing) and one e2e ``LatencyWindow`` are shared by every partition's cursor, the TTL
+sweep and replay (``reset``) run over the partitions, their counts are summed. Must not
+import asyncio or any server.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nsqpy.broker.channel import Channel, InFlight
+from nsqpy.broker.client import Client
+from nsqpy.broker.deferred import Deferred
+from nsqpy.broker.e2e import LatencyWindow
+from nsqpy.broker.ordered import OrderedDelivery
+from nsqpy.broker.policy import ChannelPolicy
+from nsqpy.errors import FinFailed, ReqFailed, TouchFailed
+from nsqpy.protocol.message import OFFSET_BITS
+from nsqpy.protocol.state import CLOSING
+from nsqpy.storage import CursorState
+
+if TYPE_CHECKING:
+    from nsqpy.broker.extensions import Extension
+    from nsqpy.broker.topic import Topic
+
+
+class ChannelGroup:
+    """One channel of a topic: a ``Channel`` per partition, consumers shared among them."""
+
+    def __init__(
+        self, topic: Topic, name: str, parts: list[Channel], *, ordered: bool = False
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.parts = parts
+        self.ephemeral = name.endswith("#ephemeral")
+        self.deleted = False
+        self.consumers: list[Client] = []
+        self.pinned: dict[int, int] = {}  # client id -> the one partition it consumes
+        self.delivery: OrderedDelivery | None = None
+        self._start = 0
+        for part in parts[1:]:
+            part.policy = parts[0].policy  # one policy for the channel (Features sets it)
+        if ordered:
+            self.set_ordered(True)
+
+    # -- consumers -------------------------------------------------------------------
+
+    def consumes(self, client: Client, partition: int) -> bool:
+        """Whether ``client`` takes messages of ``partition`` (all, or the one it pinned)."""
+        return self.pinned.get(client.id, partition) == partition
+
+    def add_consumer(self, client: Client, partition: int = -1) -> None:
+        """Subscribe ``client`` to every partition, or to ``partition`` only when >= 0."""
+        self.consumers.append(client)
+        client.channel = self
+        if partition >= 0:
+            self.pinned[client.id] = partition
+        if self.delivery is not None:
+            self.delivery.assign()
+            return
+        for number, part in enumerate(self.parts):
+            if self.consumes(client, number):
+                part.consumers.append(client)
+
+    def remove_consumer(self, client: Client, now: int) -> None:
+        """Forget a client; what it had in flight is requeued at once (in order)."""
+        if client in self.consumers:
+            self.consumers.remove(client)
+        for part in self.parts:
+            part.remove_consumer(client, now)
+        self.pinned.pop(client.id, None)
+        if self.delivery is not None:
+            self.delivery.assign()
+
+    def close_consumers(self) -> None:
+        for client in list(self.consumers):
+            client.state = CLOSING
+            client.sink.close_by_server()
+        self.consumers.clear()
+        for part in self.parts:
+            part.consumers = []
+
+    # -- ordered delivery ------------------------------------------------------------
+
+    @property
+    def ordered(self) -> bool:
+        return self.delivery is not None
+
+    def set_ordered(self, ordered: bool) -> None:
+        """Switch ordered delivery on or off (SUB_ORDERED, /channel/setorder, topic flag)."""
+        if ordered == self.ordered:
+            return
+        if ordered:
+            self.delivery = OrderedDelivery(self)
+            self.delivery.assign()
+            return
+        self.delivery = None
+        for number, part in enumerate(self.parts):
+            part.consumers = [c for c in self.consumers if self.consumes(c, number)]
+
+    # -- delivery --------------------------------------------------------------------
+
+    def pump(self, now: int) -> int:
+        """Deliver what the consumers' RDY windows admit; returns how many were sent."""
+        if self.delivery is not None:
+            return self.delivery.pump(now)
+        parts = self.parts
+        count = len(parts)
+        if count == 1:
+            return parts[0].pump(now)
+        self._start = (self._start + 1) % count
+        sent = 0
+        for i in range(count):
+            if not self._room():
+                break  # the rest counts what arrived in ``arrive``, after each flush
+            sent += parts[(self._start + i) % count].pump(now)
+        return sent
+
+    def _room(self) -> bool:
+        """Whether any consumer's RDY window has room (else pumping can send nothing)."""
+        return any(client.capacity > 0 for client in self.consumers)
+
+    def arrive(self) -> None:
+        """Count what reached every partition's readable end (NSQ's message_count); also
+        bounds ephemeral backlogs. The broker calls it after each flush."""
+        for part in self.parts:
+            part._arrive()  # what Channel.pump does first; the group may skip that pump
+
+    def scan(self, now: int) -> int:
+        """In-flight timeouts and due deferred messages of every partition; work done."""
+        if self.delivery is not None:
+            return self.delivery.scan(now)
+        return sum(part.scan(now) for part in self.parts)
+
+    def maybe_save_cursor(self, force: bool = False) -> None:
+        for part in self.parts:
+            part.maybe_save_cursor(force)
+
+    def expire_head(self, now: int) -> int:
+        """The TTL sweep of every partition (``PolicyPaths.expire_head``)."""
+        return sum(part.expire_head(now) for part in self.parts)
+
+    def reset(self, targets: list[tuple[Channel, int]]) -> None:
+        """Replay: move each given partition's cursor to its offset (``Channel.reset_to``);
+        an ordered channel forgets those partitions' requeue holds."""
+        for part, offset in targets:
+            part.reset_to(offset)
+            if self.delivery is not None:
+                self.delivery.holds.pop(self.parts.index(part), None)
+
+    def next_deadline(self) -> int | None:
+        found = [d for d in (part.next_deadline() for part in self.parts) if d is not None]
+        return min(found) if found else None
+
+    def extension(self, partition: int, offset: int) -> Extension:
+        from nsqpy.broker.extensions import NO_EXTENSION
+
+        if not 0 <= partition < len(self.parts):
+            return NO_EXTENSION
+        return self.topic.partitions[partition].extension(offset)
+
+    # -- FIN / REQ / TOUCH -----------------------------------------------------------
+
+    def _part(
+        self,
+        partition: int,
+        msg_id: bytes,
+        verb: str,
+        error: type[FinFailed | ReqFailed | TouchFailed],
+    ) -> Channel:
+        if 0 <= partition < len(self.parts):
+            return self.parts[partition]
+        raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
+
+    def finish(self, client: Client, partition: int, offset: int, msg_id: bytes, now: int) -> None:
+        self._part(partition, msg_id, "FIN", FinFailed).finish(client, offset, msg_id, now)
+
+    def requeue(
+        self,
+        client: Client,
+        partition: int,
+        offset: int,
+        msg_id: bytes,
+        delay_ms: int,
+        now: int,
+    ) -> None:
+        part = self._part(partition, msg_id, "REQ", ReqFailed)
+        if self.delivery is not None and delay_ms > 0:
+            # Ordered: the message stays first in its partition; nothing passes it (unless
+            # that was its last attempt and it went to the dead-letter topic).
+            dead = part.dead_letter_count
+            part.requeue(client, offset, msg_id, 0, now)
+            if part.dead_letter_count == dead:
+                self.delivery.hold(partition, now + delay_ms * 1_000_000)
+            return
+        part.requeue(client, offset, msg_id, delay_ms, now)
+
+    def touch(
+        self,
+        client: Client,
+        partition: int,
+        offset: int,
+        msg_id: bytes,
+        now: int,
+        max_msg_timeout_ns: int,
+    ) -> None:
+        part = self._part(partition, msg_id, "TOUCH", TouchFailed)
+        part.touch(client, offset, msg_id, now, max_msg_timeout_ns)
+
+    # -- actions ---------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.parts[0].paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        for part in self.parts:
+            part.paused = value
+
+    def empty(self, now: int) -> None:
+        """NSQ's /channel/empty on every partition."""
+        for part in self.parts:
+            part.empty(now)
+        if self.delivery is not None:
+            self.delivery.holds.clear()
+
+    # -- counters (sums over the partitions) -----------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return sum(part.depth for part in self.parts)
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(len(part.in_flight) for part in self.parts)
+
+    @property
+    def deferred_count(self) -> int:
+        return sum(part.deferred_count for part in self.parts)
+
+    @property
+    def message_count(self) -> int:
+        return sum(part.message_count for part in self.parts)
+
+    @property
+    def requeue_count(self) -> int:
+        return sum(part.requeue_count for part in self.parts)
+
+    @property
+    def timeout_count(self) -> int:
+        return sum(part.timeout_count for part in self.parts)
+
+    @property
+    def finish_count(self) -> int:
+        return sum(part.finish_count for part in self.parts)
+
+    @property
+    def dropped_count(self) -> int:
+        return sum(part.dropped_count for part in self.parts)
+
+    @property
+    def dead_letter_count(self) -> int:
+        return sum(part.dead_letter_count for part in self.parts)
+
+    @property
+    def expired_count(self) -> int:
+        return sum(part.expired_count for part in self.parts)
+
+    @property
+    def depth_dropped_count(self) -> int:
+        return sum(part.depth_dropped_count for part in self.parts)
+
+    @property
+    def policy(self) -> ChannelPolicy:
+        """The policy every partition's cursor shares."""
+        return self.parts[0].policy
+
+    @property
+    def e2e(self) -> LatencyWindow | None:
+        """The e2e latency window every partition's cursor records into (None: off)."""
+        return self.parts[0].e2e
+
+    @e2e.setter
+    def e2e(self, window: LatencyWindow | None) -> None:
+        for part in self.parts:
+            part.e2e = window
+
+    @property
+    def in_flight(self) -> dict[int, InFlight]:
+        """Every partition's in-flight messages, keyed by message ID value."""
+        if len(self.parts) == 1:
+            return self.parts[0].in_flight
+        return {
+            (number << OFFSET_BITS) | offset: item
+            for number, part in enumerate(self.parts)
+            for offset, item in part.in_flight.items()
+        }
+
+    @property
+    def cursor(self) -> CursorState:
+        """Partition 0's cursor (the whole cursor of a single-partition topic)."""
+        return self.parts[0].cursor
+
+    @property
+    def deferred(self) -> Deferred:
+        """Partition 0's deferred set (all of it in a single-partition topic)."""
+        return self.parts[0].deferred

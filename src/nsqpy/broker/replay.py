@@ -1,0 +1,112 @@
+"""Replay: move a channel's cursor to an offset, a time, or either end of the retained log.
+
+Owns the consume-position form of Youzan's ``/channel/setoffset`` body (``type:value``)
+and what it means here (``parse_position``), the choice of the channels a reset applies
+to (``channel_partitions``: the channel's cursor in each partition of the topic, or in
+the one partition asked for), the resolution of a position against a partition's log
+(``resolve``) and the reset itself (``set_offset``: every check first, then every cursor
+is reset, so a bad request changes nothing). Must not import asyncio or any server.
+
+A topic with N partitions has N logs, each with its own offsets (a message ID holds its
+partition and its offset). With ``partition`` given, the position applies to that
+partition's log only and the others are untouched (Youzan's form). Without it, it applies
+to every partition, each resolved against its own log: ``timestamp:S`` moves each to its
+first message at or after S, ``special`` each to its own oldest or newest end, and
+``offset:N``/``msgcount:N`` each to its own offset N (the N-th message of each partition;
+if N is outside any partition's retained range the request fails and nothing changes).
+
+Positions (the value is a base-10 integer)::
+
+    msgcount:N      offset N (offsets are the message count from the log's start)
+    offset:N        the same, by its nsqpy name
+    timestamp:S     the first message published at or after S (seconds since the epoch)
+    special:-1      the newest end: skip everything retained (Youzan's value)
+    special:-2      the oldest retained message (Kafka's "earliest" value)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nsqpy.broker.channel import Channel
+
+if TYPE_CHECKING:
+    from nsqpy.broker.partitioned import ChannelGroup
+    from nsqpy.broker.topic import Topic
+
+NEWEST, OLDEST = -1, -2
+_INT = re.compile(rb"[+-]?[0-9]{1,19}")
+_KINDS = {b"msgcount": "offset", b"offset": "offset", b"timestamp": "timestamp",
+          b"special": "special"}  # fmt: skip
+
+
+class BadPosition(ValueError):
+    """A reset the caller got wrong; ``code`` is the V1 error code, ``status`` its HTTP status."""
+
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    kind: str  # offset, timestamp, special
+    value: int
+
+
+def parse_position(body: bytes) -> Position:
+    """``type:value`` (surrounding whitespace allowed); BadPosition when it is not one."""
+    text = body.strip()
+    kind, sep, raw = text.partition(b":")
+    if not sep or kind not in _KINDS or _INT.fullmatch(raw) is None:
+        shown = text[:64].decode(errors="replace")
+        raise BadPosition("INVALID_POSITION", f"invalid consume position {shown!r}")
+    position = Position(_KINDS[kind], int(raw))
+    if position.kind == "special" and position.value not in (NEWEST, OLDEST):
+        raise BadPosition("INVALID_POSITION", f"special position must be -1 or -2, got {raw!r}")
+    if position.kind != "special" and position.value < 0:
+        raise BadPosition("INVALID_POSITION", f"{kind.decode()} must be >= 0, got {raw!r}")
+    return position
+
+
+def channel_partitions(topic: Topic, channel: str, partition: int | None) -> list[Channel]:
+    """The channel's per-partition cursors a reset applies to (all when ``partition`` is None)."""
+    group = topic.channels.get(channel)
+    parts = list(group.parts) if group is not None else []
+    if partition is None:
+        return parts
+    if not 0 <= partition < len(parts):
+        raise BadPosition(
+            "PARTITION_NOT_FOUND", f"topic {topic.name} has no partition {partition}", 404
+        )
+    return [parts[partition]]
+
+
+def resolve(channel: Channel, position: Position) -> int:
+    """The offset ``position`` names in the channel's partition log."""
+    log_ = channel.topic.log
+    low, end = log_.low_watermark, channel.topic.readable_end
+    if position.kind == "special":
+        return end if position.value == NEWEST else low
+    if position.kind == "timestamp":
+        if position.value > 1 << 33:  # beyond year 2242: certainly not seconds
+            raise BadPosition("INVALID_POSITION", f"timestamp {position.value} is not in seconds")
+        return max(low, min(end, log_.offset_for_timestamp(position.value * 1_000_000_000)))
+    if not low <= position.value <= end:
+        raise BadPosition(
+            "OFFSET_OUT_OF_RANGE", f"offset {position.value} is outside [{low}, {end}]"
+        )
+    return position.value
+
+
+def set_offset(
+    group: ChannelGroup, channels: list[Channel], position: Position
+) -> list[tuple[Channel, int]]:
+    """Reset each of ``channels`` (cursors of ``group``) to ``position`` in its partition;
+    returns (cursor, offset) pairs. Checks every one first."""
+    targets = [(channel, resolve(channel, position)) for channel in channels]
+    group.reset(targets)
+    return targets

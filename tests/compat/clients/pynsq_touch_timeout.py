@@ -1,0 +1,100 @@
+"""pynsq (tornado) with a 1 s msg_timeout: TOUCH keeps a message, silence lets it time out.
+
+Usage: pynsq_touch_timeout.py TCP_ADDR TOPIC HOLD_SECONDS
+Publishes "held" and "dropped". "held" is handled asynchronously: touched every 0.2 s and
+finished after HOLD_SECONDS (longer than the timeout). "dropped" gets no answer the first
+time, so nsqd times it out and delivers it again; the second delivery is finished.
+Prints one JSON line: {"deliveries": [[body, attempts, seconds since publish], ...],
+"pub": [replies], "errors": [warnings pynsq logged]}.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import nsq
+import tornado.ioloop
+
+
+class Errors(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def main() -> int:
+    address, topic, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    errors = Errors()
+    logging.getLogger().addHandler(errors)
+    loop = tornado.ioloop.IOLoop.current()
+    deliveries: list[list[object]] = []
+    replies: list[str] = []
+    started = [0.0]
+    finished: set[str] = set()
+
+    def done(body: str) -> None:
+        finished.add(body)
+        if finished == {"held", "dropped"}:
+            loop.add_callback(loop.stop)
+
+    def hold_and_touch(message: nsq.Message) -> None:
+        until = time.monotonic() + hold
+
+        def tick() -> None:
+            if time.monotonic() >= until:
+                message.finish()
+                done("held")
+                return
+            message.touch()
+            loop.call_later(0.2, tick)
+
+        tick()
+
+    def handler(message: nsq.Message) -> bool | None:
+        body = message.body.decode()
+        deliveries.append([body, message.attempts, time.monotonic() - started[0]])
+        if body == "held":
+            message.enable_async()
+            hold_and_touch(message)
+            return None
+        if body == "dropped" and message.attempts == 1:
+            message.enable_async()  # and never answer: nsqd must time it out
+            return None
+        done(body)
+        return True
+
+    nsq.Reader(
+        topic=topic,
+        channel="compat",
+        message_handler=handler,
+        nsqd_tcp_addresses=[address],
+        max_in_flight=5,
+        msg_timeout=1,
+    )
+    writer = nsq.Writer([address])
+
+    def published(conn: object, data: object) -> None:
+        replies.append(data.decode() if isinstance(data, bytes) else repr(data))
+
+    def publish() -> None:
+        if not writer.conns:
+            loop.call_later(0.05, publish)
+            return
+        started[0] = time.monotonic()
+        writer.mpub(topic, [b"held", b"dropped"], callback=published)
+
+    loop.add_callback(publish)
+    loop.call_later(30, loop.stop)
+    loop.start()
+    print(json.dumps({"deliveries": deliveries, "pub": replies, "errors": errors.lines}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Tracing: switched on at run time, each traced message's life kept in a bounded store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+
+from nsqpy.storage.tracestore import TraceEvent, TraceStore
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    WireClient,
+    http_get,
+    http_request,
+    nsqd_process,
+    wait_for,
+)
+
+from .conftest import Daemons, Http, pub, publish, read_message, subscriber
+
+BIG_TRACE_ID = (1 << 64) - 1
+
+
+async def test_a_traced_message_life_from_publish_to_finish(
+    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+) -> None:
+    nsqd = await daemons.start()
+    http = Http(session, nsqd)
+    assert (await http.post("/topic/create?topic=tr"))[0] == 200
+    assert await http.post("/message/trace/enable?topic=tr") == (
+        200,
+        {"topic": "tr", "channel": "", "trace": True},
+    )
+    sub = await subscriber(nsqd.tcp_port, "tr", "c", rdy=1, msg_timeout_ms=1000)
+    assert await http.post(f"/pub?topic=tr&trace_id={BIG_TRACE_ID}", b"hello") == (200, "OK")
+    _, msg_id, _ = await read_message(sub)
+    await sub.send(b"REQ " + msg_id + b" 0\n")
+    assert (await read_message(sub))[0] == 2
+    clock.advance_ms(1500)
+    assert (await read_message(sub))[0] == 3
+    await sub.send(b"FIN " + msg_id + b"\n")
+    await http.settled("tr", "c")
+
+    status, doc = await http.get(f"/message/trace?topic=tr&id={msg_id.decode()}")
+    assert status == 200
+    events = doc["events"]
+    assert [(e["event"], e["channel"], e["attempts"]) for e in events] == [
+        ("published", "", 0),
+        ("delivered", "c", 1),
+        ("requeued", "c", 1),
+        ("delivered", "c", 2),
+        ("timed_out", "c", 2),
+        ("delivered", "c", 3),
+        ("finished", "c", 3),
+    ]
+    assert {(e["trace_id"], e["id"], e["topic"], e["offset"]) for e in events} == {
+        (BIG_TRACE_ID, msg_id.decode(), "tr", 0)
+    }
+    assert events[0]["client"].startswith("http@127.0.0.1")
+    remote = (await http.channel("tr", "c"))["clients"][0]["remote_address"]
+    assert {e["client"] for e in events[1:]} == {f"127.0.0.1@{remote}"}
+    assert events[2]["detail"] == "delay_ms=0"
+    stamps = [e["timestamp"] for e in events]
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] == 1_500_000_000
+    assert await http.get(f"/message/trace?trace_id={BIG_TRACE_ID}") == (200, doc)
+
+    producer = await AsyncWire.connect(nsqd.tcp_port)  # a TCP publish names its client
+    await producer.send(pub("tr", b"by tcp"))
+    assert await producer.read_frame() == (0, b"OK")
+    _, tcp_id, _ = await read_message(sub)
+    await sub.send(b"FIN " + tcp_id + b"\n")
+    await http.settled("tr", "c")
+    _, tcp_doc = await http.get(f"/message/trace?topic=tr&id={tcp_id.decode()}")
+    published = tcp_doc["events"][0]
+    assert (published["event"], published["trace_id"]) == ("published", 0)
+    assert published["client"].startswith("127.0.0.1@127.0.0.1:")
+
+    assert (await http.post("/message/trace/disable?topic=tr"))[0] == 200
+    await publish(nsqd.tcp_port, pub("tr", b"untraced"))
+    _, other, _ = await read_message(sub)
+    await sub.send(b"FIN " + other + b"\n")
+    await http.settled("tr", "c")
+    assert await http.get(f"/message/trace?topic=tr&id={other.decode()}") == (200, {"events": []})
+
+
+async def test_channel_tracing_takes_the_trace_id_from_the_record(
+    daemons: Daemons, session: aiohttp.ClientSession
+) -> None:
+    nsqd = await daemons.start()
+    http = Http(session, nsqd)
+    a = await subscriber(nsqd.tcp_port, "ch", "a")
+    b = await subscriber(nsqd.tcp_port, "ch", "b")
+    assert (await http.post("/message/trace/enable?topic=ch&channel=a"))[0] == 200
+    assert (await http.channel("ch", "a"))["trace"] is True
+    assert "trace" not in await http.channel("ch", "b")
+    assert (await http.post("/pub?topic=ch&trace_id=7", b"x"))[0] == 200
+    for wire in (a, b):
+        _, msg_id, _ = await read_message(wire)
+        await wire.send(b"FIN " + msg_id + b"\n")
+    await http.settled("ch", "a")
+    await http.settled("ch", "b")
+    status, doc = await http.get("/message/trace?trace_id=7&topic=ch")
+    assert status == 200
+    assert [(e["event"], e["channel"], e["trace_id"]) for e in doc["events"]] == [
+        ("delivered", "a", 7),
+        ("finished", "a", 7),
+    ]
+    assert nsqd.broker.topics["ch"].log.read(0, 1)[0].trace_id == 7  # kept in the log record
+
+
+async def test_nothing_is_written_while_nothing_is_traced(
+    daemons: Daemons, session: aiohttp.ClientSession
+) -> None:
+    nsqd = await daemons.start()
+    http = Http(session, nsqd)
+    sub = await subscriber(nsqd.tcp_port, "quiet", "c")
+    assert (await http.post("/pub?topic=quiet&trace_id=5", b"x"))[0] == 200
+    _, msg_id, _ = await read_message(sub)
+    await sub.send(b"FIN " + msg_id + b"\n")
+    await http.settled("quiet", "c")
+    assert await http.get("/message/trace?trace_id=5") == (200, {"events": []})
+    assert not (nsqd.broker.data_path / "trace.sqlite").exists()
+    assert nsqd.broker.features.tracer._thread is None
+
+
+def test_the_store_keeps_at_most_its_bound(tmp_path: Path) -> None:
+    def event(i: int) -> TraceEvent:
+        return TraceEvent(i, "t", "c", 0, i, f"{i:016x}", i % 2, "delivered", "me", 1)
+
+    store = TraceStore(tmp_path / "trace.sqlite", max_records=5)
+    for start in (0, 4, 8):
+        store.append([event(i) for i in range(start, start + 4)])
+    assert store.count() == 5
+    assert store.by_message("t", f"{8:016x}") == [event(8)]
+    assert store.by_message("t", f"{6:016x}") == []  # the oldest went first
+    store.close()
+    again = TraceStore(tmp_path / "trace.sqlite", max_records=5)
+    assert [e.offset for e in again.by_trace_id(1)] == [7, 9, 11]
+    again.close()
+
+
+def test_trace_records_and_switches_survive_a_real_restart(tmp_path: Path) -> None:
+    with nsqd_process(tmp_path / "data", "--trace-max-records=1000") as nsqd:
+        assert http_request("POST", f"{nsqd.http}/topic/create?topic=life")[0] == 200
+        assert http_request("POST", f"{nsqd.http}/message/trace/enable?topic=life")[0] == 200
+        assert http_request("POST", f"{nsqd.http}/pub?topic=life&trace_id=42", b"m")[0] == 200
+        c = WireClient(nsqd.tcp_port)
+        c.send(b"  V2SUB life c\nRDY 1\n")
+        assert c.read_frame() == (0, b"OK")
+        ftype, data = c.read_frame()
+        assert ftype == 2
+        c.send(b"FIN " + data[10:26] + b"\n")
+        wait_for(lambda: events(nsqd.http, "trace_id=42")[-1:] == ["finished"])
+        c.close()
+        nsqd.stop()
+        nsqd.start()
+        assert events(nsqd.http, "trace_id=42") == ["published", "delivered", "finished"]
+        _, raw, _ = http_get(f"{nsqd.http}/stats?format=json&topic=life")
+        assert json.loads(raw)["topics"][0]["trace"] is True
+        assert http_request("POST", f"{nsqd.http}/pub?topic=life&trace_id=42", b"n")[0] == 200
+        assert events(nsqd.http, "trace_id=42") == ["published", "delivered", "finished",
+                                                    "published"]  # fmt: skip
+
+
+def events(base: str, query: str) -> list[str]:
+    status, raw, _ = http_get(f"{base}/message/trace?{query}")
+    assert status == 200, raw
+    return [e["event"] for e in json.loads(raw)["events"]]
+
+
+async def test_bad_trace_requests_are_refused(
+    daemons: Daemons, session: aiohttp.ClientSession
+) -> None:
+    nsqd = await daemons.start()
+    http = Http(session, nsqd)
+    await subscriber(nsqd.tcp_port, "t", "c", rdy=0)
+    cases = [
+        ("GET", "/message/trace", 400, "MISSING_ARG_ID"),
+        ("GET", "/message/trace?topic=t&id=zz", 400, "INVALID_MESSAGE_ID"),
+        ("GET", "/message/trace?topic=t&id=00000000000000000", 400, "INVALID_MESSAGE_ID"),
+        ("GET", "/message/trace?id=0000000000000000", 400, "MISSING_ARG_TOPIC"),
+        ("GET", "/message/trace?trace_id=abc", 400, "INVALID_TRACE_ID"),
+        ("GET", "/message/trace?trace_id=-1", 400, "INVALID_TRACE_ID"),
+        ("GET", "/message/trace?trace_id=0", 400, "INVALID_TRACE_ID"),
+        ("GET", "/message/trace?trace_id=18446744073709551616", 400, "INVALID_TRACE_ID"),
+        ("GET", "/message/trace?trace_id=1&limit=0", 400, "INVALID_LIMIT"),
+        ("GET", "/message/trace?trace_id=1&limit=x", 400, "INVALID_LIMIT"),
+        ("GET", "/message/trace?trace_id=1&limit=100001", 400, "INVALID_LIMIT"),
+        ("GET", "/message/trace?trace_id=1&topic=bad!", 400, "INVALID_ARG_TOPIC"),
+        ("POST", "/message/trace/enable", 400, "MISSING_ARG_TOPIC"),
+        ("POST", "/message/trace/enable?topic=nope", 404, "TOPIC_NOT_FOUND"),
+        ("POST", "/message/trace/enable?topic=t&channel=nope", 404, "CHANNEL_NOT_FOUND"),
+        ("POST", "/message/trace/enable?topic=t&channel=bad!", 400, "INVALID_ARG_CHANNEL"),
+        ("POST", "/message/trace/disable?topic=t&channel=", 400, "INVALID_ARG_CHANNEL"),
+        ("POST", "/pub?topic=t&trace_id=abc", 400, "INVALID_TRACE_ID"),
+        ("POST", "/pub?topic=t&trace_id=-3", 400, "INVALID_TRACE_ID"),
+        ("GET", "/message/trace/enable?topic=t", 405, "METHOD_NOT_ALLOWED"),
+    ]
+    for method, path, status, code in cases:
+        assert await http.call(method, path, b"body") == (status, {"message": code}), path
+    assert (await http.topic("t"))["message_count"] == 0
+    assert not (nsqd.broker.data_path / "features.json").exists()

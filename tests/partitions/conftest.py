@@ -1,0 +1,124 @@
+"""Helpers for the partition, ordered-channel and message-extension tests.
+
+In-process nsqd (fake clock) for wire transcripts; the real program is started by the
+tests that need a process (restarts, killed consumers, real clients).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from nsqpy.nsqd.server import NsqdServer
+from nsqpy.options import NsqdOptions
+from nsqpy.protocol.message import Message, decode_message
+from nsqpy.testing import AsyncWire, FakeClock
+
+
+def make_opts(tmp_path: Path, **overrides: object) -> NsqdOptions:
+    opts = NsqdOptions(
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        data_path=str(tmp_path / "data"),
+        broadcast_address="127.0.0.1",
+        queue_scan_interval_ms=10,
+    )
+    for key, value in overrides.items():
+        setattr(opts, key, value)
+    return opts
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
+    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def http(
+    server: NsqdServer,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    url = f"http://127.0.0.1:{server.http_port}{path}"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url, data=body, headers=headers) as resp,
+    ):
+        return resp.status, await resp.read()
+
+
+async def post(server: NsqdServer, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    return await http(server, "POST", path, body)
+
+
+async def stats(server: NsqdServer, topic: str) -> dict[str, object]:
+    status, body = await http(server, "GET", f"/stats?format=json&topic={topic}")
+    assert status == 200, body
+    doc = json.loads(body)
+    found = doc["topics"][0]
+    assert isinstance(found, dict)
+    return found
+
+
+def err(code: str) -> bytes:
+    return json.dumps({"message": code}, separators=(",", ":")).encode()
+
+
+async def create_topic(server: NsqdServer, topic: str, partitions: int, extra: str = "") -> None:
+    assert await post(server, f"/topic/create?topic={topic}&partition_num={partitions}{extra}") == (
+        200,
+        b"",
+    )
+
+
+def identify(fields: dict[str, object]) -> bytes:
+    body = json.dumps(fields).encode()
+    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
+
+
+async def connect(port: int, fields: dict[str, object] | None = None) -> AsyncWire:
+    wire = await AsyncWire.connect(port)
+    if fields is not None:
+        await wire.send(identify({"feature_negotiation": True, **fields}))
+        ftype, _ = await wire.read_frame()
+        assert ftype == 0
+    return wire
+
+
+async def subscribe(
+    port: int, line: str, rdy: int = 10, fields: dict[str, object] | None = None
+) -> AsyncWire:
+    """A consumer: optional IDENTIFY, then ``line`` (a SUB or SUB_ORDERED), then RDY."""
+    wire = await connect(port, fields)
+    await wire.send(line.encode() + b"\n")
+    assert await wire.read_frame() == (0, b"OK")
+    await wire.send(f"RDY {rdy}\n".encode())
+    return wire
+
+
+async def message(wire: AsyncWire, *, extended: bool = False, timeout: float = 5.0) -> Message:
+    ftype, data = await wire.read_frame(timeout)
+    assert ftype == 2, (ftype, data)
+    return decode_message(data, extended=extended)
+
+
+def partition_of(msg_id: bytes) -> int:
+    return int(msg_id, 16) >> 54
+
+
+def offset_of(msg_id: bytes) -> int:
+    return int(msg_id, 16) & ((1 << 54) - 1)

@@ -1,0 +1,218 @@
+"""Youzan's protocol extensions, sans-IO: golden commands under every split, errors in
+nsqd's order, header checking against garbage, extended frames and traced replies.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsqpy.errors import (
+    BadBody,
+    BadMessage,
+    BadPartition,
+    InvalidJsonHeader,
+    ProtocolError,
+)
+from nsqpy.protocol.commands import Command, CommandParser, Mpub, Nop, Pub, Sub
+from nsqpy.protocol.extend import (
+    MpubExt,
+    MpubTrace,
+    PubExt,
+    PubTrace,
+    decode_traced_reply,
+    encode_mpub_ext,
+    encode_mpub_partition,
+    encode_mpub_trace,
+    encode_pub_ext,
+    encode_pub_partition,
+    encode_pub_trace,
+    encode_sub_partition,
+    encode_traced_reply,
+    headers_from_mapping,
+    parse_headers,
+)
+from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
+from nsqpy.protocol.limits import Limits
+from nsqpy.protocol.message import (
+    JSON_HEADER_EXT_VERSION,
+    encode_message_frame,
+    extend_frame,
+)
+from nsqpy.protocol.message import decode_message as decode
+
+MAGIC = b"  V2"
+GOLDEN: list[tuple[str, bytes, Command]] = [
+    ("PUB-partition", encode_pub_partition("t", 3, b"x"), Pub("t", b"x", 3)),
+    ("PUB-minus-one", b"PUB t -1\n\x00\x00\x00\x01x", Pub("t", b"x")),
+    ("MPUB-partition", encode_mpub_partition("t", 1, [b"a", b"bc"]), Mpub("t", [b"a", b"bc"], 1)),
+    ("SUB-partition", encode_sub_partition("t", "c", 2), Sub("t", "c", 2)),
+    ("SUB_ORDERED", encode_sub_partition("t", "c", ordered=True), Sub("t", "c", -1, True)),
+    ("SUB_ORDERED-p", encode_sub_partition("t", "c", 0, ordered=True), Sub("t", "c", 0, True)),
+    (
+        "PUB_EXT",
+        b'PUB_EXT t 1\n\x00\x00\x00\x0b\x00\x07{"a":1}xy',  # the header is checked later
+        PubExt("t", b'{"a":1}', b"xy", 1),
+    ),
+    ("PUB_EXT-empty", encode_pub_ext("t", b"", b"b"), PubExt("t", b"", b"b")),
+    (
+        "MPUB_EXT",
+        encode_mpub_ext("t", [({"k": "v"}, b"1"), (b"", b"2")]),
+        MpubExt("t", [b'{"k": "v"}', b""], [b"1", b"2"]),
+    ),
+    ("PUB_TRACE", encode_pub_trace("t", 2**64 - 1, b"m", 0), PubTrace("t", 2**64 - 1, b"m", 0)),
+    (
+        "MPUB_TRACE",
+        encode_mpub_trace("t", [(1, b"a"), (2, b"b")]),
+        MpubTrace("t", [1, 2], [b"a", b"b"]),
+    ),
+]
+
+
+def parse_all(chunks: list[bytes]) -> list[Command]:
+    parser = CommandParser(Limits())
+    out: list[Command] = []
+    for chunk in chunks:
+        parser.feed(chunk)
+        out.extend(parser.commands())
+    return out
+
+
+def parse_error(data: bytes) -> ProtocolError:
+    parser = CommandParser(Limits())
+    parser.feed(MAGIC + data)
+    with pytest.raises(ProtocolError) as info:
+        list(parser.commands())
+    return info.value
+
+
+@pytest.mark.parametrize(("name", "raw", "expected"), GOLDEN, ids=[g[0] for g in GOLDEN])
+def test_golden_extended_commands_under_every_split(
+    name: str, raw: bytes, expected: Command
+) -> None:
+    stream = MAGIC + raw + b"NOP\n"
+    ways = {"whole": [stream], "bytewise": [stream[i : i + 1] for i in range(len(stream))]}
+    for cut in range(1, len(stream), 3):
+        ways[f"cut@{cut}"] = [stream[:cut], stream[cut:]]
+    for way, chunks in ways.items():
+        assert parse_all(chunks) == [expected, Nop()], (name, way)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "text"),
+    [
+        (b"PUB t x\n", BadPartition, 'E_BAD_PARTITION topic partition is not valid: "x"'),
+        (b"PUB t 1024\n", BadPartition, None),
+        (b"PUB t -2\n", BadPartition, None),
+        (b"PUB t 00001\n", BadPartition, None),
+        (b"SUB t c +1\n", BadPartition, None),
+        (b"MPUB t 1e3\n", BadPartition, None),
+        (
+            b"PUB_EXT t\n\x00\x00\x00\x02\x00\x00",
+            BadBody,
+            "E_BAD_BODY invalid body size 2 with ext json header enabled",
+        ),
+        (b"PUB_EXT t\n\x00\x00\x00\x04\x00\x02{}", BadBody, None),  # header leaves no body
+        (b"PUB_EXT t\n\x00\x00\x00\x03\xff\xff{", BadBody, None),
+        (b"PUB_TRACE t\n\x00\x00\x00\x08" + bytes(8), BadBody, None),
+        (b"PUB_EXT t\n\x00\x00\x00\x00", BadMessage, None),
+        (b"PUB_EXT bad!\n", None, None),
+        (b"MPUB_TRACE t\n\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\x00\x02ab", BadMessage, None),
+        (b"MPUB_EXT t\n\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\x00\x02\x00\x05", BadBody, None),
+    ],
+)
+def test_malformed_extended_commands_are_fatal_errors(
+    data: bytes, error: type[ProtocolError] | None, text: str | None
+) -> None:
+    err = parse_error(data)
+    assert err.fatal
+    if error is not None:
+        assert isinstance(err, error), err
+    if text is not None:
+        assert str(err) == text
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_garbage_after_extended_verbs_is_a_protocol_error_or_waits(data: bytes) -> None:
+    for verb in (b"PUB_EXT t", b"MPUB_EXT t 1", b"PUB_TRACE t", b"MPUB_TRACE t", b"SUB_ORDERED"):
+        parser = CommandParser(Limits())
+        parser.feed(MAGIC + verb + data)
+        try:
+            list(parser.commands())
+        except ProtocolError:
+            pass
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=400, deadline=None)
+def test_garbage_headers_raise_only_invalid_json_header(raw: bytes) -> None:
+    try:
+        parse_headers(raw)
+    except InvalidJsonHeader as err:
+        assert not err.fatal and err.code == "E_INVALID_JSON_HEADER"
+
+
+_NAMES = st.text(alphabet="abcXYZ019_-#", min_size=1, max_size=12)
+
+
+@given(st.dictionaries(_NAMES, st.text(max_size=20), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_string_headers_are_accepted_as_given(doc: dict[str, str]) -> None:
+    doc.pop("##trace_id", None)
+    raw = json.dumps(doc).encode()
+    headers = parse_headers(raw) if doc else None
+    if headers is not None:
+        assert headers.json == raw and json.loads(headers.json) == doc
+    assert json.loads(headers_from_mapping(doc).json) == doc
+
+
+def test_reserved_headers() -> None:
+    h = parse_headers(b'{"##trace_id": "18446744073709551615", "##partition_key": "k\\u00e9"}')
+    assert (h.trace_id, h.partition_key, h.traced) == (2**64 - 1, "ké".encode(), True)
+    assert parse_headers(b"").json == b"" and not parse_headers(b"{}").traced
+    with pytest.raises(InvalidJsonHeader):
+        parse_headers(b"{" + b'"a":"' + b"x" * 70000 + b'"}')  # more than 65535 bytes
+
+
+def test_extended_frames_round_trip_and_unknown_versions_are_refused() -> None:
+    frame = encode_message_frame(123, 2, b"0" * 16, b"body")
+    ext = extend_frame(frame, JSON_HEADER_EXT_VERSION, b'{"a":"b"}')
+    size, ftype = struct.unpack_from(">ii", ext)
+    assert (size, ftype) == (len(ext) - 4, 2)
+    msg = decode(ext[8:], extended=True)
+    assert (msg.timestamp, msg.attempts, msg.body, msg.ext) == (123, 2, b"body", b'{"a":"b"}')
+    plain = extend_frame(frame, 0, b"")
+    assert plain[8:][26] == 0 and decode(plain[8:], extended=True).body == b"body"
+    assert decode(frame[8:]).body == b"body"  # the plain form is unchanged
+    for bad, why in (
+        (frame[8:34] + b"\x07rest", "unknown message extension version 7"),
+        (frame[8:34] + b"\x04\x00\x10short", "runs past the frame"),
+        (frame[8:34] + b"\x04\x00", "shorter than its extension header"),
+        (frame[8:34], "no extension version"),
+    ):
+        with pytest.raises(BadMessage, match=why):
+            decode(bad, extended=True)
+    with pytest.raises(ValueError):
+        extend_frame(frame, 4, b"x" * 70000)
+
+
+def test_traced_reply_layout() -> None:
+    reply = encode_traced_reply(0x0040000000000005, 77, 5, 49)
+    assert reply == b"OK" + struct.pack(">QQQI", 0x0040000000000005, 77, 5, 49)
+    assert decode_traced_reply(reply) == (0x0040000000000005, 77, 5, 49)
+    with pytest.raises(ValueError):
+        decode_traced_reply(b"OK")
+
+
+def test_identify_extend_support_is_a_strict_bool() -> None:
+    limits = Limits()
+    req = parse_identify(b'{"extend_support": true, "feature_negotiation": true}', limits)
+    reply = json.loads(identify_response(negotiate(req, limits), limits))
+    assert reply["extend_support"] is True
+    with pytest.raises(ProtocolError):
+        parse_identify(b'{"extend_support": 1}', limits)

@@ -1,0 +1,82 @@
+"""Fixtures for TLS, compression and AUTH: certificates, an nsqd factory, event loops.
+
+Tests here run on uvloop (the loop the nsqd program uses); those marked ``both_loops`` run
+on asyncio's default loop as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from nsqpy.nsqd.server import NsqdServer
+from nsqpy.options import NsqdOptions
+from nsqpy.testing.certs import CertFiles, make_certs
+
+from .helpers import OPEN
+
+MakeNsqd = Callable[..., Awaitable[NsqdServer]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_loops: run on asyncio's loop as well as uvloop")
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    if item.get_closest_marker("both_loops") is not None:
+        return {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(autouse=True)
+async def _close_secure_wires() -> AsyncIterator[None]:
+    yield
+    while OPEN:
+        await OPEN.pop().close()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def nsqd_opts(tmp_path: Path, **overrides: Any) -> NsqdOptions:
+    opts = NsqdOptions(
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        https_address="127.0.0.1:0",
+        data_path=str(tmp_path / "data"),
+        broadcast_address="127.0.0.1",
+        queue_scan_interval_ms=10,
+    )
+    for key, value in overrides.items():
+        assert hasattr(opts, key), key
+        setattr(opts, key, value)
+    return opts
+
+
+@pytest.fixture
+async def make_nsqd(tmp_path: Path) -> AsyncIterator[MakeNsqd]:
+    servers: list[NsqdServer] = []
+
+    async def make(**overrides: Any) -> NsqdServer:
+        server = NsqdServer(nsqd_opts(tmp_path / f"n{len(servers)}", **overrides))
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        await server.stop()
+
+
+@pytest.fixture
+def tls_opts(certs: CertFiles) -> dict[str, Any]:
+    return {"tls_cert": certs.server_cert, "tls_key": certs.server_key}
