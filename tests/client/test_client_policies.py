@@ -140,13 +140,13 @@ def test_changes_lists_only_changed_values_with_decreases_first() -> None:
 def test_backoff_blocks_then_tests_then_recovers_step_by_step() -> None:
     b = Backoff(multiplier=1.0, max_duration=8.0)
     assert b.mode is RdyMode.NORMAL
-    assert b.signal(False) == 1.0 and b.mode is RdyMode.PAUSED
+    assert b.signal(False) == 2.0 and b.mode is RdyMode.PAUSED  # go-nsq: multiplier * 2^1
     assert b.signal(False) is None  # ignored while blocked
     b.unblock()
     assert b.mode is RdyMode.TESTING
-    assert b.signal(False) == 2.0 and b.level == 2
+    assert b.signal(False) == 4.0 and b.level == 2
     b.unblock()
-    assert b.signal(True) == 1.0 and b.level == 1  # success at level 2: block shorter
+    assert b.signal(True) == 2.0 and b.level == 1  # success at level 2: block shorter
     b.unblock()
     assert b.signal(True) is None and b.mode is RdyMode.NORMAL
     assert b.signal(True) is None and b.level == 0
@@ -158,9 +158,20 @@ def test_backoff_duration_is_capped_and_the_level_stops_growing() -> None:
     for _ in range(10):
         durations.append(b.signal(False))
         b.unblock()
-    assert durations[:4] == [1.0, 2.0, 4.0, 5.0]
-    assert set(durations[3:]) == {5.0}
-    assert b.level == b.max_level == 4
+    assert durations[:3] == [2.0, 4.0, 4.0]  # 8 s would exceed 5 s: the level stays at 2
+    assert set(durations[2:]) == {4.0}
+    assert b.level == b.max_level == 2
+
+
+def test_backoff_defaults_follow_go_nsq() -> None:
+    """go-nsq's defaults (backoff_multiplier 1s, max_backoff_duration 2m): 2, 4, … 64 s."""
+    b = Backoff()
+    durations = []
+    for _ in range(8):
+        durations.append(b.signal(False))
+        b.unblock()
+    assert durations == [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 64.0, 64.0]
+    assert Backoff(multiplier=1.0, max_duration=1.5).signal(False) is None  # never backs off
 
 
 def test_backoff_disabled_with_zero_max_duration() -> None:

@@ -31,6 +31,10 @@ async def test_identify_sends_negotiation_heartbeat_and_user_agent(fake_nsqd: Fa
         "user_agent": f"nsqpy/{__version__}",
         "feature_negotiation": True,
         "heartbeat_interval": 5000,
+        "tls_v1": False,
+        "snappy": False,
+        "deflate": False,
+        "deflate_level": 6,
         "msg_timeout": 30000,
     }
     assert conn.max_rdy == 7 and conn.msg_timeout == 30.0

@@ -46,6 +46,29 @@ class FrameDecoder:
         self._buf = bytearray()
         self.max_size = max_size
 
+    def append(self, data: bytes) -> None:
+        self._buf += data
+
+    def pop(self) -> tuple[int, bytes] | None:
+        """One whole frame from the buffer, or None; raises ValueError on a bad size."""
+        buf = self._buf
+        if len(buf) < 8:
+            return None
+        size, frame_type = _HEADER.unpack_from(buf, 0)
+        if size < 4 or size > self.max_size:
+            raise ValueError(f"bad frame size {size}")
+        if len(buf) - 4 < size:
+            return None
+        frame = (frame_type, bytes(buf[8 : 4 + size]))
+        del buf[: 4 + size]
+        return frame
+
+    def take_rest(self) -> bytes:
+        """The bytes after the last whole frame (a stream upgrade decodes them anew)."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return rest
+
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         buf = self._buf
         buf += data
@@ -82,6 +105,7 @@ __all__ = [
     "MAGIC_V2",
     "FrameDecoder",
     "WireMessage",
+    "auth",
     "cls",
     "decode_message",
     "dpub",
@@ -163,6 +187,10 @@ def cls() -> bytes:
 
 def nop() -> bytes:
     return b"NOP\n"
+
+
+def auth(secret: bytes) -> bytes:
+    return _with_body("AUTH\n", secret)
 
 
 def parse_identify_reply(data: bytes) -> dict[str, Any]:

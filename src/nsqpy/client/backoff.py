@@ -1,8 +1,11 @@
 """Consumer backoff (SPEC 7.3): a pure state machine, the caller runs the timer.
 
 A failed message (handler raised, or ``requeue`` with backoff) raises the level by one and
-blocks the consumer for ``multiplier * 2**(level-1)`` seconds (capped by ``max_duration``):
-RDY 0 everywhere. When the timer expires the consumer tests with RDY 1 on one connection.
+blocks the consumer for ``multiplier * 2**level`` seconds: RDY 0 everywhere. As go-nsq's
+``ExponentialStrategy``: the first failure blocks for 2 x ``multiplier`` (2 s by default),
+and the level rises only while the next duration stays within ``max_duration`` (so the
+defaults, 1 s and 2 m, top out at 64 s; a ``max_duration`` below 2 x ``multiplier``
+never blocks). When the timer expires the consumer tests with RDY 1 on one connection.
 Each success lowers the level; back at level 0 every connection returns to its normal RDY,
 otherwise the consumer blocks again for the shorter duration and tests again. Signals that
 arrive while blocked are ignored (they come from messages sent before the block), as in
@@ -24,8 +27,8 @@ class Backoff:
         self.max_duration = max_duration
         self.level = 0
         self.blocked = False
-        self.max_level = 1
-        while self.duration(self.max_level) < max_duration and self.max_level < 64:
+        self.max_level = 0  # go-nsq raises the level only if the next duration <= max
+        while self.max_level < 64 and multiplier * 2 ** (self.max_level + 1) <= max_duration:
             self.max_level += 1
 
     @property
@@ -33,8 +36,8 @@ class Backoff:
         return self.max_duration > 0
 
     def duration(self, level: int) -> float:
-        """Seconds blocked at ``level`` (>= 1)."""
-        return float(min(self.multiplier * 2 ** (level - 1), self.max_duration))
+        """Seconds blocked at ``level`` (>= 1): go-nsq's ``multiplier * 2^level``, capped."""
+        return float(min(self.multiplier * 2**level, self.max_duration))
 
     @property
     def mode(self) -> RdyMode:
@@ -54,6 +57,8 @@ class Backoff:
                 return None
         else:
             self.level = min(self.level + 1, self.max_level)
+            if self.level == 0:
+                return None  # max_duration < 2 x multiplier: go-nsq never backs off
         self.blocked = True
         return self.duration(self.level)
 

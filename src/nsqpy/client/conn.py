@@ -6,9 +6,9 @@ answers the oldest command still waiting (PUB/MPUB/DPUB/SUB/CLS, FIFO as go-nsq 
 match them), except ``_heartbeat_`` (answered with NOP here) and the non-fatal
 E_FIN_FAILED/E_REQ_FAILED/E_TOUCH_FAILED, which answer no waiting command and go to
 ``on_error``. Message frames go to ``on_message``. Commands written in one loop turn leave
-in one ``writelines``. The byte stream enters through ``data_received`` only, so a later
-TLS upgrade (``loop.start_tls``) or a snappy/deflate stage in front of the frame decoder
-can be added after the IDENTIFY reply without touching the dispatch code.
+in one ``writelines``. The byte stream enters through ``data_received`` only: after the
+IDENTIFY reply ``secure.negotiate`` upgrades it (TLS with ``loop.start_tls``, then a
+snappy/deflate codec in front of the frame decoder) and sends AUTH when nsqd asks for it.
 
 Owns sockets (asyncio); uses ``_codec`` for bytes. Must not import the consumer or producer.
 """
@@ -18,16 +18,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast, Any
+from typing import Any, cast
 
 from nsqpy import __version__
 from nsqpy.client import _codec as codec
 from nsqpy.client.errors import ConnectionClosedError, UnexpectedResponseError
+from nsqpy.client.secure import negotiate
 from nsqpy.errors import ConfigError, ProtocolError, from_wire
+from nsqpy.protocol.compress import CorruptStream, StreamDecoder, StreamEncoder
 
 log = logging.getLogger("nsqpy.client")
 
@@ -55,6 +58,14 @@ class IdentifyOptions:
     output_buffer_size: int | None = None
     output_buffer_timeout: float | None = None
     sample_rate: int = 0
+    # TLS and compression negotiated after IDENTIFY, AUTH after them (go-nsq's Config keys).
+    tls_v1: bool = False
+    tls_context: ssl.SSLContext | None = field(default=None, compare=False)  # None: system CAs
+    tls_server_hostname: str | None = None  # None: the host of the nsqd address
+    snappy: bool = False
+    deflate: bool = False
+    deflate_level: int = 6
+    auth_secret: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.heartbeat_interval <= 60.0:
@@ -63,6 +74,10 @@ class IdentifyOptions:
             raise ConfigError(f"msg_timeout {self.msg_timeout} s not in 1..900")
         if not 0 <= self.sample_rate <= 99:
             raise ConfigError(f"sample_rate {self.sample_rate} not in 0..99")
+        if self.snappy and self.deflate:
+            raise ConfigError("cannot enable both deflate and snappy compression")
+        if not 1 <= self.deflate_level <= 9:
+            raise ConfigError(f"deflate_level {self.deflate_level} not in 1..9")
 
     def fields(self) -> dict[str, Any]:
         """The IDENTIFY JSON object (ints in ms, real bools, as nsqd's Go decoder requires)."""
@@ -72,6 +87,10 @@ class IdentifyOptions:
             "user_agent": self.user_agent,
             "feature_negotiation": True,
             "heartbeat_interval": round(self.heartbeat_interval * 1000),
+            "tls_v1": self.tls_v1,
+            "snappy": self.snappy,
+            "deflate": self.deflate,
+            "deflate_level": self.deflate_level,
         }
         if self.msg_timeout is not None:
             out["msg_timeout"] = round(self.msg_timeout * 1000)
@@ -134,6 +153,12 @@ class Connection(asyncio.Protocol):
         self._closed = asyncio.get_running_loop().create_future()
         self._last_recv = clock()
         self._watchdog: asyncio.TimerHandle | None = None
+        # Stream upgrades (client.secure): frames stop after each reply while negotiating.
+        self._negotiating = False
+        self._hold = False
+        self._encoder: StreamEncoder | None = None
+        self._inflate: StreamDecoder | None = None
+        self.auth_reply: dict[str, Any] = {}
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -155,11 +180,13 @@ class Connection(asyncio.Protocol):
             async with asyncio.timeout(timeout):
                 await loop.create_connection(lambda: conn, host, port)
                 conn.write(codec.MAGIC_V2)
+                conn._negotiating = True
                 reply = await conn.command(codec.identify(options.fields()))
+                conn._negotiated(reply)
+                await negotiate(conn, host)
         except BaseException:
             conn.close()
             raise
-        conn._negotiated(reply)
         return conn
 
     def _negotiated(self, reply: bytes) -> None:
@@ -169,7 +196,6 @@ class Connection(asyncio.Protocol):
             self.close()
             raise UnexpectedResponseError(str(exc)) from None
         self.max_rdy = int(self.settings.get("max_rdy_count", 2500))
-        # TLS / snappy / deflate upgrades go here once offered: each is followed by an OK.
 
     @property
     def msg_timeout(self) -> float:
@@ -193,23 +219,53 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.clock()
-        try:
-            frames = self._decoder.feed(data)
-        except Exception as exc:
-            log.error("nsqd %s sent a bad frame: %s", self.key, exc)
-            self.close()
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
+        """Bytes from the stream: inflated a bounded piece at a time when compressed."""
+        inflate = self._inflate
+        if inflate is None:
+            self._decoder.append(data)
+            self._drain_frames()
             return
-        for frame_type, body in frames:
+        try:
+            inflate.feed(data)
+            while piece := inflate.read(65536):
+                self._decoder.append(piece)
+                self._drain_frames()
+        except CorruptStream as exc:
+            log.error("nsqd %s sent a corrupt compressed stream: %s", self.key, exc)
+            self.close()
+
+    def _drain_frames(self) -> None:
+        while not self._hold:
+            try:
+                frame = self._decoder.pop()
+            except ValueError as exc:
+                log.error("nsqd %s sent a bad frame: %s", self.key, exc)
+                self.close()
+                return
+            if frame is None:
+                return
+            frame_type, body = frame
             if frame_type == codec.FRAME_MESSAGE:
                 self._got_message(body)
             elif frame_type == codec.FRAME_RESPONSE:
-                self._got_response(bytes(body))
+                # While negotiating, each reply may switch the stream's encoding: stop here.
+                self._hold = self._negotiating
+                self._got_response(body)
             elif frame_type == codec.FRAME_ERROR:
-                self._got_error(bytes(body))
+                self._got_error(body)
             else:
                 log.error("nsqd %s sent unknown frame type %s", self.key, frame_type)
                 self.close()
                 return
+
+    def _release_frames(self) -> None:
+        """Negotiation is over: frames flow again."""
+        self._negotiating = False
+        self._hold = False
+        self._drain_frames()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -297,7 +353,10 @@ class Connection(asyncio.Protocol):
         self._flush_handle = None
         out, self._out = self._out, []
         if out and self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(out)
+            if self._encoder is not None:
+                self._transport.write(self._encoder.encode(b"".join(out)))
+            else:
+                self._transport.writelines(out)
 
     def command(self, data: bytes) -> asyncio.Future[bytes]:
         """Send a command that the server answers; the future gets the response body.

@@ -166,7 +166,10 @@ class Consumer:
         if self.lookupd_http_addresses:
             addresses = list(self.lookupd_http_addresses)
             self._poller = LookupdPoller(
-                addresses, self.topic, timeout=max(self.connect_timeout, 5)
+                addresses,
+                self.topic,
+                timeout=max(self.connect_timeout, 5),
+                auth_secret=self.identify.auth_secret,
             )
             await self._poll_once()
             self._spawn(self._poll_loop())

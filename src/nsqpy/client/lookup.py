@@ -61,11 +61,21 @@ def parse_producers(payload: Any) -> list[str]:
 class LookupdPoller:
     """Round-robin queries over several lookupd HTTP addresses."""
 
-    def __init__(self, addresses: Sequence[str], topic: str, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        topic: str,
+        *,
+        timeout: float = 5.0,
+        auth_secret: str | None = None,
+    ) -> None:
         if not addresses:
             raise ValueError("LookupdPoller needs at least one lookupd address")
         self.urls = [lookup_url(a, topic) for a in addresses]
         self.timeout = timeout
+        self.headers = {"Accept": ACCEPT}
+        if auth_secret:  # go-nsq sends its AUTH secret to lookupd too (lookupd_authorization)
+            self.headers["Authorization"] = f"Bearer {auth_secret}"
         self._next = 0
         self._session: aiohttp.ClientSession | None = None
 
@@ -73,7 +83,7 @@ class LookupdPoller:
         """Producers from one lookupd; a 404 (topic not registered yet) means none."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
-        async with self._session.get(url, headers={"Accept": ACCEPT}) as resp:
+        async with self._session.get(url, headers=self.headers) as resp:
             if resp.status == 404:
                 return []
             if resp.status != 200:

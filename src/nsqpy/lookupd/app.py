@@ -18,8 +18,9 @@ from typing import Any
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.errors import ConfigError
 from nsqpy.flags import Flag, parse_flags
+from nsqpy.logs import setup_daemon_logging
 from nsqpy.lookupd.daemon import NsqLookupd
-from nsqpy.lookupd.options import LOG_LEVELS, NsqLookupdOptions, validate
+from nsqpy.lookupd.options import NsqLookupdOptions, validate
 
 FLAGS = [
     Flag("log-level", "log_level", help="set log verbosity: debug, info, warn, error, or fatal"),
@@ -30,7 +31,7 @@ FLAGS = [
     Flag(
         "broadcast-address",
         "broadcast_address",
-        help="address of this lookupd node, (default to the OS hostname)",
+        help="address of this lookupd node (default: the OS hostname)",
     ),
     Flag(
         "broadcast-tcp-port",
@@ -82,12 +83,8 @@ def parse_args(argv: Sequence[str]) -> NsqLookupdOptions:
 
 
 def setup_logging(level: str, prefix: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix}%(asctime)s %(levelname)s: %(message)s"))
-    root = logging.getLogger("nsqpy")
-    root.handlers[:] = [handler]
-    root.setLevel(LOG_LEVELS.get(level.lower(), logging.INFO))
-    root.propagate = False
+    """nsqlookupd's log lines (``nsqpy.logs``): prefix, time, level; one line per event."""
+    setup_daemon_logging(level, prefix)
 
 
 async def serve(opts: NsqLookupdOptions) -> None:

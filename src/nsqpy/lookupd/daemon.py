@@ -13,6 +13,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from aiohttp import web
@@ -38,6 +39,7 @@ class NsqLookupd:
             tombstone_lifetime_ms=opts.tombstone_lifetime_ms,
         )
         self._connections: set[V1Connection] = set()
+        self.command_counts: Counter[str] = Counter()  # V1 commands received (for /metrics)
         self.hostname = socket.gethostname()
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None

@@ -19,6 +19,7 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json
 from nsqpy.lookupd.registry import PeerInfo, Registry
+from nsqpy.metrics.lookupd_metrics import add_lookupd_metrics
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def make_app(daemon: NsqLookupd) -> web.Application:
     ]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)
+    add_lookupd_metrics(app, daemon)  # nsqpy: GET /metrics (Prometheus)
     return app
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Protocol, cast
 
 from nsqpy.errors import ProtocolError
@@ -46,6 +47,9 @@ class LookupdContext(Protocol):
     def connections(self) -> MutableSet[V1Connection]: ...
 
     def identify_reply(self) -> dict[str, object]: ...
+
+    @property
+    def command_counts(self) -> Counter[str]: ...
 
 
 def format_address(peername: object) -> str:
@@ -136,6 +140,7 @@ class V1Connection(asyncio.Protocol):
     # -- commands -------------------------------------------------------------------------
 
     def _dispatch(self, command: LookupCommand) -> bytes:
+        self.context.command_counts[type(command).__name__.upper()] += 1
         match command:
             case Ping():
                 return self.ping()
