@@ -3,8 +3,11 @@
 NSQ's daemons use Go's flag package: ``-name value``, ``--name value``, ``--name=value``,
 booleans as ``--name`` or ``--name=false``, durations in Go syntax (``250ms``, ``1m30s``),
 repeatable flags, and a ``--config`` TOML file whose keys are the flag names with ``-``
-turned into ``_``. A bad value exits with status 2 and a message naming flag and value,
-never a traceback. Imports only the standard library and nsqpy's options/durations.
+turned into ``_``. A bad value exits with status 2 and one line naming flag and value,
+never a traceback or argparse's usage dump. ``-h``/``--help`` prints the same Go-style help
+as NSQ's utilities (``tools.flagset.format_help``: one entry per flag, sorted, metavar and
+default shown). Also owns ``check_host_port``, the start-up check of ``<addr>:<port>`` flags.
+Imports only the standard library, nsqpy's durations/errors and the pure ``tools.flagset``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import sys
 import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
-from nsqpy.durations import parse_duration
+from nsqpy.durations import format_duration, parse_duration
 from nsqpy.errors import ConfigError
+from nsqpy.tools.flagset import Opt, format_help
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def _convert(flag: Flag, raw: Any) -> Any:
     if kind == "duration":
         if isinstance(raw, (int, float)) and not isinstance(raw, bool):
             return int(raw) // 1_000_000  # TOML durations may be given as Go nanoseconds
-        return int(round(parse_duration(str(raw)) * 1000))
+        return round(parse_duration(str(raw)) * 1000)
     if kind == "list":
         items = raw if isinstance(raw, list) else [raw]
         return [str(i) for i in items]
@@ -67,19 +71,70 @@ def _convert(flag: Flag, raw: Any) -> Any:
     return str(raw)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without its usage dump: a mistake is one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser(prog: str, description: str, flags: Sequence[Flag]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
+    """The argparse parser behind ``parse_flags`` (help text is ``help_text``, not argparse's)."""
+    parser = _Parser(prog=prog, description=description, allow_abbrev=False, add_help=False)
+    parser.add_argument("-h", "-help", "--help", dest="show_help", action="store_true")
     parser.add_argument("-config", "--config", default="", help="path to config file (TOML)")
     parser.add_argument("-version", "--version", action="store_true", help="print version string")
     for flag in flags:
         names = [f"-{flag.name}", f"--{flag.name}"]
+        text = flag.help.replace("%", "%%")  # argparse %-formats help strings
         if flag.kind == "bool":
-            parser.add_argument(*names, dest=flag.field, nargs="?", const="true", default=None, help=flag.help)
+            parser.add_argument(
+                *names, dest=flag.field, nargs="?", const="true", default=None, help=text
+            )
         elif flag.kind in ("list", "float_list"):
-            parser.add_argument(*names, dest=flag.field, action="append", default=None, help=flag.help)
+            parser.add_argument(*names, dest=flag.field, action="append", default=None, help=text)
         else:
-            parser.add_argument(*names, dest=flag.field, default=None, help=flag.help)
+            parser.add_argument(*names, dest=flag.field, default=None, help=text)
     return parser
+
+
+def _as_opt(flag: Flag, defaults: Any) -> Opt:
+    """A daemon flag as the utilities' ``Opt``, with its default rendered as Go shows it."""
+    if not hasattr(defaults, flag.field):  # a deprecated flag nothing reads
+        return Opt(flag.name, flag.field, flag.kind, flag.help, default_text="")
+    value = getattr(defaults, flag.field)
+    if flag.kind == "bool":
+        return Opt(flag.name, flag.field, "bool", flag.help, default_text="true" if value else "")
+    if flag.kind == "duration":
+        text = format_duration(value / 1000) if isinstance(value, int) and value else ""
+        return Opt(flag.name, flag.field, "duration", flag.help, default_text=text)
+    if flag.kind in ("list", "float_list"):
+        return Opt(flag.name, flag.field, "list", flag.help, default_text="")
+    return Opt(flag.name, flag.field, flag.kind, flag.help)
+
+
+def help_text(prog: str, description: str, flags: Sequence[Flag], defaults: Any) -> str:
+    """``--help``: the utilities' Go-style layout, ``--config`` and ``--version`` included."""
+    opts = [Opt("config", "", "str", "path to config file (TOML)", metavar="string")]
+    opts += [_as_opt(flag, defaults) for flag in flags]
+    return format_help(prog, description, defaults, opts)
+
+
+def check_host_port(flag: str, address: str, *, need_host: bool = False) -> None:
+    """``<addr>:<port>`` (``[v6]:port`` too) with a port in 0-65535, else ConfigError.
+
+    ``need_host`` is for addresses dialled rather than listened on: they need a host and a
+    non-zero port.
+    """
+    host, sep, port = address.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    ok = bool(sep) and port.isdigit() and int(port) <= 65535
+    ok = ok and ("[" not in host or bracketed) and (bracketed or ":" not in host)
+    if ok and need_host:
+        ok = bool(host.strip("[]")) and int(port) > 0
+    if not ok or any(c in host for c in "/?#@ "):
+        want = "<host>:<port>" if need_host else "<addr>:<port>"
+        raise ConfigError(f"--{flag} {address!r} is not {want}")
 
 
 def parse_flags(
@@ -94,6 +149,9 @@ def parse_flags(
     """Parse ``argv`` (and ``--config``) into a new options object; exits 2 on bad input."""
     parser = build_parser(prog, description, flags)
     ns = parser.parse_args(list(argv))
+    if ns.show_help:
+        sys.stdout.write(help_text(prog, description, flags, factory()))
+        sys.exit(0)
     if ns.version:
         print(version)
         sys.exit(0)
@@ -124,7 +182,9 @@ def parse_flags(
                 try:
                     setattr(opts, flag.field, _convert(flag, raw))
                 except ConfigError as exc:
-                    raise ConfigError(f"invalid value {raw!r} for flag --{flag.name}: {exc}") from None
+                    raise ConfigError(
+                        f"invalid value {raw!r} for flag --{flag.name}: {exc}"
+                    ) from None
     except ConfigError as exc:
         parser.error(str(exc))
     return opts

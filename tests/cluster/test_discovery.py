@@ -56,7 +56,9 @@ def producer_ports(lookupd: DaemonProcess, topic: str) -> set[int]:
 
 
 def publish(nsqd: DaemonProcess, topic: str, bodies: list[str]) -> None:
-    status, body, _ = http_request("POST", f"{nsqd.http}/mpub?topic={topic}", "\n".join(bodies).encode())
+    status, body, _ = http_request(
+        "POST", f"{nsqd.http}/mpub?topic={topic}", "\n".join(bodies).encode()
+    )
     assert (status, body) == (200, b"OK")
 
 

@@ -1,0 +1,55 @@
+"""nsqlookupd's ``/metrics`` (beyond NSQ): the registry and the traffic as Prometheus metrics.
+
+Gauges for the connected nsqd (``nsqlookupd_producers``), known topics and channels and
+the live producers of each topic (label ``topic``); counters for the TCP commands received
+(``nsqlookupd_tcp_commands_total{command=...}``) and, through ``routes``, the HTTP
+responses. One call registers the route: ``add_lookupd_metrics(app, daemon)`` from
+lookupd's HTTP module. Reads the registry; never changes it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from nsqpy import NSQ_VERSION
+from nsqpy.metrics.exposition import Family
+from nsqpy.metrics.routes import add_metrics_route
+
+if TYPE_CHECKING:
+    from nsqpy.lookupd.daemon import NsqLookupd
+
+
+def lookupd_families(daemon: NsqLookupd) -> list[Family]:
+    registry = daemon.registry
+    topics = sorted(registry.topics())
+    per_topic = Family(
+        "nsqlookupd_topic_producers", "gauge", "live, untombstoned producers of the topic"
+    )
+    channels = 0
+    for topic in topics:
+        found = registry.lookup(topic)
+        if found is not None:
+            names, producers = found
+            channels += len(names)
+            per_topic.add(len(producers), topic=topic)
+    commands = Family("nsqlookupd_tcp_commands", "counter", "V1 commands received, by command")
+    for name, count in sorted(daemon.command_counts.items()):
+        commands.add(count, command=name)
+    identified = sum(1 for conn in daemon.connections if conn.peer is not None)
+    return [
+        Family("nsqlookupd_info", "gauge", "1, labelled with the NSQ version").add(
+            1, version=NSQ_VERSION
+        ),
+        Family("nsqlookupd_producers", "gauge", "nsqd connected and identified").add(identified),
+        Family("nsqlookupd_topics", "gauge", "topics known").add(len(topics)),
+        Family("nsqlookupd_channels", "gauge", "channels known").add(channels),
+        per_topic,
+        commands,
+    ]
+
+
+def add_lookupd_metrics(app: web.Application, daemon: NsqLookupd) -> None:
+    """Register nsqlookupd's ``GET /metrics``."""
+    add_metrics_route(app, "nsqlookupd", lambda: lookupd_families(daemon))

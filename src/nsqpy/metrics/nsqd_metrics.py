@@ -1,0 +1,106 @@
+"""nsqd's ``/metrics`` (beyond NSQ): /stats as Prometheus counters and gauges.
+
+Per topic (label ``topic``) and channel (``topic``, ``channel``): NSQ's running counts as
+counters (``nsqd_topic_messages_total``, ``nsqd_channel_requeued_total``, …) and the levels
+as gauges (depth, backend depth, in-flight, deferred, clients, paused), e2e latency
+percentiles as gauges in seconds with a ``quantile`` label when configured, plus node-wide
+gauges and the garbage collector's counts. One call registers the route:
+``add_nsqd_metrics(app, server)`` from nsqd's HTTP module. Reads the broker through
+``broker.stats``; never changes anything.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nsqpy import NSQ_VERSION
+from nsqpy.broker.stats import stats
+from nsqpy.metrics.exposition import Family
+from nsqpy.metrics.routes import add_metrics_route
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.server import NsqdServer
+
+TOPIC_METRICS = [  # (/stats field, family name, kind, help)
+    ("message_count", "nsqd_topic_messages", "counter", "messages published to the topic"),
+    ("message_bytes", "nsqd_topic_message_bytes", "counter", "bytes of message bodies published"),
+    ("depth", "nsqd_topic_depth", "gauge", "messages not yet handed to every channel"),
+    ("backend_depth", "nsqd_topic_backend_depth", "gauge", "of the depth, messages on disk"),
+    ("paused", "nsqd_topic_paused", "gauge", "1 while the topic is paused"),
+]
+CHANNEL_METRICS = [
+    ("message_count", "nsqd_channel_messages", "counter", "messages delivered to the channel"),
+    ("requeue_count", "nsqd_channel_requeued", "counter", "messages requeued (REQ)"),
+    ("timeout_count", "nsqd_channel_timed_out", "counter", "in-flight messages that timed out"),
+    ("depth", "nsqd_channel_depth", "gauge", "messages waiting to be sent"),
+    ("backend_depth", "nsqd_channel_backend_depth", "gauge", "of the depth, messages on disk"),
+    ("in_flight_count", "nsqd_channel_in_flight", "gauge", "messages sent, not yet FIN'd"),
+    ("deferred_count", "nsqd_channel_deferred", "gauge", "messages deferred (DPUB, REQ delay)"),
+    ("client_count", "nsqd_channel_clients", "gauge", "consumers subscribed"),
+    ("paused", "nsqd_channel_paused", "gauge", "1 while the channel is paused"),
+]
+
+
+def _latency(family: Family, latency: Any, **labels: str) -> None:
+    for item in (latency or {}).get("percentiles") or []:
+        family.add(float(item["value"]) / 1e9, quantile=f"{item['quantile']:g}", **labels)
+
+
+def nsqd_families(server: NsqdServer) -> list[Family]:
+    """Every family of one scrape, from a single /stats document."""
+    doc = stats(server.broker, include_clients=False, include_mem=True)
+    topics: list[dict[str, Any]] = doc["topics"] or []  # type: ignore[assignment]
+    node = [
+        Family("nsqd_info", "gauge", "1, labelled with the NSQ version and broadcast address").add(
+            1, version=NSQ_VERSION, broadcast_address=server.opts.broadcast_address
+        ),
+        Family("nsqd_start_time_seconds", "gauge", "start time, Unix seconds").add(
+            int(doc["start_time"])  # type: ignore[call-overload]
+        ),
+        Family("nsqd_healthy", "gauge", "1 while nsqd is healthy").add(int(server.broker.healthy)),
+        Family("nsqd_topics", "gauge", "topics").add(len(topics)),
+        Family("nsqd_channels", "gauge", "channels").add(sum(len(t["channels"]) for t in topics)),
+        Family("nsqd_clients", "gauge", "TCP clients connected").add(len(server.connections)),
+    ]
+    by_topic = {name: Family(name, kind, text) for _, name, kind, text in TOPIC_METRICS}
+    by_channel = {name: Family(name, kind, text) for _, name, kind, text in CHANNEL_METRICS}
+    topic_e2e = Family(
+        "nsqd_topic_e2e_processing_latency_seconds", "gauge", "e2e latency percentiles"
+    )
+    channel_e2e = Family(
+        "nsqd_channel_e2e_processing_latency_seconds", "gauge", "e2e latency percentiles"
+    )
+    for t in topics:
+        topic = str(t["topic_name"])
+        for key, name, _, _ in TOPIC_METRICS:
+            by_topic[name].add(int(t[key]), topic=topic)
+        _latency(topic_e2e, t["e2e_processing_latency"], topic=topic)
+        for c in t["channels"]:
+            channel = str(c["channel_name"])
+            for key, name, _, _ in CHANNEL_METRICS:
+                by_channel[name].add(int(c[key]), topic=topic, channel=channel)
+            _latency(channel_e2e, c["e2e_processing_latency"], topic=topic, channel=channel)
+    mem: dict[str, int] = doc.get("memory") or {}  # type: ignore[assignment]
+    runtime = [
+        Family("nsqd_heap_objects", "gauge", "objects tracked by the garbage collector").add(
+            mem.get("heap_objects", 0)
+        ),
+        Family("nsqd_gc_runs", "counter", "garbage collector runs").add(
+            mem.get("gc_total_runs", 0)
+        ),
+    ]
+    return [
+        *node,
+        *by_topic.values(),
+        topic_e2e,
+        *by_channel.values(),
+        channel_e2e,
+        *runtime,
+    ]
+
+
+def add_nsqd_metrics(app: web.Application, server: NsqdServer) -> None:
+    """Register nsqd's ``GET /metrics``."""
+    add_metrics_route(app, "nsqd", lambda: nsqd_families(server))

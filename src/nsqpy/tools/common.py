@@ -1,0 +1,243 @@
+"""What every NSQ utility shares: the program shell, version line, logging and signals.
+
+``run_tool(spec, argv)`` is each tool's ``main``: it parses the Go-style flags into the
+tool's options dataclass (``flagset``), answers ``--help`` and ``--version``, validates,
+sets up logging and runs the tool's coroutine on uvloop with SIGINT/SIGTERM (and SIGHUP
+where the tool wants it) delivered through a ``Signals`` object. Exit codes: 0 success,
+1 a runtime or validation error (NSQ's ``log.Fatal``), 2 a malformed command line. Every
+error leaves as one line on stderr; tracebacks are shown only at ``--log-level=debug``.
+
+Also here: the ephemeral channel name NSQ's tools pick, user agents, the shared source
+flags check (``--nsqd-tcp-address`` xor ``--lookupd-http-address``), and a one-line
+description of an exception. Imports only the standard library and light nsqpy modules
+(never aiohttp or ``nsqpy.client``, so ``--help`` and flag errors stay instant); must not
+import the servers (``nsqd``, ``lookupd``, ``broker``) or ``testing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nsqpy import NSQ_VERSION, __version__
+from nsqpy.errors import ConfigError, NsqError
+from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+from nsqpy.tools.flagset import FlagError, Opt, format_help, parse_into
+
+log = logging.getLogger("nsqpy.tools")
+
+LOG_LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40, "fatal": 50}
+
+
+class ToolError(NsqError):
+    """A fatal condition a tool reports in one line before exiting 1 (NSQ's ``log.Fatal``)."""
+
+
+def version_line(tool: str) -> str:
+    """``nsq_tail v1.3.0 (nsqpy 0.1.0, python 3.11.2)``: NSQ's shape, nsqpy's build."""
+    return f"{tool} v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
+
+
+def user_agent(tool: str) -> str:
+    """``nsq_tail/1.3.0 nsqpy/0.1.0`` (NSQ's tools say ``<tool>/<version> go-nsq/<version>``)."""
+    return f"{tool}/{NSQ_VERSION} nsqpy/{__version__}"
+
+
+def ephemeral_channel() -> str:
+    """A random ephemeral channel as nsq_tail picks one: ``tail<6 digits>#ephemeral``."""
+    return f"tail{random.randrange(999999):06d}#ephemeral"
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: its message, or its type when the message is empty."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, TimeoutError) and not text:
+        return "timed out"
+    return text or type(exc).__name__
+
+
+# ---- validation helpers ----------------------------------------------------------------------
+def check_sources(
+    nsqd: Sequence[str], lookupd: Sequence[str], nsqd_flag: str = "nsqd-tcp-address"
+) -> None:
+    """NSQ's rule: exactly one kind of source address."""
+    if not nsqd and not lookupd:
+        raise ToolError(f"--{nsqd_flag} or --lookupd-http-address required")
+    if nsqd and lookupd:
+        raise ToolError(f"use --{nsqd_flag} or --lookupd-http-address not both")
+
+
+def check_tcp_addresses(flag: str, addresses: Sequence[str]) -> None:
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise FlagError(f'invalid value "{address}" for flag --{flag}: expected host:port')
+
+
+def check_topic(flag: str, name: str) -> None:
+    if not valid_topic_name(name):
+        raise ToolError(
+            f"--{flag} is invalid: {name!r} (1-64 of [.a-zA-Z0-9_-], optional #ephemeral)"
+        )
+
+
+def check_channel(flag: str, name: str) -> None:
+    if not valid_channel_name(name):
+        raise ToolError(
+            f"--{flag} is invalid: {name!r} (1-64 of [.a-zA-Z0-9_-], optional #ephemeral)"
+        )
+
+
+def check_positive(flag: str, value: float) -> None:
+    if value <= 0:
+        raise ToolError(f"--{flag} should be positive")
+
+
+# ---- logging ---------------------------------------------------------------------------------
+class _OneLineFormatter(logging.Formatter):
+    """Exceptions shown as one line unless debugging."""
+
+    def __init__(self, fmt: str, full_tracebacks: bool) -> None:
+        super().__init__(fmt)
+        self.full = full_tracebacks
+
+    def formatException(self, ei: Any) -> str:
+        if self.full:
+            return super().formatException(ei)
+        exc = ei[1]
+        return f"    ({type(exc).__name__}: {describe(exc)})" if exc is not None else ""
+
+
+def setup_logging(level: str = "info", prefix: str = "") -> None:
+    """Log to stderr as ``<prefix>2024-01-01 12:00:00,000 INFO: text`` for every library."""
+    numeric = LOG_LEVELS.get(level.lower(), 20)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _OneLineFormatter(f"{prefix}%(asctime)s %(levelname)s: %(message)s", numeric <= 10)
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+
+
+# ---- signals -----------------------------------------------------------------------------------
+@dataclass
+class Signals:
+    """SIGINT/SIGTERM set ``stop``; a second one cancels the tool. SIGHUP calls ``on_hup``."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    on_hup: Callable[[], None] | None = None
+    received: int = 0
+    _task: asyncio.Task[Any] | None = None
+
+    def _stop(self, signum: int) -> None:
+        self.received += 1
+        if self.received == 1:
+            log.info("received %s, stopping", signal.Signals(signum).name)
+            self.stop.set()
+        elif self._task is not None:
+            log.warning("received %s again, exiting now", signal.Signals(signum).name)
+            self._task.cancel()
+
+    def _hup(self) -> None:
+        if self.on_hup is not None:
+            self.on_hup()
+
+    async def wait(self) -> None:
+        await self.stop.wait()
+
+
+ToolMain = Callable[[Any, Signals], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool: name, one-line summary, options dataclass, flags, validation and coroutine.
+
+    ``validate(opts, given)`` may raise ``FlagError`` (exit 2) or ``ToolError`` (exit 1).
+    ``hup_stops``: SIGHUP stops the tool (nsq_tail, nsq_stat) instead of being offered to
+    ``Signals.on_hup``.
+    """
+
+    name: str
+    summary: str
+    options: Callable[[], Any]
+    flags: Sequence[Opt]
+    validate: Callable[[Any, set[str]], None]
+    main: ToolMain
+    hup_stops: bool = False
+    log_level: Callable[[Any], str] = lambda opts: "info"
+    log_prefix: Callable[[Any], str] = lambda opts: ""
+
+
+def run_tool(spec: ToolSpec, argv: Sequence[str] | None) -> int:
+    """Parse, validate and run; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    opts = spec.options()
+    try:
+        parsed = parse_into(opts, spec.flags, args)
+    except FlagError as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+        return 2
+    if parsed.action == "help":
+        sys.stdout.write(format_help(spec.name, spec.summary, spec.options(), spec.flags))
+        return 0
+    if parsed.action == "version":
+        print(version_line(spec.name))
+        return 0
+    try:
+        spec.validate(opts, parsed.given)
+    except FlagError as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+        return 2
+    except (ConfigError, ToolError) as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+        return 1
+    setup_logging(spec.log_level(opts), spec.log_prefix(opts))
+    try:
+        return _run_loop(_with_signals(spec, opts))
+    except (ToolError, ConfigError) as exc:
+        print(f"{spec.name}: {exc}", file=sys.stderr)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        print(f"{spec.name}: interrupted", file=sys.stderr)
+    except Exception as exc:  # a bug or an unexpected condition: still one line
+        log.debug("fatal", exc_info=True)
+        print(f"{spec.name}: error: {type(exc).__name__}: {describe(exc)}", file=sys.stderr)
+    return 1
+
+
+async def _with_signals(spec: ToolSpec, opts: Any) -> int:
+    loop = asyncio.get_running_loop()
+    signals = Signals(_task=asyncio.current_task())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, signals._stop, sig)
+    if spec.hup_stops:
+        loop.add_signal_handler(signal.SIGHUP, signals._stop, signal.SIGHUP)
+    else:
+        loop.add_signal_handler(signal.SIGHUP, signals._hup)
+    try:
+        return await spec.main(opts, signals)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+def _run_loop(coro: Awaitable[int]) -> int:
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        factory = None
+
+    async def wrapper() -> int:
+        return await coro
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(wrapper())

@@ -1,0 +1,280 @@
+"""``nsq_to_http``: consume a topic and deliver each message with an HTTP GET or POST.
+
+NSQ v1.3.0's flags and defaults (SPEC 6): ``--topic``, ``--channel`` (nsq_to_http),
+``--nsqd-tcp-address`` xor ``--lookupd-http-address``, ``--max-in-flight`` 200, ``-n`` 100
+concurrent requests, ``--get`` (URL with one ``%s`` replaced by the query-escaped body) or
+``--post`` (body = message), each repeatable, never both; ``--content-type`` (POST only,
+default application/octet-stream), ``--header Name:Value`` (repeatable), ``--mode``
+(hostpool default, round-robin, epsilon-greedy; NSQ 1.3.0 has no multicast/fanout mode),
+``--sample`` (fraction delivered; the rest are FIN'd unsent), ``--http-client-connect-
+timeout`` 2s, ``--http-client-request-timeout`` 20s, ``--status-every`` 250,
+``--consumer-opt``.
+
+A message is FIN'd after a 2xx answer to a POST or a 200 to a GET; any other status, a
+timeout or a connection error REQs it with the consumer's default delay and backoff. At
+start every destination's host:port must accept a TCP connection (no request is sent),
+so a wrong URL is one clear error. SIGINT/SIGTERM close the consumer (running requests
+finish first) and exit. Uses ``nsqpy.client`` and aiohttp's client; no servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import quote_plus, urlsplit
+
+from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.tools.common import (
+    Signals,
+    ToolError,
+    ToolSpec,
+    check_channel,
+    check_positive,
+    check_sources,
+    check_tcp_addresses,
+    check_topic,
+    describe,
+    run_tool,
+    user_agent,
+)
+from nsqpy.tools.flagset import Opt
+from nsqpy.tools.hostpool import MODES, Selector
+from nsqpy.tools.metrics import TimerMetrics
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from nsqpy.client import Message
+
+log = logging.getLogger("nsqpy.tools")
+
+TOOL = "nsq_to_http"
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+@dataclass
+class ToHttpOptions:
+    topic: str = ""
+    channel: str = "nsq_to_http"
+    nsqd_tcp_addresses: list[str] = field(default_factory=list)
+    lookupd_http_addresses: list[str] = field(default_factory=list)
+    max_in_flight: int = 200
+    num_publishers: int = 100
+    get: list[str] = field(default_factory=list)
+    post: list[str] = field(default_factory=list)
+    content_type: str = DEFAULT_CONTENT_TYPE
+    headers: list[str] = field(default_factory=list)
+    mode: str = "hostpool"
+    sample: float = 1.0
+    http_client_connect_timeout: float = 2.0
+    http_client_request_timeout: float = 20.0
+    status_every: int = 250
+    consumer_opts: list[str] = field(default_factory=list)
+
+
+FLAGS = [
+    Opt("topic", "topic", "str", "nsq topic"),
+    Opt("channel", "channel", "str", "nsq channel"),
+    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "nsqd TCP address (may be given multiple times)"),
+    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
+    Opt("max-in-flight", "max_in_flight", "int", "max number of messages to allow in flight"),
+    Opt("n", "num_publishers", "int", "number of concurrent publishers"),
+    Opt("get", "get", "list", "HTTP address to make a GET request to. '%s' will be printf replaced with data (may be given multiple times)", metavar="url"),
+    Opt("post", "post", "list", "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)", metavar="url"),
+    Opt("content-type", "content_type", "str", "the Content-Type used for POST requests"),
+    Opt("header", "headers", "list", "Custom header for HTTP requests (may be given multiple times)", metavar="Name:Value"),
+    Opt("mode", "mode", "str", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
+    Opt("sample", "sample", "float", "% of messages to publish (float b/w 0 -> 1)"),
+    Opt("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
+    Opt("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
+    Opt("status-every", "status_every", "int", "the # of requests between logging status (per handler), 0 disables"),
+    Opt("consumer-opt", "consumer_opts", "list", opt_help("consumer"), metavar="key,value"),
+]  # fmt: skip
+
+
+def parse_headers(items: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ToolError(f"Invalid header: {item!r} (expected Name:Value)")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _check_url(flag: str, url: str) -> None:
+    parts = urlsplit(url.replace("%s", "x"))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ToolError(f"invalid --{flag} address {url!r}: expected an http:// or https:// URL")
+
+
+def validate(opts: ToHttpOptions, given: set[str]) -> None:
+    if not opts.topic or not opts.channel:
+        raise ToolError("--topic and --channel are required")
+    check_topic("topic", opts.topic)
+    check_channel("channel", opts.channel)
+    if "content-type" in given:
+        if not opts.post:
+            raise ToolError("--content-type only used with --post")
+        if not opts.content_type:
+            raise ToolError("--content-type requires a value when used")
+    check_sources(opts.nsqd_tcp_addresses, opts.lookupd_http_addresses)
+    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
+    if not opts.get and not opts.post:
+        raise ToolError("--get or --post required")
+    if opts.get and opts.post:
+        raise ToolError("use --get or --post not both")
+    for url in opts.get:
+        if url.count("%s") != 1:
+            raise ToolError(f"invalid GET address {url!r} - must be a printf string (one %s)")
+        _check_url("get", url)
+    for url in opts.post:
+        _check_url("post", url)
+    if opts.mode not in MODES:
+        raise ToolError(f"--mode must be one of {', '.join(MODES)} (got {opts.mode!r})")
+    if not 0.0 <= opts.sample <= 1.0:
+        raise ToolError("--sample must be between 0.0 and 1.0")
+    check_positive("http-client-connect-timeout", opts.http_client_connect_timeout)
+    check_positive("http-client-request-timeout", opts.http_client_request_timeout)
+    if opts.num_publishers < 1:
+        raise ToolError("-n must be >= 1")
+    if opts.max_in_flight < 0 or opts.status_every < 0:
+        raise ToolError("--max-in-flight and --status-every must be >= 0")
+    parse_headers(opts.headers)
+    parse_client_opts(opts.consumer_opts, "consumer-opt")
+
+
+def get_url(template: str, body: bytes) -> str:
+    """Go's ``fmt.Sprintf(addr, url.QueryEscape(body))`` for an address with one ``%s``."""
+    head, _, tail = template.partition("%s")
+    return head.replace("%%", "%") + quote_plus(body) + tail.replace("%%", "%")
+
+
+async def probe(url: str, timeout: float) -> None:
+    """A TCP connection to the URL's host:port, closed at once; ToolError if refused."""
+    parts = urlsplit(url.replace("%s", "x"))
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(parts.hostname, port)
+    except (OSError, TimeoutError) as exc:
+        raise ToolError(f"cannot connect to {url}: {describe(exc)}") from None
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
+
+
+class HttpDelivery:
+    """The handler: at most ``-n`` requests at once, one destination per message."""
+
+    def __init__(self, opts: ToHttpOptions, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        self.method = "POST" if opts.post else "GET"
+        self.addresses = opts.post or opts.get
+        self.selector = Selector(opts.mode, self.addresses)
+        self.sample = opts.sample
+        self.headers = {"User-Agent": user_agent(TOOL), **parse_headers(opts.headers)}
+        if self.method == "POST":
+            self.headers["Content-Type"] = opts.content_type
+        self.slots = asyncio.Semaphore(opts.num_publishers)
+        self.aggregate = TimerMetrics(opts.status_every, "[aggregate]:")
+        multi = len(self.addresses) > 1
+        self.per_address = {
+            a: TimerMetrics(opts.status_every if multi else 0, f"[{a}]:") for a in self.addresses
+        }
+        self.delivered = 0
+
+    def handler(self) -> Callable[[Message], Awaitable[None]]:
+        async def handle(msg: Message) -> None:
+            if self.sample < 1.0 and random.random() > self.sample:
+                return  # not sampled: FIN without sending
+            async with self.slots:
+                await self._deliver(msg)
+
+        return handle
+
+    async def _deliver(self, msg: Message) -> None:
+        import aiohttp
+
+        address = self.selector.pick()
+        start = time.monotonic()
+        try:
+            status = await self._request(address, msg.body)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._failed(msg, address, describe(exc))
+            return
+        ok = status == 200 if self.method == "GET" else 200 <= status < 300
+        if not ok:
+            self._failed(msg, address, f"got status code {status}")
+            return
+        elapsed = time.monotonic() - start
+        self.selector.mark(address, True, elapsed)
+        self.per_address[address].status(elapsed)
+        self.aggregate.status(elapsed)
+        self.delivered += 1
+
+    async def _request(self, address: str, body: bytes) -> int:
+        if self.method == "GET":
+            request = self.session.get(get_url(address, body), headers=self.headers)
+        else:
+            request = self.session.post(address, data=body, headers=self.headers)
+        async with request as resp:
+            await resp.read()
+            return resp.status
+
+    def _failed(self, msg: Message, address: str, reason: str) -> None:
+        self.selector.mark(address, False)
+        log.warning("%s %s failed: %s", self.method, address, reason)
+        msg.requeue()
+
+
+async def run(opts: ToHttpOptions, signals: Signals) -> int:
+    import aiohttp
+
+    from nsqpy.tools.nsqopts import ConsumerFactory
+
+    for url in opts.post or opts.get:
+        await probe(url, opts.http_client_connect_timeout)
+    factory = ConsumerFactory(
+        TOOL,
+        opts.nsqd_tcp_addresses,
+        opts.lookupd_http_addresses,
+        opts.max_in_flight,
+        parse_client_opts(opts.consumer_opts, "consumer-opt"),
+    )
+    timeout = aiohttp.ClientTimeout(
+        total=opts.http_client_request_timeout, sock_connect=opts.http_client_connect_timeout
+    )
+    connector = aiohttp.TCPConnector(limit=opts.num_publishers)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        delivery = HttpDelivery(opts, session)
+        consumer = factory.build(opts.topic, opts.channel, delivery.handler())
+        try:
+            await factory.start(consumer)
+            await signals.wait()
+        finally:
+            await consumer.close()
+    log.info("delivered %d messages", delivery.delivered)
+    return 0
+
+
+SPEC = ToolSpec(
+    name=TOOL,
+    summary="Consume a topic and deliver each message with an HTTP GET (--get) or POST "
+    "(--post) to the given endpoints; a message is FIN'd only after a successful answer.",
+    options=ToHttpOptions,
+    flags=FLAGS,
+    validate=validate,
+    main=run,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_tool(SPEC, argv)
