@@ -1,0 +1,340 @@
+"""nsqadmin's JSON API (SPEC 4): the route table first, then one handler per endpoint.
+
+V1 conventions through ``nsqpy.httpapi``. Every body carries ``"message"``: "" or
+``"WARNING: ..."`` naming the upstreams that failed; when all failed, 502
+``UPSTREAM_ERROR: ...``. Privileged actions answer 403 FORBIDDEN unless the caller is an
+``--admin-user`` (by the ``--acl-http-header``). Bad input is always a 4xx JSON error:
+a bad topic/channel name in the path is 400 INVALID_TOPIC/INVALID_CHANNEL, an unparsable
+body 400 INVALID_BODY, an unknown action 400 INVALID_ACTION, an unknown topic, channel or
+node 404 TOPIC_NOT_FOUND/CHANNEL_NOT_FOUND/NODE_NOT_FOUND. Also ``/api/history`` (nsqpy:
+the sampled series behind the built-in graphs) and ``/config/:opt``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nsqpy.httpapi import query_arg, v1_error, v1_json, v1_text
+from nsqpy.nsqadmin import queries
+from nsqpy.nsqadmin.cluster import AllFailed, Cluster, Errors, find_producer
+from nsqpy.nsqadmin.graphite import fetch_rate
+from nsqpy.nsqadmin.options import FLAGS, LOG_LEVELS, split_host_port
+from nsqpy.nsqadmin.upstream import UpstreamError
+from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+
+if TYPE_CHECKING:
+    from nsqpy.nsqadmin.server import NsqAdmin
+
+log = logging.getLogger("nsqpy.nsqadmin")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY = 1024 * 1024
+
+
+class BadRequest(Exception):
+    """A 4xx answer decided while reading a request."""
+
+    def __init__(self, code: str, status: int = 400) -> None:
+        super().__init__(code)
+        self.code = code
+        self.status = status
+
+
+def routes(api: Api) -> list[tuple[str, str, Handler]]:
+    return [
+        ("GET", "/ping", api.ping),
+        ("GET", "/api/topics", api.topics),
+        ("GET", "/api/topics/{topic}", api.topic),
+        ("GET", "/api/topics/{topic}/{channel}", api.channel),
+        ("GET", "/api/nodes", api.nodes),
+        ("GET", "/api/nodes/{node}", api.node),
+        ("POST", "/api/topics", api.create_topic_channel),
+        ("POST", "/api/topics/{topic}", api.topic_action),
+        ("POST", "/api/topics/{topic}/{channel}", api.channel_action),
+        ("DELETE", "/api/nodes/{node}", api.tombstone_topic_producer),
+        ("DELETE", "/api/topics/{topic}", api.delete_topic),
+        ("DELETE", "/api/topics/{topic}/{channel}", api.delete_channel),
+        ("GET", "/api/counter", api.counter),
+        ("GET", "/api/graphite", api.graphite),
+        ("GET", "/api/history", api.history),
+        ("GET", "/config/{opt}", api.config),
+        ("PUT", "/config/{opt}", api.config),
+    ]
+
+
+def path_topic(request: web.Request) -> str:
+    name = request.match_info["topic"]
+    if not valid_topic_name(name):
+        raise BadRequest("INVALID_TOPIC")
+    return name
+
+
+def path_channel(request: web.Request) -> str:
+    name = request.match_info["channel"]
+    if not valid_channel_name(name):
+        raise BadRequest("INVALID_CHANNEL")
+    return name
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object, else 400 INVALID_BODY."""
+    raw = await request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise BadRequest("INVALID_BODY", 413)
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("INVALID_BODY") from None
+    if not isinstance(doc, dict):
+        raise BadRequest("INVALID_BODY")
+    return doc
+
+
+def body_name(doc: dict[str, Any], key: str, *, required: bool) -> str:
+    value = doc.get(key, "")
+    if value is None:
+        value = ""
+    code, valid = (
+        ("INVALID_TOPIC", valid_topic_name)
+        if key == "topic"
+        else ("INVALID_CHANNEL", valid_channel_name)
+    )
+    if not isinstance(value, str) or (required and not value) or (value and not valid(value)):
+        raise BadRequest(code)
+    return value
+
+
+def answer(errors: Errors, payload: dict[str, Any] | None = None) -> web.Response:
+    return v1_json({**(payload or {}), "message": errors.warning()})
+
+
+def guarded(fn: Handler) -> Handler:
+    """Map the errors of a handler to NSQ's JSON answers (never a 500 for bad input)."""
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except BadRequest as exc:
+            return v1_error(exc.code, exc.status)
+        except queries.NotFound as exc:
+            return v1_error(exc.code, 404)
+        except AllFailed as exc:
+            log.warning("%s %s: %s", request.method, request.path, exc)
+            return v1_error(f"UPSTREAM_ERROR: {exc}", 502)
+
+    return run
+
+
+class Api:
+    def __init__(self, admin: NsqAdmin) -> None:
+        self.admin = admin
+        self.opts = admin.opts
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.admin.cluster
+
+    def authorize(self, request: web.Request) -> None:
+        """403 FORBIDDEN unless ``--admin-user`` is unset or the ACL header names one."""
+        if self.opts.admin_users:
+            user = request.headers.get(self.opts.acl_http_header, "")
+            if user not in self.opts.admin_users:
+                raise BadRequest("FORBIDDEN", 403)
+
+    async def ping(self, request: web.Request) -> web.StreamResponse:
+        return v1_text("OK")
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def topics(self, request: web.Request) -> web.StreamResponse:
+        errors = Errors()
+        if query_arg(request, "inactive") == "true":
+            inactive = await queries.inactive_topics(self.cluster, errors)
+            return answer(errors, {"topics": inactive})
+        return answer(errors, {"topics": await queries.topics(self.cluster, errors)})
+
+    async def topic(self, request: web.Request) -> web.StreamResponse:
+        name, errors = path_topic(request), Errors()
+        doc = await queries.topic(self.cluster, name, errors)
+        return answer(errors, queries.with_rates(self.admin.history, doc, name))
+
+    async def channel(self, request: web.Request) -> web.StreamResponse:
+        topic, channel, errors = path_topic(request), path_channel(request), Errors()
+        doc = await queries.channel(self.cluster, topic, channel, errors)
+        return answer(errors, queries.with_rates(self.admin.history, doc, topic, channel))
+
+    async def nodes(self, request: web.Request) -> web.StreamResponse:
+        errors = Errors()
+        return answer(errors, {"nodes": await queries.nodes(self.cluster, errors)})
+
+    async def node(self, request: web.Request) -> web.StreamResponse:
+        errors = Errors()
+        doc = await queries.node(self.cluster, request.match_info["node"], errors)
+        return answer(errors, doc)
+
+    async def counter(self, request: web.Request) -> web.StreamResponse:
+        errors = Errors()
+        return answer(errors, {"stats": await queries.counter(self.cluster, errors)})
+
+    async def history(self, request: web.Request) -> web.StreamResponse:
+        topic = query_arg(request, "topic") or ""
+        channel = query_arg(request, "channel") or ""
+        node = query_arg(request, "node") or "*"
+        if topic and not valid_topic_name(topic):
+            raise BadRequest("INVALID_TOPIC")
+        if channel and (not topic or not valid_channel_name(channel)):
+            raise BadRequest("INVALID_CHANNEL")
+        history = self.admin.history
+        return v1_json(
+            {
+                "topic": topic,
+                "channel": channel,
+                "node": node,
+                "interval_ms": self.opts.stats_sample_interval_ms,
+                "size": history.size,
+                "samples": history.generation,
+                **history.series_json((topic, channel, node)),
+                "message": "",
+            }
+        )
+
+    async def graphite(self, request: web.Request) -> web.StreamResponse:
+        if query_arg(request, "metric") != "rate":
+            raise BadRequest("INVALID_ARG_METRIC")
+        target = query_arg(request, "target")
+        if not target:
+            raise BadRequest("INVALID_ARG_TARGET")
+        if not self.opts.graphite_url:
+            raise BadRequest("GRAPHITE_NOT_CONFIGURED")
+        interval_s = max(1, self.opts.statsd_interval_ms // 1000)
+        try:
+            rate = await fetch_rate(self.admin.upstream, self.opts.graphite_url, target, interval_s)
+        except UpstreamError as exc:
+            return v1_error(f"UPSTREAM_ERROR: {exc}", 502)
+        return v1_json({"rate": rate})
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def create_topic_channel(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        doc = await json_body(request)
+        topic = body_name(doc, "topic", required=True)
+        channel = body_name(doc, "channel", required=False)
+        errors = Errors()
+        await self.cluster.create_topic_channel(topic, channel, errors)
+        self.admin.notifier.notify(request, "create_topic", topic)
+        if channel:
+            self.admin.notifier.notify(request, "create_channel", topic, channel)
+        return answer(errors)
+
+    async def topic_action(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        return await self._action(request, path_topic(request), "")
+
+    async def channel_action(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        return await self._action(request, path_topic(request), path_channel(request))
+
+    async def _action(self, request: web.Request, topic: str, channel: str) -> web.StreamResponse:
+        action = (await json_body(request)).get("action")
+        if action not in ("pause", "unpause", "empty"):
+            raise BadRequest("INVALID_ACTION")
+        errors = Errors()
+        kind = "channel" if channel else "topic"
+        params = {"topic": topic, "channel": channel} if channel else {"topic": topic}
+        await self.cluster.producer_action(topic, f"/{kind}/{action}", params, errors)
+        self.admin.notifier.notify(request, f"{action}_{kind}", topic, channel)
+        return answer(errors)
+
+    async def delete_topic(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        topic, errors = path_topic(request), Errors()
+        await self.cluster.delete_topic(topic, errors)
+        self.admin.notifier.notify(request, "delete_topic", topic)
+        return answer(errors)
+
+    async def delete_channel(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        topic, channel, errors = path_topic(request), path_channel(request), Errors()
+        await self.cluster.delete_channel(topic, channel, errors)
+        self.admin.notifier.notify(request, "delete_channel", topic, channel)
+        return answer(errors)
+
+    async def tombstone_topic_producer(self, request: web.Request) -> web.StreamResponse:
+        self.authorize(request)
+        node = request.match_info["node"]
+        topic = body_name(await json_body(request), "topic", required=True)
+        errors = Errors()
+        producer = find_producer(await self.cluster.producers(errors), node)
+        if producer is None:
+            raise queries.NotFound("NODE_NOT_FOUND")
+        await self.cluster.tombstone(topic, producer, errors)
+        self.admin.notifier.notify(request, "tombstone_topic_producer", topic, "", node)
+        return answer(errors)
+
+    # -- /config ---------------------------------------------------------------------------
+
+    async def config(self, request: web.Request) -> web.StreamResponse:
+        self._config_allowed(request)
+        opt = request.match_info["opt"]
+        by_key = {(f.config_key or f.name.replace("-", "_")): f for f in FLAGS}
+        flag = by_key.get(opt)
+        if request.method == "PUT":
+            raw = await request.content.read(MAX_BODY + 1)
+            if not raw or len(raw) > MAX_BODY:
+                raise BadRequest("INVALID_VALUE", 413)
+            self._config_put(opt, raw)
+        if flag is None:
+            raise BadRequest("INVALID_OPTION")
+        value = getattr(self.opts, flag.field)
+        if flag.kind == "duration":
+            value = value * 1_000_000
+        elif flag.field == "log_level":
+            value = LOG_LEVELS[value.lower()] // 10
+        return v1_json(value)
+
+    def _config_allowed(self, request: web.Request) -> None:
+        cidr = self.opts.allow_config_from_cidr
+        if not cidr:
+            return
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        try:
+            ip = ipaddress.ip_address(peer[0]) if peer else None
+        except ValueError:
+            ip = None
+        if ip is None:
+            raise BadRequest("INVALID_REMOTE_ADDR")
+        if ip not in ipaddress.ip_network(cidr, strict=False):
+            raise BadRequest("FORBIDDEN", 403)
+
+    def _config_put(self, opt: str, raw: bytes) -> None:
+        if opt == "log_level":
+            level = raw.decode("utf-8", "replace").strip().lower()
+            if level not in LOG_LEVELS:
+                raise BadRequest("INVALID_VALUE")
+            self.opts.log_level = level
+            logging.getLogger("nsqpy.nsqadmin").setLevel(LOG_LEVELS[level])
+            return
+        if opt != "nsqlookupd_http_addresses":
+            raise BadRequest("INVALID_OPTION")
+        try:
+            addresses = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("INVALID_VALUE") from None
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise BadRequest("INVALID_VALUE")
+        if not addresses or self.opts.nsqd_http_addresses:
+            raise BadRequest("INVALID_VALUE")  # exactly one of lookupd / nsqd lists is in use
+        try:
+            for a in addresses:
+                split_host_port(a, "lookupd-http-address")
+        except Exception:
+            raise BadRequest("INVALID_VALUE") from None
+        self.opts.lookupd_http_addresses = list(addresses)
+        self.cluster.lookupd = list(addresses)

@@ -1,0 +1,121 @@
+"""The read side of nsqadmin: each API resource and page's data, in NSQ's JSON shapes.
+
+One async function per resource (topics, topic, channel, nodes, node, counter, the
+topic overview of the list page), shared by the JSON API and the HTML pages so both
+always show the same thing. Each returns its payload and fills an ``Errors`` with the
+upstreams that failed; ``AllFailed`` (from cluster) and ``NotFound`` propagate. Imports
+cluster, stats and history; no aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from nsqpy.nsqadmin.cluster import Cluster, Errors, NotFound, find_producer
+from nsqpy.nsqadmin.history import History
+from nsqpy.nsqadmin.stats import Json, aggregate_topic
+
+__all__ = ["Cluster", "NotFound"]
+
+
+async def topics(cluster: Cluster, errors: Errors) -> list[str]:
+    return await cluster.topics(errors)
+
+
+async def inactive_topics(cluster: Cluster, errors: Errors) -> dict[str, list[str]]:
+    """lookupd topics that no nsqd produces, with their registered channels."""
+    if not cluster.uses_lookupd:
+        return {}
+    limit = asyncio.Semaphore(16)
+
+    async def channels_if_inactive(topic: str) -> list[str] | None:
+        async with limit:
+            if await cluster.lookupd_topic_producers(topic, errors):
+                return None
+            return await cluster.topic_channels(topic, errors)
+
+    topics = await cluster.topics(errors)
+    found = await asyncio.gather(*(channels_if_inactive(t) for t in topics))
+    return {t: c for t, c in zip(topics, found, strict=True) if c is not None}
+
+
+async def topic(cluster: Cluster, name: str, errors: Errors) -> Json:
+    """Aggregated TopicStats of ``name`` over every node that has it."""
+    producers = await cluster.topic_producers(name, errors)
+    if producers is None:
+        raise NotFound("TOPIC_NOT_FOUND")
+    per_node = await cluster.node_stats(producers, errors, topic=name, include_clients=False)
+    return aggregate_topic(name, per_node)
+
+
+async def channel(cluster: Cluster, topic_name: str, name: str, errors: Errors) -> Json:
+    """Aggregated ChannelStats (per-node stats and every client) of one channel."""
+    producers = await cluster.topic_producers(topic_name, errors)
+    if producers is None:
+        raise NotFound("TOPIC_NOT_FOUND")
+    per_node = await cluster.node_stats(producers, errors, topic=topic_name, channel=name)
+    found = cluster.channel_stats(per_node).get((topic_name, name))
+    if found is None:
+        raise NotFound("CHANNEL_NOT_FOUND")
+    return found
+
+
+async def nodes(cluster: Cluster, errors: Errors) -> list[Json]:
+    return [p.to_json() for p in await cluster.producers(errors)]
+
+
+async def node(cluster: Cluster, name: str, errors: Errors) -> Json:
+    """One nsqd's topics (with channels and clients) and totals."""
+    producer = find_producer(await cluster.producers(errors), name)
+    if producer is None:
+        raise NotFound("NODE_NOT_FOUND")
+    per_node = await cluster.node_stats([producer], errors)
+    return {
+        "node": name,
+        "topics": per_node,
+        "total_messages": sum(t["message_count"] for t in per_node),
+        "total_clients": sum(len(c["clients"]) for t in per_node for c in t["channels"]),
+        "producer": producer.to_json(),
+    }
+
+
+async def counter(cluster: Cluster, errors: Errors) -> dict[str, Json]:
+    """``topic:channel:node`` -> that channel's message count on that node."""
+    producers = await cluster.producers(errors)
+    per_node = await cluster.node_stats(producers, errors, include_clients=False)
+    stats: dict[str, Json] = {}
+    for (t, c), agg in cluster.channel_stats(per_node).items():
+        for n in agg["nodes"]:
+            key = f"{t}:{c}:{n['node']}"
+            entry = stats.setdefault(
+                key, {"node": n["node"], "topic_name": t, "channel_name": c, "message_count": 0}
+            )
+            entry["message_count"] += n["message_count"]
+    return stats
+
+
+async def overview(cluster: Cluster, history: History, errors: Errors) -> list[Json]:
+    """Every topic (with producers) aggregated, plus its latest sampled rate, for the list."""
+    names = await cluster.topics(errors)
+    producers = await cluster.producers(errors)
+    per_node = await cluster.node_stats(producers, errors, include_clients=False)
+    grouped: dict[str, list[Json]] = {n: [] for n in names}
+    for t in per_node:
+        grouped.setdefault(t["topic_name"], []).append(t)
+    out = []
+    for name in sorted(grouped):
+        agg = aggregate_topic(name, grouped[name])
+        agg["rate"] = history.latest_rate((name, "", "*"))
+        out.append(agg)
+    return out
+
+
+def with_rates(history: History, doc: Json, topic_name: str, channel_name: str = "") -> Json:
+    """Add the latest sampled ``rate`` to a topic/channel and each of its nodes/channels."""
+    doc["rate"] = history.latest_rate((topic_name, channel_name, "*"))
+    for n in doc.get("nodes") or []:
+        n["rate"] = history.latest_rate((topic_name, channel_name, n["node"]))
+    if not channel_name:
+        for c in doc.get("channels") or []:
+            with_rates(history, c, topic_name, c["channel_name"])
+    return doc
