@@ -1,0 +1,152 @@
+"""``nsqpy pipeline``: archive (exactly-once across driver kills), replay and transform.
+
+The archive test runs the real command as a subprocess and kills its whole process group
+(Python driver, JVM, Python workers) with SIGKILL twice in the middle of the stream; the
+other pipelines run in-process through ``nsqpy.spark.cli.main`` on the module's session.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nsqpy.spark.cli import main
+from nsqpy.testing import DaemonProcess, wait_for
+
+from .conftest import log_contents, publish
+
+NSQPY = str(Path(sys.executable).with_name("nsqpy"))
+
+
+def commits(checkpoint: Path) -> int:
+    folder = checkpoint / "commits"
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.is_dir() else 0
+
+
+def archive_args(nsqd: DaemonProcess, out: Path, checkpoint: Path, *extra: str) -> list[str]:
+    return [
+        "pipeline",
+        "archive",
+        f"--nsqd={nsqd.http}",
+        "--topic=audit",
+        f"--output={out}",
+        f"--checkpoint={checkpoint}",
+        "--master=local[2]",
+        "--quiet",
+        "--conf=spark.ui.enabled=false",
+        "--conf=spark.sql.shuffle.partitions=2",
+        "--conf=spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        *extra,
+    ]
+
+
+def start_archive(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [NSQPY, *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+@pytest.mark.timeout(480)  # three Spark drivers start one after the other; slow under load
+def test_archive_is_exactly_once_across_driver_kills(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path
+) -> None:
+    expected = [b"audit-%05d" % i for i in range(3000)]
+    publish(nsqd, "audit", expected, chunk=300)
+    out, checkpoint, log = tmp_path / "archive", tmp_path / "checkpoint", tmp_path / "spark.log"
+    args = archive_args(
+        nsqd, out, checkpoint, "--max-offsets-per-trigger=200", "--trigger=0 seconds"
+    )
+    for _ in range(2):
+        before = commits(checkpoint)
+        proc = start_archive(args, log)
+        try:
+            wait_for(
+                lambda p=proc, b=before: commits(checkpoint) >= b + 2 or p.poll() is not None,
+                timeout=110,
+            )
+            assert proc.poll() is None, log.read_text()[-3000:]
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started
+            proc.wait()
+        assert commits(checkpoint) < 15  # killed in the middle, not at the end
+    more = [b"audit-%05d" % i for i in range(3000, 3300)]
+    publish(nsqd, "audit", more)
+    proc = start_archive([*args, "--once"], log)
+    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    assert "batch " in log.read_text()  # progress lines were shown
+
+    rows = spark.read.parquet(str(out)).selectExpr("offset", "body", "id", "date").collect()
+    assert sorted(r.offset for r in rows) == list(range(3300))  # each message exactly once
+    assert sorted(bytes(r.body) for r in rows) == expected + more
+    assert all(r.id == f"{r.offset:016x}" for r in rows)
+    today = dt.datetime.now(dt.UTC).date()
+    assert {r.date for r in rows} <= {today, today - dt.timedelta(days=1)}
+    assert {p.name for p in out.iterdir() if p.name.startswith("date=")}
+
+
+def test_replay_publishes_parquet_rows_in_publish_order(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path
+) -> None:
+    rows = [
+        (dt.datetime(2024, 1, 1, 0, 0, i // 10, tzinfo=dt.UTC), 0, i, b"r%02d" % i)
+        for i in range(40)
+    ]
+    df = spark.createDataFrame(rows, "timestamp timestamp, partition int, offset long, body binary")
+    source = tmp_path / "parquet"
+    df.repartition(4).write.parquet(str(source))  # rows spread over files in no order
+
+    assert main(["replay", f"--nsqd={nsqd.http}", f"--input={source}", "--topic=replayed"]) == 0
+    assert [b for _, b, _ in log_contents(nsqd, "replayed")] == [r[3] for r in rows]
+
+    args = [
+        "replay",
+        f"--nsqd={nsqd.http}",
+        f"--input={source}",
+        "--topic=some",
+        "--where=offset < 5",
+    ]
+    assert main(args) == 0
+    assert [b for _, b, _ in log_contents(nsqd, "some")] == [b"r00", b"r01", b"r02", b"r03", b"r04"]
+
+
+def test_transform_streams_a_topic_through_sql_into_another(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path
+) -> None:
+    publish(nsqd, "raw", [b"word%d" % i for i in range(10)])
+    args = [
+        "transform",
+        f"--nsqd={nsqd.http}",
+        "--topic=raw",
+        "--to-topic=cooked",
+        "--select=upper(cast(body AS string)) AS body",
+        "--where=offset % 2 = 0",
+        f"--checkpoint={tmp_path / 'ck'}",
+        "--once",
+    ]
+    assert main(args) == 0
+    assert sorted(b for _, b, _ in log_contents(nsqd, "cooked")) == [
+        b"WORD%d" % i for i in (0, 2, 4, 6, 8)
+    ]
+    publish(nsqd, "raw", [b"word10", b"word11", b"word12"])
+    assert main(args) == 0  # the checkpoint goes on where the last run stopped
+    got = sorted(b for _, b, _ in log_contents(nsqd, "cooked"))
+    assert got == sorted(b"WORD%d" % i for i in (0, 2, 4, 6, 8, 10, 12))
+
+
+def test_pipeline_errors_are_reported(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = archive_args(nsqd, tmp_path / "o", tmp_path / "c", "--starting-offsets={oops", "--once")
+    assert main(args[1:]) == 1
+    assert "startingOffsets must be earliest, latest or JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["archive", "--topic=t"])
+    assert exit_info.value.code == 2
