@@ -22,8 +22,11 @@ sysdeps:
 run: venv
 	$(BIN)/nsqpy run --data-path ./data
 
+# Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored).
+ARTIFACTS := $(CURDIR)/test-artifacts
+
 test: venv sysdeps
-	$(BIN)/python -m pytest -q
+	NSQPY_ARTIFACTS=$(ARTIFACTS) $(BIN)/python -m pytest -q
 
 fmt: venv
 	$(BIN)/ruff format src tests bench
@@ -37,8 +40,9 @@ typecheck: venv
 
 check: lint typecheck test
 
-bench: venv
+bench: venv sysdeps
 	$(BIN)/python bench/storage.py
+	$(BIN)/python bench/spark_archive.py    # Spark archive vs Spark's own Parquet write (Java 17)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
