@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -51,7 +52,10 @@ async def test_periodic_cursor_saves_fsync_off_the_event_loop(
         await until(lambda: channel.cursor.confirmed == 5)
         path = cursor_file(tmp_path, "t", "c")
         assert saved_confirmed(path) == 0  # not due yet: 5 FINs, no time passed
-        clock.advance_ms(1000)  # the save interval
+        clock.advance_ms(1000)
+        await asyncio.sleep(0.1)
+        assert saved_confirmed(path) == 0  # the interval is --sync-timeout: 2s as in NSQ
+        clock.advance_ms(1000)
         await until(lambda: saved_confirmed(path) == 5)
         assert fsyncs and loop_thread not in fsyncs, "cursor fsyncs ran on the event loop"
     finally:
@@ -69,3 +73,22 @@ def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:
     cf.remove()  # the channel was deleted while a write was still queued
     assert not cf.write(late)
     assert not cf.path.exists()
+
+
+async def test_cursor_saves_follow_sync_every(tmp_path: Path, clock: FakeClock) -> None:
+    server = NsqdServer(make_opts(tmp_path, sync_every=3, sync_timeout_ms=60_000), clock=clock)
+    await server.start()
+    try:
+        s = await subscriber(server.tcp_port, "t", "c", rdy=10)
+        p = await publisher(server.tcp_port)
+        await p.send(mpub("t", [b"%d" % i for i in range(5)]))
+        assert await p.read_frame() == (0, b"OK")
+        ids = [(await read_message(s))[2] for _ in range(5)]
+        path = cursor_file(tmp_path, "t", "c")
+        await s.send(b"FIN " + ids[0] + b"\nFIN " + ids[1] + b"\n")
+        await asyncio.sleep(0.1)
+        assert saved_confirmed(path) == 0  # two confirmations: not due
+        await s.send(b"FIN " + ids[2] + b"\n")
+        await until(lambda: saved_confirmed(path) == 3)  # the third: saved, no time passed
+    finally:
+        await server.stop()

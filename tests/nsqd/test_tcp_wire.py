@@ -319,3 +319,31 @@ async def test_restart_keeps_messages_cursor_and_metadata(
         assert got == [b"b", b"c"]
     finally:
         await again.stop()
+
+
+async def test_a_burst_of_fins_in_one_packet_answers_each_refusal_in_order(
+    nsqd: NsqdServer,
+) -> None:
+    p = await publisher(nsqd.tcp_port)
+    await p.send(mpub("burst", [b"m0", b"m1", b"m2", b"m3"]))
+    assert await p.read_frame() == (0, b"OK")
+    s = await subscriber(nsqd.tcp_port, "burst", "c")
+    ids = [(await read_message(s))[2] for _ in range(4)]
+    other = await subscriber(nsqd.tcp_port, "burst", "c")
+    unknown = b"%016x" % (int(ids[3], 16) + 100)
+    await s.send(b"".join(b"FIN " + i + b"\n" for i in (ids[0], unknown, ids[1], ids[0], ids[2])))
+    await other.send(b"FIN " + ids[3] + b"\n")
+    errors = [await s.read_frame(), await s.read_frame()]
+    assert errors == [
+        (ERR, b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight"),
+        (ERR, b"E_FIN_FAILED FIN " + ids[0] + b" failed ID not in flight"),
+    ]
+    assert await other.read_frame() == (
+        ERR,
+        b"E_FIN_FAILED FIN " + ids[3] + b" failed client does not own message",
+    )
+    channel = nsqd.broker.topics["burst"].channels["c"]
+    assert (channel.finish_count, channel.in_flight_count) == (3, 1)
+    await s.send(b"FIN " + ids[3] + b"\n")  # the owner still can, the connection is fine
+    await asyncio.sleep(0.05)
+    assert (channel.finish_count, channel.in_flight_count) == (4, 0)

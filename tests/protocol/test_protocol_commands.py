@@ -271,3 +271,51 @@ def test_plausible_garbage_never_escapes_as_another_exception(parts: list[bytes]
         list(parser.commands())
     except ProtocolError:
         pass
+
+
+def test_take_fins_consumes_a_run_of_plain_fins_and_nothing_else() -> None:
+    parser = CommandParser()
+    ids = [b"%016x" % n for n in (1, 2, 0xABCDEF)]
+    parser.feed(MAGIC + b"".join(b"FIN " + i + b"\n" for i in ids) + b"RDY 5\nFIN 0000")
+    assert parser.take_fins() == []  # the magic is still due: the ordinary path checks it
+    assert parser.next() == Fin(ids[0])
+    assert parser.take_fins() == ids[1:]
+    parser = CommandParser(expect_magic=False)
+    parser.feed(b"".join(b"FIN " + i + b"\n" for i in ids) + b"RDY 5\nFIN 0000")
+    assert parser.take_fins() == ids
+    assert parser.take_fins() == []  # RDY comes next: left to next()
+    assert parser.next() == Rdy(5)
+    assert parser.take_fins() == []  # a partial line waits for its bytes
+    parser.feed(b"00000000000a\n")
+    assert parser.take_fins() == [b"000000000000000a"]
+    assert parser.next() is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"FIN 00000000000000AB\n",  # upper case: nsqd answers E_FIN_FAILED, not our ID form
+        b"FIN 00000000000000ab\r\n",  # CR LF
+        b"FIN 0000000000000ab\n",  # 15 characters: E_INVALID
+        b"FIN  00000000000000ab\n",
+        b"FIN\n",
+    ],
+)
+def test_take_fins_leaves_unusual_fins_to_the_ordinary_parse(line: bytes) -> None:
+    parser = CommandParser(expect_magic=False)
+    parser.feed(b"FIN 0000000000000001\n" + line)
+    assert parser.take_fins() == [b"0000000000000001"]
+    assert parser.take_fins() == []
+    try:
+        parsed = parser.next()
+    except ProtocolError:
+        return
+    assert isinstance(parsed, Fin)
+
+
+def test_take_fins_returns_nothing_after_an_error() -> None:
+    parser = CommandParser(expect_magic=False)
+    parser.feed(b"BOGUS\nFIN 0000000000000001\n")
+    with pytest.raises(ProtocolError):
+        parser.next()
+    assert parser.take_fins() == []

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from nsqpy.errors import BadMessage, InvalidError
 from nsqpy.protocol.frames import FRAME_MESSAGE, FrameDecoder
 from nsqpy.protocol.message import (
+    FRAME_HEAD_ID,
+    FRAME_OVERHEAD,
     MAX_OFFSET,
     MAX_PARTITION,
     MESSAGE_HEADER,
@@ -104,3 +106,12 @@ def test_message_frames_round_trip_through_the_frame_decoder(
     assert [t for t, _ in frames] == [FRAME_MESSAGE] * len(items)
     decoded = [decode_message(data) for _, data in frames]
     assert [(m.timestamp, m.attempts, m.id, m.body) for m in decoded] == items
+
+
+@given(st.integers(0, 2**63 - 1), st.integers(0, 65535), st.integers(0, MAX_OFFSET), st.binary())
+def test_inline_frame_form_matches_encode_message_frame(
+    ts: int, attempts: int, offset: int, body: bytes
+) -> None:
+    msg_id = encode_message_id(3, offset)
+    inline = FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, ts, attempts, msg_id) + body
+    assert inline == encode_message_frame(ts, attempts, msg_id, body)

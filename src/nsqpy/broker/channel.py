@@ -35,7 +35,7 @@ from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.memqueue import MemoryQueue
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
-from nsqpy.protocol.message import encode_message_frame, encode_message_id
+from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
 from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
 
@@ -74,6 +74,7 @@ class Channel(PolicyPaths):
     ) -> None:
         self.topic = topic
         self.name = name
+        self._id_base = topic.partition << OFFSET_BITS  # message ID = base | offset
         self.ephemeral = name.endswith("#ephemeral")
         # NSQ's per-channel memory queue: an ephemeral channel, or any channel of an
         # ephemeral topic, holds at most mem_queue_size; the latter in its own queue.
@@ -288,8 +289,11 @@ class Channel(PolicyPaths):
         heapq.heappush(self._timeouts, (deadline, offset))
         client.in_flight_count += 1
         client.message_count += 1
-        msg_id = encode_message_id(self.topic.partition, offset)
-        client.sink.send_message(encode_message_frame(timestamp, attempts, msg_id, body))
+        # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
+        msg_id = b"%016x" % (self._id_base | offset)
+        client.sink.send_message(
+            FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
+        )
         tracer = self.policy.tracer
         if tracer is not None:
             tracer.channel_event(self, offset, "delivered", client, attempts, now)

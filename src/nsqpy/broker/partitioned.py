@@ -26,7 +26,7 @@ from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.ordered import OrderedDelivery
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, TouchFailed
-from nsqpy.protocol.message import OFFSET_BITS
+from nsqpy.protocol.message import MAX_OFFSET, OFFSET_BITS
 from nsqpy.protocol.state import CLOSING
 from nsqpy.storage import CursorState
 
@@ -186,6 +186,23 @@ class ChannelGroup:
 
     def finish(self, client: Client, partition: int, offset: int, msg_id: bytes, now: int) -> None:
         self._part(partition, msg_id, "FIN", FinFailed).finish(client, offset, msg_id, now)
+
+    def finish_ids(self, client: Client, ids: list[bytes], now: int) -> list[FinFailed]:
+        """FIN a burst of IDs (16 lowercase hex characters each) in order; the refusals,
+        each to be answered as ``finish`` would have answered it."""
+        errors: list[FinFailed] = []
+        parts = self.parts
+        count = len(parts)
+        for msg_id in ids:
+            value = int(msg_id, 16)
+            partition = value >> OFFSET_BITS
+            try:
+                if partition >= count:
+                    raise FinFailed(f"FIN {msg_id.decode()} failed ID not in flight")
+                parts[partition].finish(client, value & MAX_OFFSET, msg_id, now)
+            except FinFailed as err:
+                errors.append(err)
+        return errors
 
     def requeue(
         self,

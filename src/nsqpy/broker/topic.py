@@ -91,6 +91,7 @@ class Partition:
         self.mem_queue_size = settings.mem_queue_size
         self.clock = settings.clock
         self.sync_always = settings.sync.always
+        self.sync = settings.sync  # channel cursors are saved on the same schedule
         self.paused = False
         self.paused_at = 0  # while paused: channels read only below this offset
         self.channels: dict[str, Channel] = {}
@@ -152,7 +153,16 @@ class Partition:
         if existing is not None:
             return existing
         path = self._cursor_path(name)
-        cursor_file = CursorFile(path, clock=self.clock) if path is not None else None
+        cursor_file = (
+            CursorFile(
+                path,
+                every_confirmations=self.sync.every_messages,
+                every_ms=self.sync.every_ms,
+                clock=self.clock,
+            )
+            if path is not None
+            else None
+        )
         cursor = cursor_file.load() if cursor_file is not None else None
         if cursor is None and listed and cursor_file is not None:
             start = self.log.low_watermark

@@ -168,6 +168,8 @@ class V2Connection(asyncio.Protocol):
         """Run every complete command buffered, unless held (AUTH query, stream upgrade)."""
         try:
             while not self._fatal and not self._held:
+                if self._fin_burst():
+                    continue
                 command = self.parser.next()
                 if command is None:
                     break
@@ -180,6 +182,27 @@ class V2Connection(asyncio.Protocol):
             self._error(err)
         self._pump_pending()
         self.server.touch_connection(self)
+
+    def _fin_burst(self) -> bool:
+        """Run a burst of plain FINs at the head of the input as one batch (what a busy
+        consumer sends); False when the next command is anything else. The checks are those
+        ``_gate`` and ``fin`` make; whatever they would refuse takes the ordinary path."""
+        client = self.client
+        channel = client.channel
+        if (
+            self.auth is not None
+            or not isinstance(channel, ChannelGroup)
+            or client.state != SUBSCRIBED
+            or (self.server.tls_required and not client.tls)
+        ):
+            return False
+        ids = self.parser.take_fins()
+        if not ids:
+            return False
+        for err in channel.finish_ids(client, ids, self.broker.clock()):
+            self._error(err)
+        self._pump_due = channel
+        return True
 
     def _pump_pending(self) -> None:
         channel, self._pump_due = self._pump_due, None

@@ -15,6 +15,7 @@ standard library and nsqpy.errors (plus sibling protocol modules); never asyncio
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -186,6 +187,11 @@ def _body(buf: _Buffer, start: int, stop: int) -> bytes:
         return view[start:stop].tobytes()
 
 
+# A run of FIN commands in their plain form (what every client sends): 21 bytes each.
+_FIN_LINE = 21
+_FIN_RUN = re.compile(rb"(?:FIN [0-9a-f]{16}\n)+")
+
+
 class CommandParser:
     """Incremental parser of one V2 connection's byte stream (server side).
 
@@ -275,6 +281,25 @@ class CommandParser:
         """Every complete command buffered so far."""
         while (command := self.next()) is not None:
             yield command
+
+    def take_fins(self) -> list[bytes]:
+        """The message IDs of a run of plain ``FIN <16 lowercase hex>\\n`` lines at the head
+        of the buffer, consumed; empty when the next command is anything else.
+
+        A consumer's acknowledgements arrive in bursts: this lets the server handle them as
+        one batch instead of one parsed command each. Anything unusual (a CR, upper case, a
+        bad ID, a pending error or the magic still due) is left to ``next``, so the replies
+        are the same either way; the caller applies the state gate as ``next`` would.
+        """
+        if self._error is not None or self._need_magic:
+            return []
+        buf = self._buf
+        match = _FIN_RUN.match(buf, self._pos)
+        if match is None:
+            return []
+        start, end = match.span()
+        self._pos = end
+        return [bytes(buf[at + 4 : at + 20]) for at in range(start, end, _FIN_LINE)]
 
     def next(self) -> Command | None:
         """One parsed command, or None when more bytes are needed; raises ProtocolError."""

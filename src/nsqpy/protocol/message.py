@@ -30,6 +30,10 @@ _OFFSET_MASK = MAX_OFFSET
 _FRAME_HEAD = struct.Struct(">iiqH")
 _MSG_HEAD = struct.Struct(">qH")
 _FRAME_OVERHEAD = 4 + MESSAGE_HEADER  # the size field counts the type field and the header
+# For hot loops that build a frame inline: FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2,
+# ts, attempts, id) + body is what ``encode_message_frame`` makes (size, type, header, ID).
+FRAME_HEAD_ID = struct.Struct(">iiqH16s")
+FRAME_OVERHEAD = _FRAME_OVERHEAD
 _ID_END = 8 + MESSAGE_HEADER  # where the body starts in a whole frame (size and type first)
 _SIZE = struct.Struct(">i")
 _EXT_HEAD = struct.Struct(">BH")
