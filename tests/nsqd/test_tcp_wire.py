@@ -347,3 +347,22 @@ async def test_a_burst_of_fins_in_one_packet_answers_each_refusal_in_order(
     await s.send(b"FIN " + ids[3] + b"\n")  # the owner still can, the connection is fine
     await asyncio.sleep(0.05)
     assert (channel.finish_count, channel.in_flight_count) == (4, 0)
+
+
+async def test_finished_messages_do_not_pile_up_in_the_timeout_heap(nsqd: NsqdServer) -> None:
+    """Memory follows what is in flight, not what was delivered within one msg_timeout."""
+    from nsqpy.broker.channel import TIMEOUT_SLACK
+
+    total = (3 * TIMEOUT_SLACK) // 1000 * 1000
+    p = await publisher(nsqd.tcp_port)
+    for start in range(0, total, 1000):
+        await p.send(mpub("heap", [b"%d" % i for i in range(start, start + 1000)]))
+        assert await p.read_frame() == (0, b"OK")
+    s = await subscriber(nsqd.tcp_port, "heap", "c", rdy=50)
+    for _ in range(total):
+        _, _, msg_id, _ = await read_message(s)
+        await s.send(b"FIN " + msg_id + b"\n")
+    part = nsqd.broker.topics["heap"].channels["c"].parts[0]
+    await until(lambda: part.finish_count == total)
+    assert len(part._timeouts) <= 2 * 50 + TIMEOUT_SLACK + 1
+    assert part.in_flight_count == 0

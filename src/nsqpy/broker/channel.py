@@ -46,6 +46,8 @@ log = logging.getLogger("nsqpy.broker")
 
 # How many records one pump pass reads from the log at most.
 READ_BATCH = 512
+# Stale timeout entries tolerated beyond twice the in-flight count before a rebuild.
+TIMEOUT_SLACK = 4096
 
 
 @dataclass(slots=True)
@@ -286,7 +288,7 @@ class Channel(PolicyPaths):
     ) -> None:
         deadline = now + client.msg_timeout_ns
         self.in_flight[offset] = InFlight(client, attempts, deadline, now, timestamp, body, source)
-        heapq.heappush(self._timeouts, (deadline, offset))
+        self._push_timeout(deadline, offset)
         client.in_flight_count += 1
         client.message_count += 1
         # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
@@ -297,6 +299,17 @@ class Channel(PolicyPaths):
         tracer = self.policy.tracer
         if tracer is not None:
             tracer.channel_event(self, offset, "delivered", client, attempts, now)
+
+    def _push_timeout(self, deadline: int, offset: int) -> None:
+        """Remember an in-flight deadline. FIN, REQ and TOUCH leave their old entries in the
+        heap (skipped when they come due); when those outnumber the live ones the heap is
+        rebuilt from the in-flight table, so it stays proportional to what is in flight
+        rather than to what was delivered within one msg_timeout."""
+        heap = self._timeouts
+        if len(heap) > 2 * len(self.in_flight) + TIMEOUT_SLACK:
+            heap[:] = [(item.deadline, off) for off, item in self.in_flight.items()]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (deadline, offset))
 
     def _defer(
         self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes
@@ -372,7 +385,7 @@ class Channel(PolicyPaths):
         item = self._owned(client, offset, TouchFailed, "TOUCH", msg_id)
         deadline = min(now + client.msg_timeout_ns, item.delivered + max_msg_timeout_ns)
         item.deadline = deadline
-        heapq.heappush(self._timeouts, (deadline, offset))
+        self._push_timeout(deadline, offset)
         if item.source == FROM_DEFERRED:
             self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
 

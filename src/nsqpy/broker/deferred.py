@@ -48,6 +48,10 @@ class Deferred(Protocol):
     def offsets(self) -> list[int]: ...
 
 
+# Stale heap entries (removed or re-put offsets) tolerated beyond twice the live count.
+STALE_SLACK = 4096
+
+
 class MemoryDeferred:
     """Deferred messages of an ephemeral channel: a heap with lazy deletion."""
 
@@ -57,7 +61,12 @@ class MemoryDeferred:
 
     def put(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
         self._entries[offset] = (deliver_at, attempts, timestamp, body)
-        heapq.heappush(self._heap, (deliver_at, offset))
+        heap = self._heap
+        if len(heap) > 2 * len(self._entries) + STALE_SLACK:  # removed entries linger: rebuild
+            heap[:] = [(entry[0], off) for off, entry in self._entries.items()]
+            heapq.heapify(heap)
+            return
+        heapq.heappush(heap, (deliver_at, offset))
 
     def due(self, now: int, limit: int) -> list[Due]:
         out: list[Due] = []
