@@ -8,14 +8,12 @@ traceback. Re-exports ``NsqLookupd`` and ``NsqLookupdOptions`` for callers.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
+from nsqpy.daemon import run, serve_until_signal
 from nsqpy.errors import ConfigError
 from nsqpy.flags import Flag, parse_flags
 from nsqpy.logs import setup_daemon_logging
@@ -89,28 +87,7 @@ def setup_logging(level: str, prefix: str) -> None:
 
 async def serve(opts: NsqLookupdOptions) -> None:
     """Run until SIGINT or SIGTERM, then stop cleanly."""
-    daemon = NsqLookupd(opts)
-    await daemon.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await daemon.stop()
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine to completion on uvloop when it is installed."""
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(coro)
+    await serve_until_signal(NsqLookupd(opts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,14 +11,12 @@ run`` can embed the daemon.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
+from nsqpy.daemon import run, serve_until_signal
 from nsqpy.errors import ConfigError
 from nsqpy.flags import parse_flags
 from nsqpy.logs import setup_daemon_logging
@@ -49,28 +47,7 @@ def parse_args(argv: Sequence[str]) -> NsqAdminOptions:
 
 
 async def serve(opts: NsqAdminOptions) -> None:
-    admin = NsqAdmin(opts)
-    await admin.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await admin.stop()
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine to completion on uvloop when it is installed."""
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(coro)
+    await serve_until_signal(NsqAdmin(opts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

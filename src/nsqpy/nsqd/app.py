@@ -6,14 +6,12 @@ graceful shutdown that stops accepting, flushes and persists before exiting.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
+from nsqpy.daemon import run, serve_until_signal
 from nsqpy.errors import ConfigError, StorageError
 from nsqpy.flags import Flag, check_host_port, parse_flags
 from nsqpy.logs import setup_daemon_logging
@@ -382,26 +380,7 @@ def parse_args(argv: Sequence[str]) -> NsqdOptions:
 async def serve(opts: NsqdOptions) -> None:
     from nsqpy.nsqd.server import NsqdServer
 
-    server = NsqdServer(opts)
-    await server.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop()
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a coroutine to completion on uvloop when it is installed."""
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(coro)
+    await serve_until_signal(NsqdServer(opts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
