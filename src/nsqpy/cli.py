@@ -210,8 +210,8 @@ def run_main(argv: Sequence[str]) -> int:
 
         print(f"nsqpy {__version__} (NSQ v{NSQ_VERSION})")
         return 0
-    from nsqpy.logs import setup_daemon_logging
     from nsqpy.daemon import run
+    from nsqpy.logs import setup_daemon_logging
 
     setup_daemon_logging(opts.log_level, LOG_PREFIXES)
     try:

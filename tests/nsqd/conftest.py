@@ -8,21 +8,8 @@ from pathlib import Path
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.options import NsqdOptions
 from nsqpy.testing import AsyncWire, FakeClock
-
-
-def make_opts(tmp_path: Path, **overrides: object) -> NsqdOptions:
-    opts = NsqdOptions(
-        tcp_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        data_path=str(tmp_path / "data"),
-        broadcast_address="127.0.0.1",
-        queue_scan_interval_ms=10,
-    )
-    for key, value in overrides.items():
-        setattr(opts, key, value)
-    return opts
+from nsqpy.testing import nsqd_options as make_opts
 
 
 @pytest.fixture

@@ -18,7 +18,23 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from nsqpy.options import NsqdOptions
 from nsqpy.protocol.frames import FrameDecoder
+
+
+def nsqd_options(tmp_path: Path, **overrides: object) -> NsqdOptions:
+    """Options for an in-process nsqd on loopback ephemeral ports, data under ``tmp_path``,
+    with a fast queue scan; ``overrides`` set any other field."""
+    opts = NsqdOptions(
+        tcp_address="127.0.0.1:0",
+        http_address="127.0.0.1:0",
+        data_path=str(tmp_path / "data"),
+        broadcast_address="127.0.0.1",
+        queue_scan_interval_ms=10,
+    )
+    for key, value in overrides.items():
+        setattr(opts, key, value)
+    return opts
 
 
 class FakeClock:
