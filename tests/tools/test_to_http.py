@@ -79,6 +79,42 @@ def test_get_escapes_the_body_and_round_robin_uses_every_endpoint(
     assert decoded == sorted(bodies)
 
 
+def test_multicast_sends_every_message_to_every_destination_and_retries_failures(
+    nsqd: DaemonProcess, receiver: Receiver, tmp_path: Path
+) -> None:
+    topic = unique("httpfan")
+    bodies = [b"m%d" % i for i in range(10)] + [b"bad"]
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def respond(req: Request) -> int:
+        with lock:
+            if req.body == b"bad" and req.path == "/two" and not refused:
+                refused.append(req.path)
+                return 503  # the whole message is requeued and sent to both again
+        return 200
+
+    receiver.respond = respond
+    publish(nsqd, topic, bodies)
+    tool = Tool(
+        "nsq_to_http",
+        [f"--topic={topic}", f"--nsqd-tcp-address=127.0.0.1:{nsqd.tcp_port}", "--mode=multicast",
+         f"--post={receiver.url}/one", f"--post={receiver.url}/two", *FAST_RETRY],
+        tmp_path,
+    )  # fmt: skip
+    wait_for(
+        lambda: len(receiver.snapshot()) >= 2 * len(bodies) + 2 and all_fin(nsqd, topic),
+        what="every message at both destinations and FIN'd",
+    )
+    assert tool.stop() == 0, tool.stderr
+    got: dict[str, list[bytes]] = {"/one": [], "/two": []}
+    for r in receiver.snapshot():
+        got[r.path].append(r.body)
+    for path in ("/one", "/two"):
+        assert sorted(got[path]) == sorted([*bodies, b"bad"])  # "bad" went out twice
+    assert refused == ["/two"]
+
+
 def test_failures_and_timeouts_are_requeued_until_delivered(
     nsqd: DaemonProcess, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -139,9 +175,10 @@ def test_unreachable_endpoint_and_bad_urls_are_one_clear_error(nsqd: DaemonProce
     assert "must be a printf string" in assert_clean_error(result, 1)
     result = run_tool("nsq_to_http", [*base, "--get=http://h/%s", "--post=http://h/"])
     assert "use --get or --post not both" in assert_clean_error(result, 1)
-    result = run_tool("nsq_to_http", [*base, "--post=http://h/", "--mode=multicast"])
-    assert "--mode must be one of round-robin, hostpool, epsilon-greedy" in assert_clean_error(
-        result, 1
+    result = run_tool("nsq_to_http", [*base, "--post=http://h/", "--mode=broadcast"])
+    assert (
+        "--mode must be one of round-robin, hostpool, epsilon-greedy, multicast, fanout"
+        in assert_clean_error(result, 1)
     )
 
 

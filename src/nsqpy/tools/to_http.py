@@ -5,13 +5,16 @@ NSQ v1.3.0's flags and defaults (SPEC 6): ``--topic``, ``--channel`` (nsq_to_htt
 concurrent requests, ``--get`` (URL with one ``%s`` replaced by the query-escaped body) or
 ``--post`` (body = message), each repeatable, never both; ``--content-type`` (POST only,
 default application/octet-stream), ``--header Name:Value`` (repeatable), ``--mode``
-(hostpool default, round-robin, epsilon-greedy; NSQ 1.3.0 has no multicast/fanout mode),
+(hostpool default, round-robin, epsilon-greedy; and ``multicast``, alias ``fanout``: every
+message to every destination, the mode nsq_to_http had before NSQ 1.0 dropped it),
 ``--sample`` (fraction delivered; the rest are FIN'd unsent), ``--http-client-connect-
 timeout`` 2s, ``--http-client-request-timeout`` 20s, ``--status-every`` 250,
 ``--consumer-opt``.
 
-A message is FIN'd after a 2xx answer to a POST or a 200 to a GET; any other status, a
-timeout or a connection error REQs it with the consumer's default delay and backoff. At
+A message is FIN'd after a 2xx answer to a POST or a 200 to a GET (in multicast mode, from
+every destination); any other status, a timeout or a connection error REQs it with the
+consumer's default delay and backoff (multicast: the retry goes to every destination
+again, so one that answered already sees it twice: at least once, as NSQ's was). At
 start every destination's host:port must accept a TCP connection (no request is sent),
 so a wrong URL is one clear error. SIGINT/SIGTERM close the consumer (running requests
 finish first) and exit. Uses ``nsqpy.client`` and aiohttp's client; no servers.
@@ -55,6 +58,8 @@ log = logging.getLogger("nsqpy.tools")
 
 TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+# Modes that send each message to every destination instead of picking one.
+FANOUT_MODES = ("multicast", "fanout")
 
 
 @dataclass
@@ -88,7 +93,7 @@ FLAGS = [
     Opt("post", "post", "list", "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)", metavar="url"),
     Opt("content-type", "content_type", "str", "the Content-Type used for POST requests"),
     Opt("header", "headers", "list", "Custom header for HTTP requests (may be given multiple times)", metavar="Name:Value"),
-    Opt("mode", "mode", "str", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
+    Opt("mode", "mode", "str", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy, multicast (alias fanout: every destination)"),
     Opt("sample", "sample", "float", "% of messages to publish (float b/w 0 -> 1)"),
     Opt("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
     Opt("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
@@ -135,8 +140,10 @@ def validate(opts: ToHttpOptions, given: set[str]) -> None:
         _check_url("get", url)
     for url in opts.post:
         _check_url("post", url)
-    if opts.mode not in MODES:
-        raise ToolError(f"--mode must be one of {', '.join(MODES)} (got {opts.mode!r})")
+    if opts.mode not in MODES and opts.mode not in FANOUT_MODES:
+        raise ToolError(
+            f"--mode must be one of {', '.join(MODES + FANOUT_MODES)} (got {opts.mode!r})"
+        )
     if not 0.0 <= opts.sample <= 1.0:
         raise ToolError("--sample must be between 0.0 and 1.0")
     check_positive("http-client-connect-timeout", opts.http_client_connect_timeout)
@@ -172,13 +179,15 @@ async def probe(url: str, timeout: float) -> None:
 
 
 class HttpDelivery:
-    """The handler: at most ``-n`` requests at once, one destination per message."""
+    """The handler: at most ``-n`` messages at once, each to one destination (or to every
+    destination in multicast mode)."""
 
     def __init__(self, opts: ToHttpOptions, session: aiohttp.ClientSession) -> None:
         self.session = session
         self.method = "POST" if opts.post else "GET"
         self.addresses = opts.post or opts.get
-        self.selector = Selector(opts.mode, self.addresses)
+        self.fanout = opts.mode in FANOUT_MODES
+        self.selector = Selector("round-robin" if self.fanout else opts.mode, self.addresses)
         self.sample = opts.sample
         self.headers = {"User-Agent": user_agent(TOOL), **parse_headers(opts.headers)}
         if self.method == "POST":
@@ -201,24 +210,35 @@ class HttpDelivery:
         return handle
 
     async def _deliver(self, msg: Message) -> None:
+        if self.fanout:
+            results = await asyncio.gather(*(self._send(a, msg.body) for a in self.addresses))
+            ok = all(results)
+        else:
+            ok = await self._send(self.selector.pick(), msg.body)
+        if ok:
+            self.delivered += 1
+        else:
+            msg.requeue()
+
+    async def _send(self, address: str, body: bytes) -> bool:
+        """One request; True on success (timed), False (logged) on any failure."""
         import aiohttp
 
-        address = self.selector.pick()
         start = time.monotonic()
         try:
-            status = await self._request(address, msg.body)
+            status = await self._request(address, body)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self._failed(msg, address, describe(exc))
-            return
+            self._failed(address, describe(exc))
+            return False
         ok = status == 200 if self.method == "GET" else 200 <= status < 300
         if not ok:
-            self._failed(msg, address, f"got status code {status}")
-            return
+            self._failed(address, f"got status code {status}")
+            return False
         elapsed = time.monotonic() - start
         self.selector.mark(address, True, elapsed)
         self.per_address[address].status(elapsed)
         self.aggregate.status(elapsed)
-        self.delivered += 1
+        return True
 
     async def _request(self, address: str, body: bytes) -> int:
         if self.method == "GET":
@@ -229,10 +249,9 @@ class HttpDelivery:
             await resp.read()
             return resp.status
 
-    def _failed(self, msg: Message, address: str, reason: str) -> None:
+    def _failed(self, address: str, reason: str) -> None:
         self.selector.mark(address, False)
         log.warning("%s %s failed: %s", self.method, address, reason)
-        msg.requeue()
 
 
 async def run(opts: ToHttpOptions, signals: Signals) -> int:
