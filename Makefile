@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check fmt lint typecheck venv sysdeps bench clean
+.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# nsqadmin's front-end packages (frontend/package.json, pinned by its lock file) are
+# installed from the npm registry and their built files copied into its static folder.
+STATIC := src/nsqpy/nsqadmin/static
+ASSETS := $(STATIC)/uPlot.iife.min.js
+
+$(ASSETS): frontend/package.json frontend/package-lock.json
+	command -v npm >/dev/null || bash scripts/install-system-deps
+	npm ci --prefix frontend --no-audit --no-fund --loglevel=error
+	cp frontend/node_modules/uplot/dist/uPlot.min.css $(STATIC)/
+	cp frontend/node_modules/uplot/LICENSE $(STATIC)/uPlot.LICENSE.txt
+	cp frontend/node_modules/uplot/dist/uPlot.iife.min.js $(STATIC)/
+
+assets: $(ASSETS)
+
+venv: $(STAMP) $(ASSETS)
 
 sysdeps:
 	bash scripts/install-system-deps
@@ -45,4 +59,4 @@ bench: venv sysdeps
 	$(BIN)/python bench/spark_archive.py    # Spark archive vs Spark's own Parquet write (Java 17)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) build dist src/*.egg-info frontend/node_modules $(STATIC)/uPlot.*

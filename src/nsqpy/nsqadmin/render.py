@@ -4,7 +4,8 @@ Everything that reaches the page goes through ``esc`` (names come from the clust
 URL, never trusted). Links are built under ``--base-path`` with each path segment quoted
 (``#ephemeral`` names become ``%23ephemeral``). Buttons and graphs are plain elements with
 ``data-`` attributes that ``static/nsqadmin.js`` brings to life: a button asks for
-confirmation then calls the JSON API; a graph polls ``/api/history`` and draws an SVG line.
+confirmation then calls the JSON API; a graph polls ``/api/history`` and draws it with uPlot
+(an npm package, installed by ``make`` into the static folder; a plain SVG line without it).
 Pure string building; imports only the standard library.
 """
 
@@ -111,7 +112,7 @@ def graph(
     metric: str = "rate",
     refresh_ms: int = 0,
 ) -> str:
-    """A live SVG graph of one sampled series (drawn and refreshed by the page script)."""
+    """A live graph of one sampled series (drawn and refreshed by the page script)."""
     url = links.to("api", "history", query={"topic": topic, "channel": channel, "node": node})
     at = attrs(
         class_="graph", data_history=url, data_metric=metric, data_refresh=refresh_ms or None
@@ -202,10 +203,12 @@ def layout(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>nsqadmin: {esc(title)}</title>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<link rel="stylesheet" href="{esc(links.to("static", "uPlot.min.css"))}">'
         f'<link rel="stylesheet" href="{esc(links.to("static", "nsqadmin.css"))}">'
         f"</head><body{attrs(data_base=links.base, data_refresh=graph_refresh_ms or None)}>"
         f'<header><a class="brand" href="{esc(links.to())}">nsqadmin</a><nav>{nav}</nav>'
         f'{search}</header><main><div id="messages">{alerts}</div>{body}</main>'
         f"<footer>nsqpy {esc(__version__)} · speaks NSQ {esc(NSQ_VERSION)}</footer>"
+        f'<script src="{esc(links.to("static", "uPlot.iife.min.js"))}"></script>'
         f'<script src="{esc(links.to("static", "nsqadmin.js"))}"></script></body></html>'
     )

@@ -120,9 +120,46 @@
       if (last) last.textContent = "(no samples yet)";
       return;
     }
-    var t0 = pts[0][0], t1 = pts[pts.length - 1][0];
     var max = 0;
     pts.forEach(function (p) { if (p[1] > max) max = p[1]; });
+    var lastValue = pts[pts.length - 1][1];
+    fig.setAttribute("data-last", String(lastValue));
+    fig.setAttribute("data-max", String(max));
+    if (last) last.textContent = formatValue(metric, lastValue) + " (max " + formatValue(metric, max) + ")";
+    if (window.uPlot) plotChart(fig, metric, pts);
+    else drawLine(svg, pts, max);
+  }
+
+  /* uPlot (the npm package make copies into static/) draws the series on a canvas; one chart
+   * per figure, fed new data on each poll. */
+  function plotChart(fig, metric, pts) {
+    var data = [pts.map(function (p) { return p[0]; }), pts.map(function (p) { return p[1]; })];
+    if (fig.nsqPlot) {
+      fig.nsqPlot.setData(data);
+      return;
+    }
+    var svg = fig.querySelector("svg");
+    if (svg) svg.style.display = "none";
+    var holder = document.createElement("div");
+    holder.className = "plot";
+    fig.appendChild(holder);
+    fig.nsqPlot = new window.uPlot({
+      width: 300,
+      height: 110,
+      legend: { show: false },
+      cursor: { show: false },
+      scales: { x: { time: true } },
+      axes: [{ size: 24, font: "10px sans-serif" },
+             { size: 44, font: "10px sans-serif",
+               values: function (u, vals) { return vals.map(function (v) { return formatValue(metric, v); }); } }],
+      series: [{}, { label: metric, stroke: "#1d5fa8", width: 1.5, fill: "rgba(29,95,168,0.08)" }]
+    }, data, holder);
+    fig.setAttribute("data-renderer", "uplot");
+  }
+
+  /* Without uPlot (its files not installed): a plain SVG polyline. */
+  function drawLine(svg, pts, max) {
+    var t0 = pts[0][0], t1 = pts[pts.length - 1][0];
     var scale = max > 0 ? max : 1;
     var coords = pts.map(function (p, i) {
       var x = t1 > t0 ? (p[0] - t0) / (t1 - t0) * 300 : (pts.length > 1 ? i / (pts.length - 1) * 300 : 150);
@@ -138,10 +175,6 @@
     line.setAttribute("points", coords.join(" "));
     line.setAttribute("class", "series");
     svg.appendChild(line);
-    var lastValue = pts[pts.length - 1][1];
-    fig.setAttribute("data-last", String(lastValue));
-    fig.setAttribute("data-max", String(max));
-    if (last) last.textContent = formatValue(metric, lastValue) + " (max " + formatValue(metric, max) + ")";
   }
 
   function setupGraphs() {
