@@ -60,6 +60,39 @@ class Graphite:
         )
 
 
+def action_buttons(api: str, *, paused: bool, what: str, kind: str, after: str) -> str:
+    """Pause (or Unpause), Empty Queue and Delete for a topic or a channel, each confirmed;
+    ``what`` names it in the confirmations, Delete goes to ``after``."""
+    pause = "unpause" if paused else "pause"
+    return (
+        button(
+            pause.capitalize(),
+            method="POST",
+            url=api,
+            body={"action": pause},
+            confirm=f"Are you sure you want to {pause} {what}?",
+            name=pause,
+        )
+        + button(
+            "Empty Queue",
+            method="POST",
+            url=api,
+            body={"action": "empty"},
+            confirm=f"Are you sure you want to empty {what}?",
+            name="empty",
+        )
+        + button(
+            f"Delete {kind}",
+            method="DELETE",
+            url=api,
+            danger=True,
+            name="delete",
+            confirm=f"Are you sure you want to delete {what}?",
+            after=after,
+        )
+    )
+
+
 def paused_badge(paused: bool) -> str:
     return ' <span class="badge paused">paused</span>' if paused else ""
 
@@ -192,34 +225,12 @@ class Views:
         )
 
     def topic(self, name: str, t: Json) -> str:
-        api = self.links.to("api", "topics", name)
-        pause = "unpause" if t["paused"] else "pause"
-        actions = (
-            button(
-                pause.capitalize(),
-                method="POST",
-                url=api,
-                body={"action": pause},
-                confirm=f"Are you sure you want to {pause} topic {name}?",
-                name=pause,
-            )
-            + button(
-                "Empty Queue",
-                method="POST",
-                url=api,
-                body={"action": "empty"},
-                confirm=f"Are you sure you want to empty topic {name}?",
-                name="empty",
-            )
-            + button(
-                "Delete Topic",
-                method="DELETE",
-                url=api,
-                danger=True,
-                name="delete",
-                confirm=f"Are you sure you want to delete topic {name}?",
-                after=self.links.to("topics"),
-            )
+        actions = action_buttons(
+            self.links.to("api", "topics", name),
+            paused=bool(t["paused"]),
+            what=f"topic {name}",
+            kind="Topic",
+            after=self.links.to("topics"),
         )
         rows = []
         for n in t["nodes"]:
@@ -324,35 +335,12 @@ class Views:
     # -- channel ---------------------------------------------------------------------------
 
     def channel(self, topic: str, name: str, c: Json) -> str:
-        api = self.links.to("api", "topics", topic, name)
-        pause = "unpause" if c["paused"] else "pause"
-        what = f"channel {name} of topic {topic}"
-        actions = (
-            button(
-                pause.capitalize(),
-                method="POST",
-                url=api,
-                body={"action": pause},
-                confirm=f"Are you sure you want to {pause} {what}?",
-                name=pause,
-            )
-            + button(
-                "Empty Queue",
-                method="POST",
-                url=api,
-                body={"action": "empty"},
-                confirm=f"Are you sure you want to empty {what}?",
-                name="empty",
-            )
-            + button(
-                "Delete Channel",
-                method="DELETE",
-                url=api,
-                danger=True,
-                name="delete",
-                confirm=f"Are you sure you want to delete {what}?",
-                after=self.links.topic(topic),
-            )
+        actions = action_buttons(
+            self.links.to("api", "topics", topic, name),
+            paused=bool(c["paused"]),
+            what=f"channel {name} of topic {topic}",
+            kind="Channel",
+            after=self.links.topic(topic),
         )
         nodes = table(
             [

@@ -146,13 +146,21 @@ class FeatureApi:
             return v1_error("CHANNEL_NOT_FOUND", 404)
         return name
 
-    def _topic_channel(self, request: web.Request) -> tuple[Args, Topic, str] | web.Response:
+    def _args_topic(self, request: web.Request) -> tuple[Args, Topic] | web.Response:
+        """The request's arguments and its existing ``topic``, or the error to answer."""
         args = self._args(request)
         if not isinstance(args, dict):
             return args
         topic = self._topic(args)
         if isinstance(topic, web.Response):
             return topic
+        return args, topic
+
+    def _topic_channel(self, request: web.Request) -> tuple[Args, Topic, str] | web.Response:
+        found = self._args_topic(request)
+        if isinstance(found, web.Response):
+            return found
+        args, topic = found
         channel = self._channel_name(args, topic)
         if isinstance(channel, web.Response):
             return channel
@@ -208,12 +216,10 @@ class FeatureApi:
         )
 
     async def set_ttl(self, request: web.Request) -> web.StreamResponse:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        topic = self._topic(args)
-        if isinstance(topic, web.Response):
-            return topic
+        found = self._args_topic(request)
+        if isinstance(found, web.Response):
+            return found
+        args, topic = found
         raw = self._first(args, "ttl")
         if raw is None:
             return v1_error("MISSING_ARG_TTL", 400)
@@ -224,12 +230,10 @@ class FeatureApi:
         return v1_json({"ttl_ms": ttl})
 
     async def set_max_depth(self, request: web.Request) -> web.StreamResponse:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        topic = self._topic(args)
-        if isinstance(topic, web.Response):
-            return topic
+        found = self._args_topic(request)
+        if isinstance(found, web.Response):
+            return found
+        args, topic = found
         depth = _uint(self._first(args, "max_depth"), MAX_DEPTH)
         if depth is None:
             return v1_error("INVALID_MAX_DEPTH", 400)
@@ -242,18 +246,16 @@ class FeatureApi:
     # -- tracing ---------------------------------------------------------------------
 
     async def _trace_switch(self, request: web.Request, on: bool) -> web.StreamResponse:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        topic = self._topic(args)
-        if isinstance(topic, web.Response):
-            return topic
+        found = self._args_topic(request)
+        if isinstance(found, web.Response):
+            return found
+        args, topic = found
         channel: str | None = None
         if self._first(args, "channel") is not None:
-            found = self._channel_name(args, topic)
-            if isinstance(found, web.Response):
-                return found
-            channel = found
+            name = self._channel_name(args, topic)
+            if isinstance(name, web.Response):
+                return name
+            channel = name
         self.features.set_trace(topic, channel, on)
         return v1_json({"topic": topic.name, "channel": channel or "", "trace": on})
 
