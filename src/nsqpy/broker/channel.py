@@ -301,14 +301,17 @@ class Channel(PolicyPaths):
             tracer.channel_event(self, offset, "delivered", client, attempts, now)
 
     def _push_timeout(self, deadline: int, offset: int) -> None:
-        """Remember an in-flight deadline. FIN, REQ and TOUCH leave their old entries in the
-        heap (skipped when they come due); when those outnumber the live ones the heap is
-        rebuilt from the in-flight table, so it stays proportional to what is in flight
-        rather than to what was delivered within one msg_timeout."""
+        """Remember the deadline the in-flight table already holds for ``offset``.
+
+        FIN, REQ and TOUCH leave their old entries in the heap (skipped when they come
+        due); when those outnumber the live ones the heap is rebuilt from the in-flight
+        table (which includes this deadline), so it stays proportional to what is in
+        flight rather than to what was delivered within one msg_timeout."""
         heap = self._timeouts
         if len(heap) > 2 * len(self.in_flight) + TIMEOUT_SLACK:
             heap[:] = [(item.deadline, off) for off, item in self.in_flight.items()]
             heapq.heapify(heap)
+            return
         heapq.heappush(heap, (deadline, offset))
 
     def _defer(
