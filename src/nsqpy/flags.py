@@ -145,8 +145,11 @@ def parse_flags(
     prog: str,
     description: str,
     version: str,
+    validate: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Parse ``argv`` (and ``--config``) into a new options object; exits 2 on bad input."""
+    """Parse ``argv`` (and ``--config``) into a new options object; exits 2 on bad input,
+    including a ConfigError from ``validate`` (the checks across flags), printed as
+    ``<prog>: error: <reason>``."""
     parser = build_parser(prog, description, flags)
     ns = parser.parse_args(list(argv))
     if ns.show_help:
@@ -187,4 +190,10 @@ def parse_flags(
                     ) from None
     except ConfigError as exc:
         parser.error(str(exc))
+    if validate is not None:
+        try:
+            validate(opts)
+        except ConfigError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            sys.exit(2)
     return opts

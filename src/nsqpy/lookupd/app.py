@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.daemon import run, serve_until_signal
-from nsqpy.errors import ConfigError
 from nsqpy.flags import Flag, parse_flags
 from nsqpy.logs import setup_daemon_logging
 from nsqpy.lookupd.daemon import NsqLookupd
@@ -71,12 +70,8 @@ def parse_args(argv: Sequence[str]) -> NsqLookupdOptions:
         prog="nsqlookupd",
         description="nsqlookupd (nsqpy): the discovery daemon that knows which nsqd has which topic",
         version=VERSION_LINE,
+        validate=validate,
     )
-    try:
-        validate(opts)
-    except ConfigError as exc:
-        print(f"nsqlookupd: error: {exc}", file=sys.stderr)
-        sys.exit(2)
     return opts
 
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.daemon import run, serve_until_signal
-from nsqpy.errors import ConfigError
 from nsqpy.flags import parse_flags
 from nsqpy.logs import setup_daemon_logging
 from nsqpy.nsqadmin.options import FLAGS, NsqAdminOptions, validate
@@ -37,12 +36,8 @@ def parse_args(argv: Sequence[str]) -> NsqAdminOptions:
         prog="nsqadmin",
         description="nsqadmin (nsqpy): web UI and JSON API to administer an NSQ cluster",
         version=VERSION_LINE,
+        validate=validate,
     )
-    try:
-        validate(opts)
-    except ConfigError as exc:
-        print(f"nsqadmin: error: {exc}", file=sys.stderr)
-        sys.exit(2)
     return opts
 
 

@@ -368,12 +368,8 @@ def parse_args(argv: Sequence[str]) -> NsqdOptions:
         prog="nsqd",
         description="nsqd (nsqpy): the NSQ daemon that receives, keeps on disk and delivers messages",
         version=VERSION_LINE,
+        validate=validate,
     )
-    try:
-        validate(opts)
-    except ConfigError as exc:
-        print(f"nsqd: error: {exc}", file=sys.stderr)
-        sys.exit(2)
     return opts
 
 

@@ -103,14 +103,10 @@ class HttpApi:
     ) -> tuple[dict[str, list[str]], Topic, int] | web.Response:
         """nsqd's getTopicFromQuery: arguments, a valid topic name, the topic (created),
         and with ``with_partition`` the ``partition`` argument, checked before creating."""
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        name = self._first(args, "topic")
-        if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        if not valid_topic_name(name):
-            return v1_error("INVALID_TOPIC", 400)
+        named = self._named_topic_args(request)
+        if isinstance(named, web.Response):
+            return named
+        args, name = named
         partition = -1
         if with_partition:
             found = http_extend.checked_partition(self, args, name)
@@ -294,6 +290,20 @@ class HttpApi:
 
     # -- topic and channel actions ---------------------------------------------------
 
+    def _named_topic_args(
+        self, request: web.Request
+    ) -> tuple[dict[str, list[str]], str] | web.Response:
+        """The arguments and a valid ``topic`` name (MISSING_ARG_TOPIC / INVALID_TOPIC)."""
+        args = self._args(request)
+        if not isinstance(args, dict):
+            return args
+        name = self._first(args, "topic")
+        if name is None:
+            return v1_error("MISSING_ARG_TOPIC", 400)
+        if not valid_topic_name(name):
+            return v1_error("INVALID_TOPIC", 400)
+        return args, name
+
     def _topic_name(self, request: web.Request) -> str | web.Response:
         args = self._args(request)
         if not isinstance(args, dict):
@@ -317,14 +327,10 @@ class HttpApi:
         return topic
 
     async def topic_create(self, request: web.Request) -> web.StreamResponse:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        name = self._first(args, "topic")
-        if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        if not valid_topic_name(name):
-            return v1_error("INVALID_TOPIC", 400)
+        found = self._named_topic_args(request)
+        if isinstance(found, web.Response):
+            return found
+        args, name = found
         return http_extend.create_topic(self, name, args)
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:
