@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from nsqpy.spark import pipelines as pl
 from nsqpy.spark.cli import main
 from nsqpy.testing import DaemonProcess, wait_for
 
@@ -150,3 +151,47 @@ def test_pipeline_errors_are_reported(
     with pytest.raises(SystemExit) as exit_info:
         main(["archive", "--topic=t"])
     assert exit_info.value.code == 2
+
+
+def test_archive_query_renames_its_checkpoint_through_the_file_system_and_writes_unsorted(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path
+) -> None:
+    """A local checkpoint gets the FileSystem-based manager (no readlink/chmod process per
+    rename) and the archive stream concurrent date writers (no sort); the session keeps
+    its own settings, and a manager the user chose is left alone."""
+    publish(nsqd, "settings", [b"x%d" % i for i in range(50)])
+    user_choice = "spark.sql.maxConcurrentOutputFileWriters"
+    spark.conf.set(user_choice, "1")
+    try:
+        settings = pl.StreamSettings(checkpoint=str(tmp_path / "ck"), once=True)
+        query = pl.archive(
+            spark, pl.Endpoint(nsqd=nsqd.http), "settings", str(tmp_path / "o"), settings
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        stream = query._jsq.streamingQuery()
+        for log in (stream.offsetLog(), stream.commitLog()):
+            assert log.fileManager().getClass().getName() in pl.FS_CHECKPOINT_MANAGERS
+        own = stream.sparkSessionForStream().conf()
+        assert own.get(user_choice) == str(pl.ARCHIVE_OPEN_FILES)
+        assert spark.conf.get(user_choice) == "1"  # restored
+        assert spark.conf.get(pl.CHECKPOINT_MANAGER, None) is None
+        assert spark.read.parquet(str(tmp_path / "o")).count() == 50
+
+        chosen = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+        spark.conf.set(pl.CHECKPOINT_MANAGER, chosen)
+        settings = pl.StreamSettings(checkpoint=str(tmp_path / "ck2"), once=True)
+        query = pl.archive(
+            spark, pl.Endpoint(nsqd=nsqd.http), "settings", str(tmp_path / "o2"), settings
+        )
+        query.awaitTermination()
+        assert query._jsq.streamingQuery().offsetLog().fileManager().getClass().getName() == chosen
+    finally:
+        spark.conf.unset(user_choice)
+        spark.conf.unset(pl.CHECKPOINT_MANAGER)
+
+
+def test_only_local_checkpoints_get_the_file_system_manager(spark: Any) -> None:
+    assert pl._local_path(spark, "/tmp/ck") and pl._local_path(spark, "file:///tmp/ck")
+    assert not pl._local_path(spark, "hdfs://namenode:8020/ck")
+    assert not pl._local_path(spark, "s3a://bucket/ck")

@@ -15,10 +15,12 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TextIO
+from urllib.parse import urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -78,10 +80,81 @@ def read_stream(
     return spark.readStream.format("nsq").options(**options).load()
 
 
+# The checkpoint file manager that renames with FileSystem.rename (its package moved
+# in Spark 4.1). Spark's default goes through FileContext, whose local implementation
+# starts a `readlink` process for each rename and a `chmod` for each file (Hadoop's shell
+# fallback without its native library): a dozen processes at every query start and at
+# every micro-batch's commit. On a local disk a rename is atomic either way.
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FS_CHECKPOINT_MANAGERS = tuple(
+    f"org.apache.spark.sql.execution.streaming.{pkg}FileSystemBasedCheckpointFileManager"
+    for pkg in ("checkpointing.", "")
+)
+# Parquet files a task may keep open at once (one per date) instead of sorting its rows
+# by date first; a micro-batch spanning more dates than this falls back to the sort.
+ARCHIVE_OPEN_FILES = 2
+
+
 def _trigger(writer: DataStreamWriter, s: StreamSettings) -> DataStreamWriter:
     if s.once:
         return writer.trigger(availableNow=True)
     return writer.trigger(processingTime=s.trigger)
+
+
+def _local_path(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` is on the local file system (``file:``, or no scheme while
+    Hadoop's default file system is the local one)."""
+    scheme = urlparse(path).scheme
+    if scheme:
+        return scheme == "file"
+    try:
+        default = spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS")  # type: ignore[union-attr]
+    except Exception:  # no JVM conf to ask (Spark Connect): assume the remote default
+        return False
+    return not default or str(default).startswith("file:")
+
+
+def _fs_checkpoint_manager(spark: SparkSession) -> str | None:
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return None
+    for name in FS_CHECKPOINT_MANAGERS:
+        try:
+            jvm.java.lang.Class.forName(name)
+        except Exception:  # not in this Spark version
+            continue
+        return name
+    return None
+
+
+@contextmanager
+def _query_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in the session while a query starts (it keeps its own copy of the
+    session's settings from ``start()``), then the session's own values back."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _start(
+    spark: SparkSession, writer: DataStreamWriter, s: StreamSettings, **settings: str
+) -> StreamingQuery:
+    """Start the query with ``settings`` and, when the checkpoint is on a local disk and
+    the user chose no manager, the FileSystem-based checkpoint file manager."""
+    if spark.conf.get(CHECKPOINT_MANAGER, None) is None and _local_path(spark, s.checkpoint):
+        manager = _fs_checkpoint_manager(spark)
+        if manager:
+            settings[CHECKPOINT_MANAGER] = manager
+    with _query_settings(spark, settings):
+        return _trigger(writer, s).start()
 
 
 def archive(
@@ -103,7 +176,16 @@ def archive(
         .option("checkpointLocation", s.checkpoint)
         .queryName(f"archive_{topic}")
     )
-    return _trigger(writer, s).start()
+    # a micro-batch's rows are written without a sort when they span few dates (usually one)
+    return _start(
+        spark, writer, s, **{"spark.sql.maxConcurrentOutputFileWriters": _open_files(spark)}
+    )
+
+
+def _open_files(spark: SparkSession) -> str:
+    """``ARCHIVE_OPEN_FILES``, unless the session asks for more concurrent writers."""
+    mine = spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0") or "0"
+    return str(max(ARCHIVE_OPEN_FILES, int(mine)))
 
 
 def transform(
@@ -128,7 +210,7 @@ def transform(
         .option("checkpointLocation", s.checkpoint)
         .queryName(f"transform_{topic}_to_{to_topic}")
     )
-    return _trigger(writer, s).start()
+    return _start(spark, writer, s)
 
 
 def replay(
