@@ -7,6 +7,7 @@ on asyncio's default loop as well.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import uvloop
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
+from nsqpy.testing import nsqd_options
 from nsqpy.testing.certs import CertFiles, make_certs
 
 from .helpers import OPEN
@@ -48,18 +50,10 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
 
 
 def nsqd_opts(tmp_path: Path, **overrides: Any) -> NsqdOptions:
-    opts = NsqdOptions(
-        tcp_address="127.0.0.1:0",
-        http_address="127.0.0.1:0",
-        https_address="127.0.0.1:0",
-        data_path=str(tmp_path / "data"),
-        broadcast_address="127.0.0.1",
-        queue_scan_interval_ms=10,
-    )
-    for key, value in overrides.items():
-        assert hasattr(opts, key), key
-        setattr(opts, key, value)
-    return opts
+    """``nsqpy.testing.nsqd_options`` with an HTTPS listener; overrides must name options."""
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(NsqdOptions)}
+    assert not unknown, unknown
+    return nsqd_options(tmp_path, https_address="127.0.0.1:0", **overrides)
 
 
 @pytest.fixture

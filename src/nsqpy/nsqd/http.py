@@ -291,9 +291,10 @@ class HttpApi:
     # -- topic and channel actions ---------------------------------------------------
 
     def _named_topic_args(
-        self, request: web.Request
+        self, request: web.Request, invalid: str = "INVALID_TOPIC"
     ) -> tuple[dict[str, list[str]], str] | web.Response:
-        """The arguments and a valid ``topic`` name (MISSING_ARG_TOPIC / INVALID_TOPIC)."""
+        """The arguments and a valid ``topic`` name (MISSING_ARG_TOPIC, or ``invalid``:
+        NSQ answers INVALID_TOPIC on topic routes and INVALID_ARG_TOPIC on channel ones)."""
         args = self._args(request)
         if not isinstance(args, dict):
             return args
@@ -301,7 +302,7 @@ class HttpApi:
         if name is None:
             return v1_error("MISSING_ARG_TOPIC", 400)
         if not valid_topic_name(name):
-            return v1_error("INVALID_TOPIC", 400)
+            return v1_error(invalid, 400)
         return args, name
 
     def _topic_name(self, request: web.Request) -> str | web.Response:
@@ -370,14 +371,10 @@ class HttpApi:
         return await self._topic_pause(request, False)
 
     def _channel_args(self, request: web.Request) -> tuple[Topic, str] | web.Response:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        tname = self._first(args, "topic")
-        if tname is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        if not valid_topic_name(tname):
-            return v1_error("INVALID_ARG_TOPIC", 400)
+        named = self._named_topic_args(request, "INVALID_ARG_TOPIC")
+        if not isinstance(named, tuple):
+            return named
+        args, tname = named
         cname = self._first(args, "channel")
         if cname is None:
             return v1_error("MISSING_ARG_CHANNEL", 400)
