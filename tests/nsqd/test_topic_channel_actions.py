@@ -199,3 +199,18 @@ async def test_topic_empty_drops_what_the_topic_holds(
     assert await post(http, "/topic/empty?topic=bad!") == (400, b'{"message":"INVALID_TOPIC"}')
     assert await post(http, "/topic/empty?topic=nope") == (404, b'{"message":"TOPIC_NOT_FOUND"}')
     assert await post(http, "/topic/empty") == (400, b'{"message":"MISSING_ARG_TOPIC"}')
+
+
+async def test_a_bad_topic_name_is_invalid_topic_on_topic_routes_and_invalid_arg_topic_on_channel_ones(
+    http: str,
+) -> None:
+    assert await post(http, "/topic/create?topic=bad!") == (400, b'{"message":"INVALID_TOPIC"}')
+    for route in ("/channel/create", "/channel/delete", "/channel/empty", "/channel/pause"):
+        assert await post(http, f"{route}?topic=bad!&channel=c") == (
+            400,
+            b'{"message":"INVALID_ARG_TOPIC"}',
+        ), route
+    assert await post(http, "/channel/create?channel=c") == (
+        400,
+        b'{"message":"MISSING_ARG_TOPIC"}',
+    )

@@ -291,28 +291,24 @@ class HttpApi:
     # -- topic and channel actions ---------------------------------------------------
 
     def _named_topic_args(
-        self, request: web.Request, invalid: str = "INVALID_TOPIC"
+        self, request: web.Request, invalid: str | None = "INVALID_TOPIC"
     ) -> tuple[dict[str, list[str]], str] | web.Response:
-        """The arguments and a valid ``topic`` name (MISSING_ARG_TOPIC, or ``invalid``:
-        NSQ answers INVALID_TOPIC on topic routes and INVALID_ARG_TOPIC on channel ones)."""
+        """The arguments and the ``topic`` name (MISSING_ARG_TOPIC), checked unless
+        ``invalid`` is None (NSQ answers INVALID_TOPIC on topic routes and
+        INVALID_ARG_TOPIC on channel ones)."""
         args = self._args(request)
         if not isinstance(args, dict):
             return args
         name = self._first(args, "topic")
         if name is None:
             return v1_error("MISSING_ARG_TOPIC", 400)
-        if not valid_topic_name(name):
+        if invalid is not None and not valid_topic_name(name):
             return v1_error(invalid, 400)
         return args, name
 
     def _topic_name(self, request: web.Request) -> str | web.Response:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        name = self._first(args, "topic")
-        if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        return name
+        named = self._named_topic_args(request, None)
+        return named[1] if isinstance(named, tuple) else named
 
     def _existing_topic(
         self, request: web.Request, *, validate: bool = False
