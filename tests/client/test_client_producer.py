@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 from client_fakes import FakeNsqd, frame
@@ -12,12 +11,7 @@ from nsqpy import __version__
 from nsqpy.client import ConnectionClosedError, IdentifyOptions, NoConnectionsError, Producer
 from nsqpy.client.conn import Connection
 from nsqpy.errors import BadMessage, BadTopic, ConfigError, FinFailed, PubFailed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from nsqpy.testing import free_ports
 
 
 async def test_identify_sends_negotiation_heartbeat_and_user_agent(fake_nsqd: FakeNsqd) -> None:
@@ -128,7 +122,7 @@ async def test_producer_checks_names_and_bodies_before_sending(fake_nsqd: FakeNs
 async def test_producer_round_robins_and_skips_a_dead_address(
     fake_nsqds: list[FakeNsqd],
 ) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+    dead = f"127.0.0.1:{free_ports()[0]}"
     addresses = [fake_nsqds[0].address, dead, fake_nsqds[1].address]
     async with Producer(addresses, retry_interval=60) as producer:
         for i in range(6):
@@ -140,7 +134,7 @@ async def test_producer_round_robins_and_skips_a_dead_address(
 
 
 async def test_producer_raises_no_connections_when_nothing_is_reachable() -> None:
-    producer = Producer([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"])
+    producer = Producer([f"127.0.0.1:{port}" for port in free_ports(2)])
     with pytest.raises(NoConnectionsError, match="no nsqd reachable"):
         await producer.pub("t", b"x")
     with pytest.raises(NoConnectionsError):

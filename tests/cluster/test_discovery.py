@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,15 +18,9 @@ from pathlib import Path
 import pytest
 
 from nsqpy.client import Consumer, Message
-from nsqpy.testing import DaemonProcess, http_get, http_request, nsqd_process, wait_for
+from nsqpy.testing import DaemonProcess, free_ports, http_get, http_request, nsqd_process, wait_for
 
 CLIENTS = Path(__file__).parent.parent / "compat" / "clients"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lookupd_process(tcp_port: int = 0, http_port: int = 0) -> DaemonProcess:
@@ -66,7 +59,8 @@ class Cluster:
     def __init__(self, stack: ExitStack, tmp: Path) -> None:
         self.stack = stack
         self.tmp = tmp
-        self.lookupd_ports = [(free_port(), free_port()) for _ in range(2)]
+        ports = free_ports(4)
+        self.lookupd_ports = [(ports[0], ports[1]), (ports[2], ports[3])]
         self.lookupds = [stack.enter_context(lookupd_process(t, h)) for t, h in self.lookupd_ports]
         self.nsqds: list[DaemonProcess] = []
         for _ in range(3):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, nsqd_process
+from nsqpy.testing import DaemonProcess, free_ports, nsqd_process
 
 from .helpers import (
     Tool,
@@ -135,12 +134,6 @@ def test_unreachable_destination_is_one_clear_error(nsqd: DaemonProcess) -> None
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_destination_dying_mid_stream_requeues_and_loses_nothing(
     nsqd: DaemonProcess, tmp_path: Path
 ) -> None:
@@ -149,7 +142,7 @@ def test_destination_dying_mid_stream_requeues_and_loses_nothing(
     source = unique("fwddie")
     bodies = [f"d{i:05d}".encode() for i in range(3000)]
     publish(nsqd, source, bodies)
-    ports = (free_port(), free_port())
+    ports = tuple(free_ports(2))
     dest_flags = [f"--tcp-address=127.0.0.1:{ports[0]}", f"--http-address=127.0.0.1:{ports[1]}"]
     data = tmp_path / "dest"
     dest = nsqd_process(data, *dest_flags).start()

@@ -37,6 +37,19 @@ def nsqd_options(tmp_path: Path, **overrides: object) -> NsqdOptions:
     return opts
 
 
+def free_ports(n: int = 1) -> list[int]:
+    """``n`` distinct loopback ports free at the time of asking: every socket is held
+    open until all are picked, so the kernel cannot hand the same port out twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 class FakeClock:
     """A clock in nanoseconds that moves only when told to."""
 
@@ -105,11 +118,19 @@ class DaemonProcess:
         if not self._ready.wait(timeout):
             self.kill()
             raise TimeoutError(f"{self.program} did not start: {self.log_lines[-20:]}")
+        if not self._wanted() <= set(self.ports):  # the log ended: the program exited
+            code = self.proc.wait(5.0)
+            raise RuntimeError(
+                f"{self.program} exited with {code} at start: {self.log_lines[-20:]}"
+            )
         return self
+
+    def _wanted(self) -> set[str]:
+        return {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
 
     def _read_log(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
-        want = {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
+        want = self._wanted()
         for raw in self.proc.stderr:
             line = raw.decode(errors="replace").rstrip()
             self.log_lines.append(line)
