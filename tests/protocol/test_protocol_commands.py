@@ -169,7 +169,11 @@ def test_client_encoders_refuse_values_that_would_break_the_line(call: object) -
 
 
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
-ids = st.binary(min_size=16, max_size=16).filter(lambda b: b" " not in b and b"\n" not in b)
+# any 16 bytes a line can carry: no space or newline, and no CR at the end, which the
+# parser strips as part of a CRLF line ending, as NSQ does (real IDs are hex anyway)
+ids = st.binary(min_size=16, max_size=16).filter(
+    lambda b: b" " not in b and b"\n" not in b and not b.endswith(b"\r")
+)
 bodies = st.binary(min_size=1, max_size=64)
 commands = st.one_of(
     st.builds(lambda t, b: (encode_pub(t, b), Pub(t, b)), names, bodies),
