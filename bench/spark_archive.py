@@ -7,8 +7,10 @@ dictionary encoding shrinks to nothing), then in one SparkSession (built
 as ``nsqpy pipeline`` builds it: ``local[*]`` unless ``--master``):
 
   - archive: ``nsqpy.spark.pipelines.archive`` with Trigger.AvailableNow (``--once``),
-    the topic into Parquet partitioned by ``date``; timed from ``start()`` until the
-    query ends (query start-up included), and also inside its micro-batches;
+    the topic into Parquet partitioned by ``date`` (``--writer``: ``auto``/``arrow``, the
+    tasks write the files with pyarrow; ``spark``, Spark's Parquet file sink); timed from
+    ``start()`` until the query ends (query start-up included), and also inside its
+    micro-batches;
   - baseline: the archived rows read back, repartitioned to as many partitions as the
     archive's read, cached and counted (so they are in memory), then timed while Spark
     writes them to Parquet with the same columns and the same ``partitionBy("date")``.
@@ -16,11 +18,12 @@ as ``nsqpy pipeline`` builds it: ``local[*]`` unless ``--master``):
 Prints rows/s of each, archive/baseline, nsqd's CPU seconds per million records served
 and the machine's context. Each figure is the best of ``--repeat`` runs (archive and
 baseline interleaved, both after a warm-up of the JVM on a small topic). Asserts nothing
-about speed; checks only that the archive holds every message.
+about speed; checks only that the archive holds every message (Spark reads it back
+for the baseline).
 
 Run: ``.venv/bin/python bench/spark_archive.py [--messages 1000000] [--size 200]
 [--bodies json|same] [--repeat 3] [--master local[*]] [--min-partitions N] [--fetch-max-count N]
-[--fetch-max-bytes N]``
+[--fetch-max-bytes N] [--writer auto|arrow|spark]``
 """
 
 from __future__ import annotations
@@ -227,14 +230,21 @@ class Bench:
         assert self.nsqd.proc is not None
         cpu0 = cpu_by_role(os.getpid())
         t0 = time.perf_counter()
-        query = pl.archive(self.spark, pl.Endpoint(nsqd=self.nsqd.http), topic, str(out), settings)
+        query = pl.archive(
+            self.spark,
+            pl.Endpoint(nsqd=self.nsqd.http),
+            topic,
+            str(out),
+            settings,
+            self.args.writer,
+        )
         query.awaitTermination()
         wall = time.perf_counter() - t0
         cpu = cpu_delta(cpu0, cpu_by_role(os.getpid()))
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
-        progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
-        rows = sum(int(p["numInputRows"]) for p in progress)
+        progress = [p for p in query.recentProgress if pl.progress_messages(p) > 0]
+        rows = sum(pl.progress_messages(p) for p in progress)
         inside = sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
         return wall, inside, rows, out, cpu
 
@@ -303,6 +313,12 @@ def main() -> None:
     ap.add_argument("--min-partitions", type=int, default=None, help="source minPartitions")
     ap.add_argument("--fetch-max-count", type=int, default=None, help="source fetchMaxCount")
     ap.add_argument("--fetch-max-bytes", type=int, default=None, help="source fetchMaxBytes")
+    ap.add_argument(
+        "--writer",
+        choices=("auto", "arrow", "spark"),
+        default="auto",
+        help="the archive's Parquet writer (default auto: arrow for a local output)",
+    )
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
 

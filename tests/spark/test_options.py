@@ -282,3 +282,15 @@ def test_error_summaries_and_progress_lines() -> None:
         }
     )
     assert line == 'batch 3: 10 rows, 2 rows/s, offsets {"t":{"0":9}}'
+
+
+def test_archive_progress_lines_count_messages_not_files() -> None:
+    """The archive's source rows are files; its observed metrics hold the messages."""
+    progress = {
+        "batchId": 4,
+        "numInputRows": 2,
+        "durationMs": {"triggerExecution": 500},
+        "observedMetrics": {"archive": {"messages": 1000, "files": 2}},
+        "sources": [{"endOffset": {"t": {"n/0": 1000}}}],
+    }
+    assert progress_line(progress) == 'batch 4: 1000 rows, 2000 rows/s, offsets {"t":{"n/0":1000}}'

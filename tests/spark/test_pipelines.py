@@ -8,6 +8,7 @@ other pipelines run in-process through ``nsqpy.spark.cli.main`` on the module's 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
@@ -16,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import DateType
 
+from nsqpy.errors import ConfigError
+from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.spark import pipelines as pl
 from nsqpy.spark.cli import main
-from nsqpy.testing import DaemonProcess, wait_for
+from nsqpy.testing import DaemonProcess, WireClient, http_request, wait_for
 
 from .conftest import log_contents, publish
 
@@ -153,22 +157,23 @@ def test_pipeline_errors_are_reported(
     assert exit_info.value.code == 2
 
 
-def test_archive_query_renames_its_checkpoint_through_the_file_system_and_writes_unsorted(
+def test_spark_written_archive_renames_its_checkpoint_through_the_file_system_and_writes_unsorted(
     spark: Any, nsqd: DaemonProcess, tmp_path: Path
 ) -> None:
     """A local checkpoint gets the FileSystem-based manager (no readlink/chmod process per
-    rename) and the archive stream concurrent date writers (no sort); the session keeps
-    its own settings, and a manager the user chose is left alone."""
+    rename) and the archive through Spark's file sink concurrent date writers (no sort);
+    the session keeps its own settings, and a manager the user chose is left alone."""
     publish(nsqd, "settings", [b"x%d" % i for i in range(50)])
     user_choice = "spark.sql.maxConcurrentOutputFileWriters"
     spark.conf.set(user_choice, "1")
     try:
         settings = pl.StreamSettings(checkpoint=str(tmp_path / "ck"), once=True)
         query = pl.archive(
-            spark, pl.Endpoint(nsqd=nsqd.http), "settings", str(tmp_path / "o"), settings
+            spark, pl.Endpoint(nsqd=nsqd.http), "settings", str(tmp_path / "o"), settings, "spark"
         )
         query.awaitTermination()
         assert query.exception() is None
+        assert (tmp_path / "o" / "_spark_metadata").is_dir()  # Spark's file sink wrote it
         stream = query._jsq.streamingQuery()
         for log in (stream.offsetLog(), stream.commitLog()):
             assert log.fileManager().getClass().getName() in pl.FS_CHECKPOINT_MANAGERS
@@ -195,3 +200,56 @@ def test_only_local_checkpoints_get_the_file_system_manager(spark: Any) -> None:
     assert pl._local_path(spark, "/tmp/ck") and pl._local_path(spark, "file:///tmp/ck")
     assert not pl._local_path(spark, "hdfs://namenode:8020/ck")
     assert not pl._local_path(spark, "s3a://bucket/ck")
+
+
+def test_archive_written_by_its_tasks_reads_back_like_the_topic(
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default (arrow) archive: every column as the ``nsq`` source reads it, Spark's
+    types, UTC date directories, nothing staged left over, and progress in messages."""
+    status, _, _ = http_request("POST", f"{nsqd.http}/topic/create?topic=kept&partition_num=2")
+    assert status == 200
+    wire = WireClient(nsqd.tcp_port)
+    wire.send(b"  V2")
+    wire.send(encode_pub_ext("kept", {"app": "shop"}, b"with headers", partition=0))
+    wire.send(encode_pub_trace("kept", 0xABC, b"traced", partition=1))
+    assert [wire.read_frame()[0] for _ in range(2)] == [0, 0]
+    publish(nsqd, "kept", [b"plain-%d" % i for i in range(300)])
+    out, checkpoint = tmp_path / "archive", tmp_path / "ck"
+    args = ["archive", f"--nsqd={nsqd.http}", "--topic=kept", f"--output={out}"]
+    assert main([*args, f"--checkpoint={checkpoint}", "--once"]) == 0
+    assert "batch 0: 302 rows" in capsys.readouterr().err
+
+    archived = spark.read.parquet(str(out))
+    source = spark.read.format("nsq").option("nsqd", nsqd.http).option("topic", "kept").load()
+    assert [(f.name, f.dataType) for f in archived.schema.fields] == [
+        *((f.name, f.dataType) for f in source.schema.fields),
+        ("date", DateType()),
+    ]
+    today = dt.datetime.now(dt.UTC).date()
+    assert {r.date for r in archived.select("date").collect()} <= {today, today - dt.timedelta(1)}
+    key = ["partition", "offset"]
+    assert archived.drop("date").sort(key).collect() == source.sort(key).collect()
+    query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+    assert list((out / "_staging").rglob("*")) == [out / "_staging" / query_id]  # emptied
+    assert [p.name for p in (out / "_manifests" / query_id).iterdir()] == ["0.json"]
+    assert not (out / "_spark_metadata").exists()
+
+
+def test_the_archive_writer_follows_the_output(spark: Any, tmp_path: Path) -> None:
+    """Local outputs get the arrow writer, Hadoop ones Spark's; an output keeps the
+    writer it was started with, since Spark reads only ``_spark_metadata``'s files."""
+    assert pl.archive_writer(spark, str(tmp_path / "new")) == "arrow"
+    assert pl.archive_writer(spark, f"file://{tmp_path}/new") == "arrow"
+    assert pl.archive_writer(spark, "hdfs://namenode:8020/archive") == "spark"
+    assert pl.archive_writer(spark, str(tmp_path / "new"), "spark") == "spark"
+    (tmp_path / "by-spark" / "_spark_metadata").mkdir(parents=True)
+    assert pl.archive_writer(spark, str(tmp_path / "by-spark")) == "spark"
+    with pytest.raises(ConfigError, match=r"written by the spark writer.*--writer spark"):
+        pl.archive_writer(spark, str(tmp_path / "by-spark"), "arrow")
+    (tmp_path / "by-arrow" / "_manifests").mkdir(parents=True)
+    assert pl.archive_writer(spark, str(tmp_path / "by-arrow")) == "arrow"
+    with pytest.raises(ConfigError, match="written by the arrow writer"):
+        pl.archive_writer(spark, str(tmp_path / "by-arrow"), "spark")
+    with pytest.raises(ConfigError, match="must be one of auto, arrow, spark"):
+        pl.archive_writer(spark, str(tmp_path), "parquet")

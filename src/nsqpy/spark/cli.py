@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output", required=True, help="Parquet directory (partitioned by date=YYYY-MM-DD)"
     )
+    p.add_argument(
+        "--writer",
+        choices=("auto", "arrow", "spark"),
+        default="auto",
+        help="who writes the Parquet: the tasks with pyarrow (arrow) or Spark's file sink "
+        "(spark); auto: arrow for a local output, spark for others (default: auto)",
+    )
     _endpoint_args(p)
     _stream_args(p)
     _spark_args(p)
@@ -184,7 +191,7 @@ def run(args: argparse.Namespace, spark: object) -> int:
         fail_on_data_loss=not args.no_fail_on_data_loss,
     )
     if args.pipeline == "archive":
-        query = pl.archive(spark, source, args.topic, args.output, stream)
+        query = pl.archive(spark, source, args.topic, args.output, stream, args.writer)
     else:
         target = pl.Endpoint(args.to_nsqd, args.to_lookupd)
         if not target.nsqd and not target.lookupd:

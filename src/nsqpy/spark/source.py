@@ -58,7 +58,8 @@ SCHEMA = StructType(
 )
 
 
-def _read(partition: InputPartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: InputPartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one planned partition (an ``OffsetRange``), in offset order."""
     # Imported here: only tasks read (numpy and the decoder stay out of the driver's
     # planning process, which starts for every streaming query).
     from nsqpy.spark.fetch import FetchSettings, read_range
@@ -113,7 +114,7 @@ class NsqBatchReader(DataSourceReader):
         return [InputPartition(r) for r in plan_batch(self.opts)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return _read(partition, self.opts)
+        return read_partition(partition, self.opts)
 
 
 class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -145,7 +146,7 @@ class NsqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(r) for r in self.planner.ranges(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return _read(partition, self.opts)
+        return read_partition(partition, self.opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: nsqd keeps no state for Spark; the checkpoint has the offsets."""
