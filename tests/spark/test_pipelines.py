@@ -35,12 +35,14 @@ def commits(checkpoint: Path) -> int:
     return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.is_dir() else 0
 
 
-def archive_args(nsqd: DaemonProcess, out: Path, checkpoint: Path, *extra: str) -> list[str]:
+def archive_args(
+    nsqd: DaemonProcess, out: Path, checkpoint: Path, *extra: str, topic: str = "audit"
+) -> list[str]:
     return [
         "pipeline",
         "archive",
         f"--nsqd={nsqd.http}",
-        "--topic=audit",
+        f"--topic={topic}",
         f"--output={out}",
         f"--checkpoint={checkpoint}",
         "--master=local[2]",
@@ -60,14 +62,24 @@ def start_archive(args: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.timeout(480)  # three Spark drivers start one after the other; slow under load
+@pytest.mark.parametrize("writer", ["auto", "spark"])
 def test_archive_is_exactly_once_across_driver_kills(
-    spark: Any, nsqd: DaemonProcess, tmp_path: Path
+    spark: Any, nsqd: DaemonProcess, tmp_path: Path, writer: str
 ) -> None:
+    """Both writers: the default (tasks write with pyarrow, foreachBatch publishes) and
+    Spark's Parquet file sink."""
+    topic = f"audit-{writer}"
     expected = [b"audit-%05d" % i for i in range(3000)]
-    publish(nsqd, "audit", expected, chunk=300)
+    publish(nsqd, topic, expected, chunk=300)
     out, checkpoint, log = tmp_path / "archive", tmp_path / "checkpoint", tmp_path / "spark.log"
     args = archive_args(
-        nsqd, out, checkpoint, "--max-offsets-per-trigger=200", "--trigger=0 seconds"
+        nsqd,
+        out,
+        checkpoint,
+        f"--writer={writer}",
+        "--max-offsets-per-trigger=200",
+        "--trigger=0 seconds",
+        topic=topic,
     )
     for _ in range(2):
         before = commits(checkpoint)
@@ -83,7 +95,7 @@ def test_archive_is_exactly_once_across_driver_kills(
             proc.wait()
         assert commits(checkpoint) < 15  # killed in the middle, not at the end
     more = [b"audit-%05d" % i for i in range(3000, 3300)]
-    publish(nsqd, "audit", more)
+    publish(nsqd, topic, more)
     proc = start_archive([*args, "--once"], log)
     assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
     assert "batch " in log.read_text()  # progress lines were shown
@@ -95,6 +107,7 @@ def test_archive_is_exactly_once_across_driver_kills(
     today = dt.datetime.now(dt.UTC).date()
     assert {r.date for r in rows} <= {today, today - dt.timedelta(days=1)}
     assert {p.name for p in out.iterdir() if p.name.startswith("date=")}
+    assert (out / "_spark_metadata").is_dir() == (writer == "spark")
 
 
 def test_replay_publishes_parquet_rows_in_publish_order(
