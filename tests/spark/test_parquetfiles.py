@@ -196,3 +196,35 @@ def test_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert pf.location(f"file://{tmp_path}/a") == f"{tmp_path}/a"
     with pytest.raises(ConfigError, match="cannot write Parquet with pyarrow to nosuch://x"):
         pf.location("nosuch://x/y")
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        b"",
+        b"{not json",
+        b"[1, 2]",
+        b'{"batch": 1}',
+        b'{"files": "date=2024-10-04/part-00000001-00000-q.parquet"}',
+        b'{"files": [7]}',
+        b'{"files": ["../../elsewhere/part-00000001-00000-q.parquet"]}',
+        b'{"files": ["date=2024-10-04/../../x/part-00000001-00000-q.parquet"]}',
+        b'{"files": ["date=2024-10-04/part-00000001-00000-../q.parquet"]}',
+    ],
+)
+def test_a_damaged_manifest_stops_the_publication_and_deletes_nothing(
+    tmp_path: Path, manifest: bytes
+) -> None:
+    target = Target.of(str(tmp_path / "out"))
+    publish(target, "q", 0, stage(tmp_path / "out", 0, MIDNIGHT))
+    keep = tmp_path / "elsewhere" / "part-00000001-00000-q.parquet"
+    keep.parent.mkdir()
+    keep.write_bytes(b"not the archive's")
+    (tmp_path / "out/_manifests/q/1.json").write_bytes(manifest)
+    files = stage(tmp_path / "out", 1, MIDNIGHT)
+
+    with pytest.raises(pf.DamagedManifest, match=r"archive manifest .*1\.json"):
+        publish(target, "q", 1, files)
+    assert keep.exists()
+    assert offsets_in(tmp_path / "out") == list(range(10))  # batch 0 as it was
+    assert (tmp_path / "out" / files[0].path).exists()  # batch 1 still staged

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from nsqpy.errors import ConfigError
-from nsqpy.spark.options import source_options
+from nsqpy.spark.options import SourceOptions, source_options
 from nsqpy.spark.source import NsqDataSource, NsqStreamReader, read_partition
 
 FILES_SCHEMA = StructType(
@@ -65,7 +65,7 @@ class NsqArchiveSource(NsqDataSource):
 class NsqArchiveReader(NsqStreamReader):
     """Plans like the ``nsq`` stream; each task writes its range under the output's staging."""
 
-    def __init__(self, opts: Any, path: str) -> None:
+    def __init__(self, opts: SourceOptions, path: str) -> None:
         super().__init__(opts)
         self.path = path
 

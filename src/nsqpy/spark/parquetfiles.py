@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.fs as pafs  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from nsqpy.errors import ConfigError
+from nsqpy.errors import ConfigError, NsqError
 
 MICROS_PER_DAY = 86_400_000_000
 EPOCH = dt.date(1970, 1, 1)
@@ -122,11 +123,12 @@ class _DateFile:
     writer: pq.ParquetWriter | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
+        offsets = batch.column("offset")
         if not self.rows:
-            self.first = batch.column(2)[0].as_py()
-            self.topic = batch.column(0)[0].as_py()
-            self.partition = batch.column(1)[0].as_py()
-        self.last = batch.column(2)[-1].as_py()
+            self.first = offsets[0].as_py()
+            self.topic = batch.column("topic")[0].as_py()
+            self.partition = batch.column("partition")[0].as_py()
+        self.last = offsets[-1].as_py()
         self.rows += batch.num_rows
         self.batches.append(batch)
         self.buffered += batch.nbytes
@@ -166,7 +168,7 @@ class _DateFile:
 
 def _by_date(batch: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
     """The batch split by the UTC day of its ``timestamp`` (usually a single day)."""
-    micros = batch.column(3).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    micros = batch.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
     days = micros // MICROS_PER_DAY
     first = int(days[0])
     if bool(np.all(days == first)):
@@ -204,17 +206,36 @@ def final_name(f: StagedFile, n: int, batch_id: int, query_id: str) -> str:
     return f"date={f.date}/part-{batch_id:08d}-{n:05d}-{query_id}.parquet"
 
 
+FINAL_NAME = re.compile(r"date=\d{4}-\d\d-\d\d/part-\d{8,}-\d{5,}-[0-9A-Za-z_-]+\.parquet")
+
+
 def _manifest(query_id: str, batch_id: int) -> str:
     return f"{MANIFESTS}/{query_id}/{batch_id}.json"
 
 
+class DamagedManifest(NsqError):
+    """A micro-batch's manifest cannot be read, so what its earlier run published is unknown."""
+
+
 def _read_manifest(target: Target, relative: str) -> list[str]:
+    """The files an earlier run of the micro-batch published (none without a manifest).
+
+    DamagedManifest unless it is a JSON object whose ``files`` are names ``publish``
+    gives, so nothing outside the output's ``date=`` directories is ever deleted."""
     path = target.path(relative)
     if target.fs.get_file_info(path).type != pafs.FileType.File:
         return []
     with target.fs.open_input_stream(path) as fh:
-        doc = json.loads(fh.read())
-    return [str(p) for p in doc.get("files", [])]
+        raw = fh.read()
+    try:
+        files = json.loads(raw)["files"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise DamagedManifest(f"archive manifest {path} is not readable: {exc!r}") from None
+    if not isinstance(files, list) or not all(
+        isinstance(f, str) and FINAL_NAME.fullmatch(f) for f in files
+    ):
+        raise DamagedManifest(f"archive manifest {path} lists files that are not the archive's")
+    return files
 
 
 def _write_manifest(target: Target, relative: str, doc: dict[str, object]) -> None:
