@@ -20,7 +20,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from urllib.parse import urlparse
 
 import numpy as np
@@ -93,17 +93,9 @@ class StagedFile:
     rows: int
     bytes: int
 
-    def row(self) -> tuple[str, str, str, int, int, int, int, int]:
-        return (
-            self.path,
-            self.date,
-            self.topic,
-            self.partition,
-            self.first_offset,
-            self.last_offset,
-            self.rows,
-            self.bytes,
-        )
+    def row(self) -> tuple[object, ...]:
+        """The file as a row of ``nsqpy.spark.archive.FILES_SCHEMA`` (same field order)."""
+        return astuple(self)
 
 
 @dataclass
