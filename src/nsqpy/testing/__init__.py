@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import socket
 import struct
@@ -90,11 +91,17 @@ class DaemonProcess:
     """
 
     def __init__(
-        self, program: str, args: Sequence[str], *, env: dict[str, str] | None = None
+        self,
+        program: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        nofile: int | None = None,
     ) -> None:
         self.program = program
         self.args = list(args)
         self.env = env
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the process, when given
         self.proc: subprocess.Popen[bytes] | None = None
         self.ports: dict[str, int] = {}
         self.log_lines: list[str] = []
@@ -112,6 +119,7 @@ class DaemonProcess:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
+            preexec_fn=self._limit if self.nofile is not None else None,
         )
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
@@ -124,6 +132,24 @@ class DaemonProcess:
                 f"{self.program} exited with {code} at start: {self.log_lines[-20:]}"
             )
         return self
+
+    def _limit(self) -> None:
+        """In the child before exec: the descriptor limit asked for (soft = hard)."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """The process's resident set size now (VmRSS of /proc/<pid>/status)."""
+        return proc_status_kb(self.pid, "VmRSS") * 1024
+
+    def open_fds(self) -> int:
+        """How many descriptors the process holds now."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def _wanted(self) -> set[str]:
         return {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
@@ -193,7 +219,21 @@ class DaemonProcess:
         self.kill()
 
 
-def nsqd_process(data_path: str | Path, *extra: str) -> DaemonProcess:
+def proc_status_kb(pid: int, field: str) -> int:
+    """A ``kB`` field (VmRSS, VmHWM …) of /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def nsqd_process(
+    data_path: str | Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    nofile: int | None = None,
+) -> DaemonProcess:
     return DaemonProcess(
         "nsqd",
         [
@@ -203,7 +243,63 @@ def nsqd_process(data_path: str | Path, *extra: str) -> DaemonProcess:
             "--broadcast-address=127.0.0.1",
             *extra,
         ],
+        env=env,
+        nofile=nofile,
     )
+
+
+class SmallDisk:
+    """A tmpfs of ``size_bytes`` mounted at ``path`` (root only): a disk that can be filled.
+
+    ``fill()`` writes a filler file until the disk is full (another process taking the
+    space, as far as a daemon on it can tell); ``free()`` removes it. ``unmount()`` (or
+    leaving the ``with`` block) lazily unmounts, also when a daemon still holds files."""
+
+    def __init__(self, path: str | Path, size_bytes: int) -> None:
+        self.path = Path(path)
+        self.size_bytes = size_bytes
+        self.mounted = False
+
+    def mount(self) -> SmallDisk:
+        self.path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.size_bytes}", "tmpfs", str(self.path)],
+            check=True,
+            capture_output=True,
+        )
+        self.mounted = True
+        return self
+
+    @property
+    def filler(self) -> Path:
+        return self.path / "filler"
+
+    def fill(self, leave_bytes: int = 0) -> None:
+        """Take every free byte but ``leave_bytes`` (rounded down to 4 KiB blocks)."""
+        st = os.statvfs(self.path)
+        free = st.f_bavail * st.f_frsize - leave_bytes
+        block = b"\0" * 65536
+        with open(self.filler, "ab") as f:
+            try:
+                while free > 0:
+                    free -= f.write(block[: min(len(block), free)] or block[:4096])
+                    f.flush()
+            except OSError:
+                pass  # full
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], check=False, capture_output=True)
+            self.mounted = False
+
+    def __enter__(self) -> SmallDisk:
+        return self.mount()
+
+    def __exit__(self, *exc: object) -> None:
+        self.unmount()
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes, dict[str, str]]:
