@@ -5,8 +5,8 @@ An allow-list per layer, checked on the source: every import statement of every 
 and ``importlib.import_module``/``__import__`` calls with a literal name.
 
 - protocol: the standard library (minus event loops, sockets, HTTP and processes),
-  ``crc32c`` (snappy framing checksums), and from nsqpy only ``nsqpy.errors`` and its own
-  package.
+  ``crc32c`` (snappy framing checksums), ``re2`` (the auth regexes), and from nsqpy only
+  ``nsqpy.errors`` and its own package.
 - storage: the same.
 - broker: the same, plus ``nsqpy.protocol``, ``nsqpy.storage``, ``nsqpy.options`` and the
   bare ``nsqpy`` package (its version constants); never a server, a socket or aiohttp.
@@ -30,7 +30,7 @@ NETWORK_STDLIB = {
 }  # fmt: skip
 BOTTOM = {"nsqpy.errors"}
 ALLOWED: dict[str, set[str]] = {
-    "protocol": BOTTOM | {"nsqpy.protocol", "crc32c"},
+    "protocol": BOTTOM | {"nsqpy.protocol", "crc32c", "re2"},
     "storage": BOTTOM | {"nsqpy.storage", "crc32c"},
     "broker": BOTTOM
     | {"nsqpy.broker", "nsqpy.protocol", "nsqpy.storage", "nsqpy.options", "crc32c"},

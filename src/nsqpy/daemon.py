@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
@@ -37,3 +39,22 @@ async def serve_until_signal(service: Service) -> None:
         await stop.wait()
     finally:
         await service.stop()
+
+
+def raise_open_files_limit(ceiling: int = 1 << 20) -> tuple[int, int]:
+    """Raise the soft limit of open files to the hard limit (at most ``ceiling``), as a
+    server that holds a descriptor per client and per open log file should; returns
+    (soft limit before, soft limit now). Logged when it changes or cannot."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard if hard != resource.RLIM_INFINITY else ceiling, ceiling)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (OSError, ValueError) as exc:
+        logging.getLogger("nsqpy").warning(
+            "cannot raise the open files limit from %d to %d: %s", soft, want, exc
+        )
+        return soft, soft
+    logging.getLogger("nsqpy").info("open files limit raised from %d to %d", soft, want)
+    return soft, want

@@ -4,7 +4,10 @@ Every V1 response carries ``X-NSQ-Content-Type: nsq; version=1.0``; a text succe
 the text, an empty success an empty 200, an object JSON with the JSON content type, and an
 error ``{"message": "<CODE>"}`` with its status. The middleware turns aiohttp's own 404/405
 and any unhandled exception into NSQ's JSON errors, so no handler can answer with a
-traceback. Query arguments come from the URL only; the first value wins.
+traceback: bad input a handler did not catch (a ``ValueError``, or the ``RecursionError`` of
+JSON nested too deep) is 400 ``INVALID_REQUEST``, anything else 500 ``INTERNAL_ERROR`` with
+one log line (``nsqpy.logs`` folds the traceback and rate-limits repeats). Query arguments
+come from the URL only; the first value wins.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ async def nsq_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status >= 400:
             return v1_error(exc.reason.upper().replace(" ", "_"), exc.status)
         raise
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         log.debug("bad request %s %s: %s", request.method, request.path, exc)
         return v1_error("INVALID_REQUEST", 400)
     except Exception:

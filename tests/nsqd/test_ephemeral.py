@@ -55,8 +55,8 @@ async def test_ephemeral_topic_stays_in_memory_and_is_gone_after_restart(
     assert topic_names(await stats(server)) == ["disk", "mem#ephemeral"]
     topics_dir = tmp_path / "data" / "topics"
     assert sorted(p.name for p in topics_dir.iterdir()) == ["topic-disk"]
-    assert "mem#ephemeral" not in (tmp_path / "data" / "nsqd.dat").read_text()
     await server.stop()
+    assert "mem#ephemeral" not in (tmp_path / "data" / "nsqd.dat").read_text()
 
     again = NsqdServer(make_opts(tmp_path), clock=clock)
     await again.start()

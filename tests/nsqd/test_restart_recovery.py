@@ -9,8 +9,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from nsqpy.broker.client import Client
 from nsqpy.broker.topic import LogSettings, Topic
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.protocol.message import decode_message
+from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import DelayedStore, SyncPolicy
 from nsqpy.testing import FakeClock
 
@@ -84,9 +87,10 @@ async def test_a_corrupt_batch_mid_log_is_skipped_by_channels_and_the_log_read_a
     with caplog.at_level(logging.ERROR, "nsqpy"):
         await again.start()
     try:
-        assert "offsets 6..8 are lost" in caplog.text
-        kept = [b"b%d-%d" % (b, i) for b in (0, 1, 3, 4) for i in range(3)]
-        assert await consume(again.tcp_port, "t", "c", 12) == kept
+        # only the damaged record is lost: the rest of its batch still held and is kept
+        assert "offsets 6..8 less the 2 kept are lost" in caplog.text
+        kept = [b"b%d-%d" % (b, i) for b in range(5) for i in range(3) if (b, i) != (2, 1)]
+        assert await consume(again.tcp_port, "t", "c", 14) == kept
         channel = again.broker.topics["t"].channels["c"]
         await until(lambda: channel.cursor.confirmed == 15)  # the lost offsets do not pin it
         url = f"http://127.0.0.1:{again.http_port}/log/read?topic=t&offset=4"
@@ -95,7 +99,7 @@ async def test_a_corrupt_batch_mid_log_is_skipped_by_channels_and_the_log_read_a
             body = await resp.read()
             assert resp.headers["X-NSQ-Next-Offset"] == "15"
         (n,) = struct.unpack_from("<I", body, 8)
-        assert struct.unpack_from(f"<{n}Q", body, 16) == (4, 5, 9, 10, 11, 12, 13, 14)
+        assert struct.unpack_from(f"<{n}Q", body, 16) == (4, 5, 6, 8, 9, 10, 11, 12, 13, 14)
     finally:
         await again.stop()
 
@@ -125,8 +129,26 @@ def test_deferred_entries_stay_out_of_the_cursor_window_on_load(
     again = Topic("t", tmp_path / "t", settings, partitions=number + 1)
     with caplog.at_level(logging.ERROR, "nsqpy"):
         channel = again.create_channel("c", listed=True).parts[number]
-    assert channel.cursor.is_confirmed(1) and not channel.cursor.is_confirmed(0)
-    assert not channel.cursor.is_confirmed(7)
     assert channel.deferred.offsets() == [1]
-    assert "1 deferred entries past the log's end 3; dropped" in caplog.text
+    assert "1 deferred entries whose records the log lost" in caplog.text
+    # the read skips offset 1 (the deferred set delivers it) and confirms it in order
+    assert channel.depth == 2 and channel.deferred_count == 1
+    sink = _Frames()
+    client = Client(sink=sink, ready_count=10, state=SUBSCRIBED)
+    channel.add_consumer(client)
+    channel.pump(now=2)
+    assert [decode_message(f[8:]).body for f in sink.frames] == [b"m0", b"m2"]
+    assert channel.cursor.is_confirmed(1) and not channel.cursor.is_confirmed(0)
+    assert not channel.cursor.is_confirmed(7) and channel.cursor.ranges == [(1, 2)]
     again.close()
+
+
+class _Frames:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send_message(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def close_by_server(self) -> None:
+        pass

@@ -155,6 +155,25 @@ def test_garbage_headers_raise_only_invalid_json_header(raw: bytes) -> None:
         parse_headers(raw)
     except InvalidJsonHeader as err:
         assert not err.fatal and err.code == "E_INVALID_JSON_HEADER"
+    except BadBody as err:  # only for a lone surrogate escape in a value
+        assert err.fatal and b"\\u" in raw.lower()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"##partition_key": "\\ud800"}',
+        b'{"a": "x\\udfffy"}',
+        b'{"a": "ok", "b": "\\udc80"}',
+    ],
+)
+def test_header_values_that_are_not_unicode_are_a_fatal_bad_body(raw: bytes) -> None:
+    with pytest.raises(BadBody, match="is not valid Unicode") as caught:
+        parse_headers(raw)
+    assert caught.value.fatal
+    with pytest.raises(BadBody):
+        headers_from_mapping({"a": "x\udcff"})  # an HTTP header's undecodable byte
+    assert parse_headers(b'{"a": "\\ud83d\\ude00"}').json  # a surrogate pair is fine
 
 
 _NAMES = st.text(alphabet="abcXYZ019_-#", min_size=1, max_size=12)

@@ -259,8 +259,9 @@ class FrameSink:
 
 
 def test_a_quarantined_hole_in_partition_1_is_skipped_and_confirmed(tmp_path: Path) -> None:
-    """A corrupt batch mid-log of partition 1: its cursor skips the lost offsets and
-    confirms them, so the channel delivers the rest and moves on."""
+    """A damaged record mid-log of partition 1 (its batch fails its CRC): the record is
+    lost, the rest of its batch kept; the cursor skips the lost offset and confirms it, so
+    the channel delivers the rest and moves on."""
     settings = LogSettings(
         sync=SyncPolicy.parse("every:1"), segment_bytes=1 << 20, mem_queue_size=9
     )
@@ -273,7 +274,7 @@ def test_a_quarantined_hole_in_partition_1_is_skipped_and_confirmed(tmp_path: Pa
     topic.close()
     (segment,) = sorted((tmp_path / "q" / "p1").glob("*.log"))
     data = bytearray(segment.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # inside the middle batch (offsets 3..5)
+    data[len(data) // 2] ^= 0xFF  # inside the middle batch (offsets 3..5): in offset 4
     segment.write_bytes(bytes(data))
 
     again = Topic("q", tmp_path / "q", settings, partitions=2)
@@ -283,7 +284,7 @@ def test_a_quarantined_hole_in_partition_1_is_skipped_and_confirmed(tmp_path: Pa
     group.add_consumer(client)
     group.pump(now=2)
     delivered = [decode_message(f[4 + 4 :]).id for f in sink.frames]
-    assert [int(i, 16) for i in delivered] == [(1 << 54) | o for o in (0, 1, 2, 6, 7, 8)]
+    assert [int(i, 16) for i in delivered] == [(1 << 54) | o for o in (0, 1, 2, 3, 5, 6, 7, 8)]
     for msg_id in delivered:
         n = int(msg_id, 16)
         group.finish(client, n >> 54, n & ((1 << 54) - 1), msg_id, now=3)

@@ -48,7 +48,9 @@ async def test_topic_created_with_partitions_has_a_log_per_partition(nsqd: NsqdS
     got = await post(nsqd, "/topic/create?topic=four&partition_num=2")
     assert got == (400, err("PARTITION_NUM_MISMATCH"))
     assert nsqd.broker.topics["four"].partition_count == 4
-    meta = json.loads((nsqd.broker.data_path / "nsqd.dat").read_bytes())
+    saved = nsqd.broker.data_path / "nsqd.dat"
+    await until(saved.exists)  # (written by the next tick after the creation)
+    meta = json.loads(saved.read_bytes())
     (entry,) = [t for t in meta["topics"] if t["name"] == "four"]
     assert entry["partition_num"] == 4 and len(entry["partitions"]) == 4
 

@@ -172,6 +172,7 @@ def test_recovery_checks_record_structure_behind_good_crcs(
     lying = struct.pack("<II", 0x3242514E, crc32c(after_crc)) + after_crc + records
     (tmp_path / "00000000000000000000.log").write_bytes(good + lying)
     with caplog.at_level("WARNING", "nsqpy.storage"), PartitionLog(tmp_path) as log:
-        assert log.high_watermark == 2
-        assert [r.body for r in log.read(0, 10)] == [b"a", b"b"]
+        # the batch is refused; its one record, whose own CRC holds, is kept in a new batch
+        assert log.high_watermark == 3 and log.quarantined == 1
+        assert [r.body for r in log.read(0, 10)] == [b"a", b"b", b"c"]
     assert "max timestamp mismatch" in caplog.text

@@ -113,10 +113,11 @@ def test_records_missing_between_segments_are_skipped(
     segs[1].with_name(segs[1].name + ".gone").write_bytes(b"")
     segs[1].unlink()
     first_missing = int(segs[1].stem)
-    with caplog.at_level(logging.ERROR, "nsqpy.storage"), PartitionLog(tmp_path) as log:
+    with caplog.at_level(logging.INFO, "nsqpy.storage"), PartitionLog(tmp_path) as log:
         raw = log.read_raw(first_missing)
+        assert log.gaps() == [(first_missing, int(segs[2].stem))]
     assert raw.offset == int(segs[2].stem)
-    assert "missing" in caplog.text
+    assert f"offsets {first_missing}..{int(segs[2].stem) - 1} are absent" in caplog.text
 
 
 def test_verify_catches_a_flipped_body_byte_and_the_receiver_does_too(

@@ -6,31 +6,38 @@ calls ``flush`` once at the end of the loop turn (one write per partition log: g
 commit), then ``pump`` to let channels read what was flushed. ``scan`` is called
 periodically for in-flight timeouts and due deferred messages, ``due_cursor_saves`` for
 the cursors (of every partition) the server writes off the loop, ``housekeeping`` for
-retention and the TTL sweep. The metadata file ``nsqd.dat`` is ``nsqpy.broker.metadata``'s.
-The data path is locked (``flock`` on ``nsqd.lock``, exclusive, non-blocking) for as long
-as the broker is open, as NSQ locks its data path: two nsqd on one data path would
-overwrite each other's logs and cursors. Every publish (TCP, HTTP, extended, traced, dead
+retention and the TTL sweep. The data path's lock, the metadata file ``nsqd.dat``, the saves
+retried after a failure and the health state are ``nsqpy.broker.saving``'s, which
+``Broker`` inherits. Every publish (TCP, HTTP, extended, traced, dead
 letters) goes through ``append``, which applies the topic's depth bound before and
-records traced publishes after (``Features``).
+records traced publishes after (``Features``), and notes a delayed one for the channels
+to defer as it reaches them (``nsqpy.broker.dpubs``). Storage failures on every path
+report into ``health_state`` (``nsqpy.broker.health``, what /ping answers): a topic or
+channel whose files or metadata cannot be written is not created (``StorageFailed``).
 
 Must not import asyncio, sockets or any server; time comes from the injected clock.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import time
 from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from nsqpy.broker import metadata
 from nsqpy.broker.client import Client
 from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.features import Features
+from nsqpy.broker.health import Health
 from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.broker.saving import (  # (importable from here as before)
+    LOCK_FILE,
+    METADATA_FILE,
+    DataPathInUse,
+    Saving,
+    lock_data_path,
+)
 from nsqpy.broker.topic import LogSettings, Partition, Topic
 from nsqpy.errors import BadPartition, InvalidError, StorageError, SubFailed
 from nsqpy.options import NsqdOptions
@@ -38,30 +45,6 @@ from nsqpy.protocol.names import is_ephemeral
 from nsqpy.storage import CursorFile, CursorSnapshot, Entry, SyncPolicy
 
 log = logging.getLogger("nsqpy.broker")
-
-METADATA_FILE = metadata.METADATA_FILE
-LOCK_FILE = "nsqd.lock"
-
-
-class DataPathInUse(StorageError):
-    """Another process (another nsqd) holds the data path's lock."""
-
-
-def lock_data_path(path: Path) -> int:
-    """Take the exclusive lock of the data path; returns the fd that holds it."""
-    lock = path / LOCK_FILE
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise DataPathInUse(
-            f"--data-path={path} in use (possibly by another instance of nsqd): {lock} is locked"
-        ) from None
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
 
 
 class Placement(NamedTuple):
@@ -76,7 +59,10 @@ class PartitionCountMismatch(ValueError):
     """A topic exists with another partition count (it cannot change once created)."""
 
 
-class Broker:
+__all__ = ["LOCK_FILE", "METADATA_FILE", "Broker", "DataPathInUse", "Placement", "lock_data_path"]
+
+
+class Broker(Saving):
     """All topics of one nsqd and the operations the TCP and HTTP servers need."""
 
     def __init__(self, opts: NsqdOptions, *, clock: Callable[[], int] = time.time_ns) -> None:
@@ -87,11 +73,15 @@ class Broker:
         self._lock_fd: int | None = lock_data_path(self.data_path)
         self.topics: dict[str, Topic] = {}
         self.clients: dict[int, Client] = {}
-        self.health_error = ""
         self.start_time_ns = time.time_ns()
+        self.health_state = Health()  # NSQ's SetHealth: the last storage failure
         self.start_time = self.start_time_ns // 1_000_000_000
         self._dirty: dict[Partition, Topic] = {}
         self._loading = False
+        self._init_saving()
+        # Ephemeral topics start above every offset an ephemeral topic deleted before had
+        # (durable topics keep that in their partitions' reservation files instead).
+        self._ephemeral_floor = 0
         # Hooks for the server layer (lookupd registration, channel pre-creation).
         self.on_topic_created: list[Callable[[Topic], None]] = []
         self.on_topic_deleted: list[Callable[[Topic], None]] = []
@@ -109,18 +99,9 @@ class Broker:
             retention_ms=opts.retention_ms,
             retention_bytes=opts.retention_bytes,
             clock=clock,
+            health=self.health_state,
         )
         self.features = Features(self)  # dead letters, TTL, depth bounds, tracing
-
-    # -- health ----------------------------------------------------------------------
-
-    @property
-    def healthy(self) -> bool:
-        return not self.health_error
-
-    @property
-    def health(self) -> str:
-        return "OK" if self.healthy else f"NOK - {self.health_error}"
 
     # -- topics and channels ---------------------------------------------------------
 
@@ -140,19 +121,27 @@ class Broker:
         ordered: bool = False,
     ) -> Topic:
         """The topic ``name``, created when missing (the name must already be valid) with
-        ``partitions`` partitions (1 to MAX_PARTITIONS)."""
+        ``partitions`` partitions (1 to MAX_PARTITIONS). StorageError (reported to the
+        health state) when its files or the metadata naming it cannot be written: it is not
+        created, so nothing is acknowledged that a restart would not find."""
         topic = self.topics.get(name)
         if topic is not None:
             return topic
-        topic = Topic(
-            name,
-            None if is_ephemeral(name) else self._topic_dir(name),
-            self.log_settings,
-            partitions=partitions,
-            buffer_starts=buffer_starts or (buffer_start,),
-            ordered=ordered,
-        )
+        try:
+            topic = Topic(
+                name,
+                None if is_ephemeral(name) else self._topic_dir(name),
+                self.log_settings,
+                partitions=partitions,
+                buffer_starts=buffer_starts or (buffer_start,),
+                ordered=ordered,
+                ephemeral_start=self._ephemeral_floor,
+            )
+        except (OSError, StorageError) as exc:
+            raise self.storage_failed(f"failed to create topic {name}", exc) from exc
         self.topics[name] = topic
+        if not self._loading and not topic.ephemeral:
+            self.metadata_changed()  # (its files on disk already make it found at start)
         if partitions > 1:
             log.info("TOPIC(%s): created with %d partitions", name, partitions)
         else:
@@ -160,7 +149,6 @@ class Broker:
         if not self._loading:
             for hook in self.on_topic_created:
                 hook(topic)
-            self.save_metadata()
         return topic
 
     def create_topic(
@@ -196,14 +184,24 @@ class Broker:
         self, topic: Topic, name: str, *, start: int | None = None, listed: bool = False
     ) -> ChannelGroup:
         """The channel ``name`` of ``topic``, created when missing (starting at ``start`` if
-        given; ``listed``: restored from the metadata, see ``Partition.create_channel``)."""
+        given; ``listed``: restored from the metadata, see ``Partition.create_channel``).
+        StorageError (reported to the health state) when its cursor or the metadata naming
+        it cannot be written: it is not created."""
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
-        channel = topic.create_channel(name, start=start, listed=listed)
+        try:
+            channel = topic.create_channel(name, start=start, listed=listed)
+            if not self._loading and not (topic.ephemeral or channel.ephemeral):
+                self.metadata_changed()  # (its cursor file already makes it found at start)
+        except (OSError, StorageError) as exc:
+            topic.forget_channel(name)
+            raise self.storage_failed(f"failed to create channel {topic.name}/{name}", exc) from exc
         self.features.attach_channel(topic, channel)
         now = self.clock()
-        channel.arrive()  # what it starts with counts as put into it at once
+        channel.arrive()  # what it starts with counts as put into it at once (DPUBs deferred)
+        for part in topic.partitions:
+            part.settle_deferred()
         if self.opts.e2e_processing_latency_percentiles:
             channel.e2e = LatencyWindow(
                 self.opts.e2e_processing_latency_window_time_ms * 1_000_000,
@@ -214,7 +212,6 @@ class Broker:
         if not self._loading:
             for hook in self.on_channel_created:
                 hook(topic, channel)
-            self.save_metadata()
         return channel
 
     def delete_topic(self, name: str) -> bool:
@@ -224,6 +221,10 @@ class Broker:
         for part in topic.partitions:
             self._dirty.pop(part, None)
         channels = list(topic.channels.values())
+        if topic.ephemeral:
+            self._ephemeral_floor = max(
+                self._ephemeral_floor, *(p.log.high_watermark for p in topic.partitions)
+            )
         topic.destroy()
         for channel in channels:
             for channel_hook in self.on_channel_deleted:
@@ -238,6 +239,7 @@ class Broker:
         channel = topic.delete_channel(name)
         if channel is None:
             return False
+        self.purge_later(topic)
         for hook in self.on_channel_deleted:
             hook(topic, channel)
         if topic.ephemeral and not topic.channels:
@@ -323,6 +325,8 @@ class Broker:
         first = part.log.high_watermark  # the offset the first one gets
         last = part.publish_entries(entries) if entries else part.publish(bodies, now, deliver_at)
         self._dirty[part] = topic
+        if deliver_at and last >= first:  # DPUB: each channel defers it as it arrives
+            part.dpubs.note(first, last, deliver_at)
         stored = last - first + 1  # fewer than count when a full ephemeral topic drops some
         traces: Sequence[int] | int = [e.trace_id for e in entries] if entries else trace_id
         features.after_publish(topic, part, first, stored, source, traces, now)
@@ -387,18 +391,18 @@ class Broker:
         self._dirty.clear()
         flushed: list[Partition] = []
         failed: dict[Partition, OSError] = {}
+        health = self.health_state
         for part in dirty:
             try:
                 part.log.flush()
             except OSError as exc:
                 failed[part] = exc
-                self.health_error = f"failed to write messages of topic {part.name}: {exc}"
-                log.error("TOPIC(%s): %s", part.name, self.health_error)
+                part.unwritten()  # nothing of it was acknowledged: nothing to retry
+                health.failed_once(f"failed to write messages of topic {part.name}", exc)
                 continue
             flushed.append(part)
-            if self.health_error and not part.ephemeral:
-                log.info("TOPIC(%s): writes succeed again; health is OK", part.name)
-                self.health_error = ""
+            if health.error and not part.ephemeral:
+                health.ok()  # a write works: what failed once is resolved
         return flushed, failed
 
     def pump(self, flushed: Sequence[Partition | Topic]) -> None:
@@ -414,6 +418,9 @@ class Broker:
                 if len(channel.parts) > 1:
                     channel.arrive()
                 channel.pump(now)
+            for part in topic.partitions:
+                if part.dpubs:
+                    part.settle_deferred()
             if topic.ephemeral:
                 topic.forget_taken()
 
@@ -453,27 +460,6 @@ class Broker:
                 log.error("TOPIC(%s): retention failed: %s", topic.name, exc)
         self.features.housekeeping(now)
 
-    # -- metadata (nsqpy.broker.metadata) --------------------------------------------
-
-    def metadata(self) -> dict[str, object]:
-        return metadata.document(self.topics.values())
-
-    def save_metadata(self) -> None:
-        if not self._loading:
-            metadata.write(self.data_path, self.metadata())
-
-    def load_metadata(self) -> None:
-        topics = metadata.read(self.data_path)
-        if topics is None:
-            return
-        self._loading = True
-        try:
-            for entry in topics:
-                metadata.load_topic(self, entry)
-        finally:
-            self._loading = False
-        self.save_metadata()
-
     def all_topics_created(self) -> list[Topic]:
         return list(self.topics.values())
 
@@ -490,9 +476,3 @@ class Broker:
             except OSError as exc:
                 log.error("TOPIC(%s): close failed: %s", topic.name, exc)
         self.unlock()
-
-    def unlock(self) -> None:
-        """Let go of the data path (closing the fd releases the flock)."""
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            os.close(fd)

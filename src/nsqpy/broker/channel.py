@@ -6,8 +6,11 @@ and remembers it in flight (offset -> owner, attempts, deadline) until FIN, REQ 
 timeout. FIN confirms the offset in the cursor; out-of-order confirmations are kept as
 ranges. REQ without delay puts the message in a small in-memory requeue list; REQ with
 a delay and DPUB'd messages go to the deferred set (durable for durable topics), which
-takes them out of the cursor's window. A channel reads up to its topic's
-``readable_end`` (a paused topic holds what came after the pause). What reaches that end
+takes them out of the cursor's window: a DPUB'd one as soon as it reaches the channel,
+consumers or not, so it counts in ``deferred_count`` and never in ``depth``, as in NSQ;
+those paths, the cursor file and what the delayed store or the cursor file refuse (a full
+disk) are ``broker.channel_deferral``'s, which ``Channel`` inherits. A channel reads up to
+its topic's ``readable_end`` (a paused topic holds what came after the pause). What reaches that end
 is counted as put into the channel (``message_count``, NSQ's count); an ephemeral channel,
 and every channel of an ephemeral topic, keeps at most ``mem_queue_size`` of it and drops
 the rest (the newest, as NSQ's full memory queue does) by confirming it unread. A channel
@@ -28,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.broker.channel_policy import FROM_DEFERRED, FROM_LOG, PolicyPaths
+from nsqpy.broker.channel_deferral import DeferralPaths
+from nsqpy.broker.channel_policy import FROM_DEFERRED, FROM_LOG
 from nsqpy.broker.client import Client
 from nsqpy.broker.deferred import Deferred, MemoryDeferred
 from nsqpy.broker.e2e import LatencyWindow
@@ -37,7 +41,7 @@ from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
 from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
-from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
+from nsqpy.storage import CursorFile, CursorState, OffsetOutOfRange
 
 if TYPE_CHECKING:
     from nsqpy.broker.topic import Partition
@@ -61,7 +65,7 @@ class InFlight:
     source: int
 
 
-class Channel(PolicyPaths):
+class Channel(DeferralPaths):
     """One channel of a topic partition (``ChannelGroup`` joins a topic's partitions)."""
 
     def __init__(
@@ -92,6 +96,7 @@ class Channel(PolicyPaths):
         self._timeouts: list[tuple[int, int]] = []
         self._requeued: deque[tuple[int, int, int, bytes]] = deque()
         self._leased = 0  # deferred entries currently in flight
+        self._init_deferral()  # DPUBs deferred on arrival, the store's failures
         self._rr = 0
         self._unsaved = 0
         self.message_count = 0
@@ -129,7 +134,8 @@ class Channel(PolicyPaths):
     @property
     def depth(self) -> int:
         """Messages waiting to be delivered (not in flight, not deferred, not dropped)."""
-        return self._backlog(self.topic.readable_end) + len(self._requeued)
+        waiting = self._backlog(self.topic.readable_end) - self._ahead_count()
+        return max(0, waiting) + len(self._requeued)
 
     def _backlog(self, end: int) -> int:
         """Unread offsets below ``end`` that are still to be delivered."""
@@ -150,20 +156,26 @@ class Channel(PolicyPaths):
         return backlog
 
     def _arrive(self) -> None:
-        """Count what reached the readable end since the last call; bound ephemeral backlogs."""
+        """Count what reached the readable end since the last call; bound ephemeral backlogs;
+        defer the DPUBs among it (``DeferralPaths._defer_arrived``)."""
         end = self.topic.readable_end
         start = self._arrived
         if end <= start:
+            if self._undeferred:  # the store refused them: try again
+                self._defer_arrived(start, start)
             return
         self._arrived = end
         self.message_count += end - start
         if self.bounded:
-            room = max(0, self.topic.mem_queue_size - self._backlog(start) - len(self._requeued))
+            held = self._backlog(start) - self._ahead_count() + len(self._requeued)
+            room = max(0, self.topic.mem_queue_size - held)
             keep = min(room, end - start)
             if self.queue is not None:
                 self.queue.take(self.topic.log, start, start + keep)
             if keep < end - start:
                 self.dropped_count += self.skip(start + keep, end)
+        if self.topic.dpubs or self._undeferred:
+            self._defer_arrived(start, end)
 
     @property
     def arrived(self) -> int:
@@ -216,22 +228,6 @@ class Channel(PolicyPaths):
         if i and ranges[i - 1][1] > cursor.next_read:
             cursor.next_read = ranges[i - 1][1]
 
-    def _read_failed(self, exc: Exception) -> None:
-        cursor = self.cursor
-        if isinstance(exc, OffsetOutOfRange):
-            log.warning(
-                "channel %s/%s: offsets %d..%d were removed; skipping to %d",
-                self.topic.name, self.name, cursor.next_read, exc.low - 1, exc.low,
-            )  # fmt: skip
-            cursor.next_read = exc.low
-            if cursor.confirmed < exc.low:
-                cursor.reset(exc.low)
-            return
-        log.error("channel %s/%s: offset %d is unreadable, skipped: %s",
-                  self.topic.name, self.name, cursor.next_read, exc)  # fmt: skip
-        self._confirm(cursor.next_read)
-        cursor.next_read += 1
-
     def _pump_log(self, ready: list[Client], now: int) -> int:
         read_frames = self.topic.log.read_frames if self.queue is None else self.queue.read_frames
         cursor = self.cursor
@@ -239,6 +235,7 @@ class Channel(PolicyPaths):
         ttl = self.policy.ttl_ns
         cutoff = now - ttl if ttl else 0
         sent = 0
+        self._stalled = False
         while ready and cursor.next_read < end:
             if cursor.ranges:
                 self._skip_confirmed()
@@ -252,14 +249,21 @@ class Channel(PolicyPaths):
                 continue
             if not frames:
                 break
+            skip_at = self._ahead_next()  # a DPUB deferred on arrival: skipped, confirmed
             for offset, timestamp, deliver_at, _flags, body in frames:
                 if offset != cursor.next_read:  # offsets the log lost (quarantined): skipped
                     self._unsaved += cursor.confirm_range(cursor.next_read, offset)
                 cursor.next_read = offset + 1
-                if cursor.ranges and cursor.is_confirmed(offset):
-                    continue
+                if offset >= skip_at:
+                    hit = self._take_ahead(offset)
+                    skip_at = self._ahead_next()
+                    if hit:
+                        continue
+                if offset < cursor.confirmed or (cursor.ranges and cursor.is_confirmed(offset)):
+                    continue  # (confirmed since the batch was read: a range was absorbed)
                 if deliver_at > now:
-                    self._defer(offset, deliver_at, 0, timestamp, body)
+                    if not self._defer_read(offset, deliver_at, timestamp, body):
+                        return sent  # read again at the next pump (``scan`` pumps)
                     continue
                 if cutoff and (deliver_at or timestamp) < cutoff:
                     self._expire(offset, now)
@@ -314,13 +318,6 @@ class Channel(PolicyPaths):
             return
         heapq.heappush(heap, (deadline, offset))
 
-    def _defer(
-        self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes
-    ) -> None:
-        """Move a message out of the cursor's window into the deferred set."""
-        self.deferred.put(offset, deliver_at, attempts, timestamp, body)
-        self._confirm(offset)
-
     def _confirm(self, offset: int) -> None:
         if self.cursor.confirm(offset):
             self._unsaved += 1
@@ -346,14 +343,18 @@ class Channel(PolicyPaths):
 
     def finish(self, client: Client, offset: int, msg_id: bytes, now: int) -> None:
         item = self._owned(client, offset, FinFailed, "FIN", msg_id)
+        if item.source == FROM_DEFERRED:
+            try:
+                self.deferred.remove(offset)
+            except StorageError as exc:  # still in flight: delivered again at its timeout
+                self._storage_failed("failed to finish a deferred message", exc)
+                raise FinFailed(f"FIN {msg_id.decode(errors='replace')} failed {exc}") from exc
+            self._leased -= 1
         del self.in_flight[offset]
         client.in_flight_count -= 1
         client.finish_count += 1
         self.finish_count += 1
-        if item.source == FROM_DEFERRED:
-            self.deferred.remove(offset)
-            self._leased -= 1
-        else:
+        if item.source != FROM_DEFERRED:
             self._confirm(offset)
         if self.e2e is not None:
             self.e2e.insert(now - item.timestamp, now)
@@ -376,21 +377,33 @@ class Channel(PolicyPaths):
             self._back_to_queue(offset, item, now, in_flight_removed=True)
             return
         deliver_at = now + delay_ms * 1_000_000
-        if item.source == FROM_DEFERRED:
-            self._leased -= 1
-            self.deferred.put(offset, deliver_at, item.attempts, item.timestamp, item.body)
-        else:
-            self._defer(offset, deliver_at, item.attempts, item.timestamp, item.body)
+        try:
+            if item.source == FROM_DEFERRED:
+                self.deferred.put(offset, deliver_at, item.attempts, item.timestamp, item.body)
+                self._leased -= 1
+            else:
+                self._defer(offset, deliver_at, item.attempts, item.timestamp, item.body)
+        except StorageError as exc:  # it stays in flight: delivered again at its timeout
+            self._storage_failed("failed to defer a requeued message", exc)
+            self.in_flight[offset] = item
+            client.in_flight_count += 1
+            client.requeue_count -= 1
+            self.requeue_count -= 1
+            raise ReqFailed(f"REQ {msg_id.decode(errors='replace')} failed {exc}") from exc
 
     def touch(
         self, client: Client, offset: int, msg_id: bytes, now: int, max_msg_timeout_ns: int
     ) -> None:
         item = self._owned(client, offset, TouchFailed, "TOUCH", msg_id)
         deadline = min(now + client.msg_timeout_ns, item.delivered + max_msg_timeout_ns)
+        if item.source == FROM_DEFERRED:  # its lease in the store must not end before it
+            try:
+                self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
+            except StorageError as exc:
+                self._storage_failed("failed to touch a deferred message", exc)
+                raise TouchFailed(f"TOUCH {msg_id.decode(errors='replace')} failed {exc}") from exc
         item.deadline = deadline
         self._push_timeout(deadline, offset)
-        if item.source == FROM_DEFERRED:
-            self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
 
     def _back_to_queue(
         self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False
@@ -400,7 +413,10 @@ class Channel(PolicyPaths):
             self.in_flight.pop(offset, None)
         if item.source == FROM_DEFERRED:
             self._leased -= 1
-            self.deferred.put(offset, now, item.attempts, item.timestamp, item.body)
+            try:
+                self.deferred.put(offset, now, item.attempts, item.timestamp, item.body)
+            except StorageError as exc:  # its lease stays: due again when the lease ends
+                self._storage_failed("failed to requeue a deferred message", exc)
         else:
             self._requeued.append((offset, item.attempts, item.timestamp, item.body))
 
@@ -425,45 +441,13 @@ class Channel(PolicyPaths):
                 self._back_to_queue(offset, item, now)
             work += 1
         work += self._pull_due(now)
+        if self._undeferred:
+            self._defer_arrived(self._arrived, self._arrived)  # the store refused them: again
+        if self._stalled:
+            if not any(c.capacity > 0 for c in self.consumers):
+                self._retry_stalled(now)  # no read will come to it
+            work += 1  # a delayed message the store refused: the pump tries it again
         return work
-
-    def _pull_due(self, now: int) -> int:
-        if self.paused:
-            return 0
-        ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
-        room = sum(c.capacity for c in ready)
-        if room <= 0:
-            return 0
-        sent = 0
-        ttl = self.policy.ttl_ns
-        for due in self.deferred.due(now, room):
-            if ttl and due.attempts == 0 and due.deliver_at < now - ttl:
-                self.deferred.remove(due.offset)  # a DPUB'd message nobody took in time
-                self._expire(due.offset, now)
-                continue
-            body, timestamp = due.body, due.timestamp
-            if body is None:
-                try:
-                    frames = self.topic.log.read_frames(due.offset, 1)
-                except (OffsetOutOfRange, StorageError):
-                    frames = []
-                if not frames or frames[0][0] != due.offset:
-                    self.deferred.remove(due.offset)
-                    continue
-                timestamp, body = frames[0][1], frames[0][4]
-            if not ready:
-                self.deferred.put(due.offset, now, due.attempts, timestamp, body)
-                continue
-            client = self._next_client(ready)
-            self._deliver(client, due.offset, due.attempts + 1, timestamp, body, FROM_DEFERRED, now)
-            self.deferred.put(
-                due.offset, self.in_flight[due.offset].deadline, due.attempts + 1, timestamp, body
-            )
-            self._leased += 1
-            sent += 1
-            if client.capacity <= 0:
-                ready.remove(client)
-        return sent
 
     def next_deadline(self) -> int | None:
         candidates = []
@@ -474,23 +458,7 @@ class Channel(PolicyPaths):
             candidates.append(nd)
         return min(candidates) if candidates else None
 
-    # -- cursor persistence, empty, stats --------------------------------------------
-
-    def cursor_snapshot(self) -> CursorSnapshot | None:
-        """The cursor's bytes when its periodic save is due (the server writes them off-loop)."""
-        if self.cursor_file is None:
-            return None
-        n, self._unsaved = self._unsaved, 0
-        if not self.cursor_file.note(n):
-            return None
-        return self.cursor_file.snapshot(self.cursor)
-
-    def maybe_save_cursor(self, force: bool = False) -> None:
-        if self.cursor_file is None:
-            return
-        n, self._unsaved = self._unsaved, 0
-        if self.cursor_file.note(n) or (force and n) or force:
-            self.cursor_file.save(self.cursor)
+    # -- empty, replay, stats --------------------------------------------------------
 
     def empty(self, now: int) -> None:
         """Drop everything: backlog, requeued, deferred and in flight (NSQ's /channel/empty).
@@ -499,15 +467,16 @@ class Channel(PolicyPaths):
         """
         del now
         self._arrive()
+        self.deferred.clear()  # first: a StorageError here leaves everything as it was
         for item in self.in_flight.values():
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
         self.in_flight.clear()
         self._timeouts.clear()
         self._requeued.clear()
-        self.deferred.clear()
         if self.queue is not None:
             self.queue.clear()
         self._leased = 0
+        self._clear_ahead()
         self.cursor.reset(self.topic.readable_end)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
@@ -521,21 +490,18 @@ class Channel(PolicyPaths):
         Deferred entries at or above ``offset`` are removed (the replay reads them from the
         log again); those below stay deferred, a leased one due again at its old deadline.
         """
+        self.deferred.remove_from(offset)  # first: a StorageError here changes nothing
         for item in self.in_flight.values():
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
         self.in_flight.clear()
         self._timeouts.clear()
         self._requeued.clear()
         self._leased = 0
-        self.deferred.remove_from(offset)
+        self._clear_ahead()  # the store kept those below ``offset``: the reset confirms them
         self.cursor.reset(offset)
         self._arrived = max(self._arrived, offset)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
-
-    @property
-    def deferred_count(self) -> int:
-        return max(0, self.deferred.count() - self._leased)
 
     @property
     def in_flight_count(self) -> int:

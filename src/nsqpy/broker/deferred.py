@@ -5,16 +5,22 @@ restarts and may be days long); ephemeral channels keep them in a heap in memory
 hold only offsets and attempts for durable topics: the body is read back from the topic
 log when the message comes due. An entry that is delivered stays in the store, "leased"
 until its in-flight deadline, and is removed only when it is finished, so a crash never
-loses it. Must not import asyncio or any server.
+loses it. A write the store refuses (a full disk) raises StorageError and changes nothing.
+Must not import asyncio or any server.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from nsqpy.errors import StorageError
 from nsqpy.storage import DelayedStore
+
+log = logging.getLogger("nsqpy.broker")
 
 
 @dataclass(slots=True)
@@ -29,9 +35,13 @@ class Due:
 
 
 class Deferred(Protocol):
+    keeps_bodies: bool  # False: ``put`` ignores timestamp and body (the log keeps them)
+
     def put(
         self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes
     ) -> None: ...
+
+    def add_new(self, entries: Sequence[NewEntry]) -> None: ...
 
     def due(self, now: int, limit: int) -> list[Due]: ...
 
@@ -48,12 +58,17 @@ class Deferred(Protocol):
     def offsets(self) -> list[int]: ...
 
 
+# A message deferred before any attempt: (offset, deliver_at, timestamp, body).
+NewEntry = tuple[int, int, int, bytes]
+
 # Stale heap entries (removed or re-put offsets) tolerated beyond twice the live count.
 STALE_SLACK = 4096
 
 
 class MemoryDeferred:
     """Deferred messages of an ephemeral channel: a heap with lazy deletion."""
+
+    keeps_bodies = True
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[int, int, int, bytes]] = {}
@@ -67,6 +82,12 @@ class MemoryDeferred:
             heapq.heapify(heap)
             return
         heapq.heappush(heap, (deliver_at, offset))
+
+    def add_new(self, entries: Sequence[NewEntry]) -> None:
+        """Defer messages not yet attempted; one already here stays as it is."""
+        for offset, deliver_at, timestamp, body in entries:
+            if offset not in self._entries:
+                self.put(offset, deliver_at, 0, timestamp, body)
 
     def due(self, now: int, limit: int) -> list[Due]:
         out: list[Due] = []
@@ -116,20 +137,36 @@ class MemoryDeferred:
 class DurableDeferred:
     """Deferred messages of a durable channel, in the partition's SQLite delayed store."""
 
+    keeps_bodies = False
+
     def __init__(self, store: DelayedStore, channel: str) -> None:
         self._store = store
         self._channel = channel
-        self._count = store.count(channel)
+        self._counted = True
+        try:
+            self._count = store.count(channel)
+        except StorageError as exc:  # (a full disk at start): counted when it opens again
+            log.error("channel %s: cannot count its deferred messages yet: %s", channel, exc)
+            self._count, self._counted = 0, False
         self._next: int | None = None
         self._known = False
 
     def put(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
         del timestamp, body  # the log keeps them
-        if self._store.get(self._channel, offset) is None:
+        new = self._store.get(self._channel, offset) is None
+        self._store.put(self._channel, offset, deliver_at, attempts)  # StorageError: unchanged
+        if new:
             self._count += 1
-        self._store.put(self._channel, offset, deliver_at, attempts)
         if self._known and (self._next is None or deliver_at < self._next):
             self._next = deliver_at
+
+    def add_new(self, entries: Sequence[NewEntry]) -> None:
+        """Defer messages not yet attempted in one write (a DPUB burst); one already here
+        stays as it is. StorageError: none went in."""
+        self._count += self._store.add_new(self._channel, ((e[0], e[1]) for e in entries))
+        first = min((e[1] for e in entries), default=None)
+        if self._known and first is not None and (self._next is None or first < self._next):
+            self._next = first
 
     def due(self, now: int, limit: int) -> list[Due]:
         nxt = self.next_due()
@@ -153,6 +190,11 @@ class DurableDeferred:
         return removed
 
     def count(self) -> int:
+        if not self._counted:
+            try:
+                self._count, self._counted = self._store.count(self._channel), True
+            except StorageError:
+                pass
         return self._count
 
     def offsets(self) -> list[int]:

@@ -6,7 +6,10 @@ channel is created (``attach_topic``/``attach_channel`` give the channel its
 maximum depth, ``after_publish`` records traced publishes), in housekeeping (the TTL
 sweep) and at close. It applies the settings of ``features.json`` (``broker.policy``),
 changes them for the HTTP API (``set_*``), publishes dead letters (with their reason and
-attempts in the record's JSON headers), and adds the extra fields of ``/stats``.
+attempts in the record's JSON headers), and adds the extra fields of ``/stats``. A save of
+``features.json`` that failed (a full disk) is reported to the health state and written
+again by ``retry_saves`` (the broker's timer) until it succeeds, so no change is lost at
+the next restart and a deleted topic's settings are not inherited by a new one.
 
 Partitions: a channel's policy is one object shared by the cursors of all its partitions
 (``ChannelGroup``), so a setting applies to every partition at once; counts are summed for
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nsqpy.broker.channel import Channel, InFlight
+from nsqpy.broker.health import StorageFailed
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.policy import (
     DEPTH_POLICIES,
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
     from nsqpy.broker.topic import Partition, Topic
 
 log = logging.getLogger("nsqpy.broker")
+
+SAVE_FAILED = "failed to save features.json"
 
 
 def spread(excess: int, depths: Sequence[int], target: int) -> list[int]:
@@ -87,8 +93,11 @@ class Features:
         self.default_attempts = broker.opts.max_attempts
         self.settings = PolicyFile(broker.data_path)
         self.settings.load()
-        self.tracer = Tracer(broker.data_path, broker.opts.trace_max_records)
+        self.tracer = Tracer(
+            broker.data_path, broker.opts.trace_max_records, health=broker.health_state
+        )
         self.topic_dropped: dict[str, int] = {}  # drop_oldest while a topic had no channel
+        self.unsaved = False  # features.json failed to be written: retry_saves writes it
         broker.on_topic_deleted.append(self._topic_deleted)
         broker.on_channel_deleted.append(self._channel_deleted)
 
@@ -130,18 +139,47 @@ class Features:
         policy.tracer = self.tracer if traced else None
 
     def _changed(self, topic: Topic) -> None:
-        self.settings.save()
+        """Apply a changed setting, then save it (StorageFailed, reported to the health
+        state, when ``features.json`` cannot be written: the setting holds, and
+        ``retry_saves`` writes it once the disk takes it)."""
         self.attach_topic(topic)
+        failure = self._save()
+        if failure is not None:
+            raise StorageFailed(str(failure)) from failure
+
+    def _save(self) -> OSError | None:
+        """Write ``features.json``; a failure is reported to the health state, the file
+        left for ``retry_saves``, and returned."""
+        health = self.broker.health_state
+        try:
+            self.settings.save()
+        except OSError as exc:
+            self.unsaved = True
+            health.failed(SAVE_FAILED, exc)
+            return exc
+        self.unsaved = False
+        if health.error:
+            health.ok(SAVE_FAILED)
+        return None
+
+    def _save_quietly(self) -> None:
+        """Save after a deletion: a failure is retried by ``retry_saves``."""
+        self._save()
+
+    def retry_saves(self) -> None:
+        """Timer: write ``features.json`` again if a save of it failed."""
+        if self.unsaved:
+            self._save()
 
     def _topic_deleted(self, topic: Topic) -> None:
         self.topic_dropped.pop(topic.name, None)
         self.tracer.forget_topic(topic.name)
         if self.settings.forget_topic(topic.name):
-            self.settings.save()
+            self._save_quietly()
 
     def _channel_deleted(self, topic: Topic, channel: ChannelGroup) -> None:
         if not topic.deleted and self.settings.forget_channel(topic.name, channel.name):
-            self.settings.save()
+            self._save_quietly()
 
     # -- settings from the HTTP API --------------------------------------------------
 

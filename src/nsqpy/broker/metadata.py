@@ -6,8 +6,9 @@ Owns the JSON document (NSQ's shape: ``topics`` with ``name``, ``paused`` and
 ``buffer_start``/``paused_at`` in ``partitions``; an ordered topic or channel
 ``ordered``), its atomic write (temp file, fsync, rename) and the recreation of one
 topic's entry at start-up through the broker (invalid names and partition counts are
-skipped with a log line). Ephemeral topics and channels are never written. Must not
-import asyncio or any server.
+skipped with a log line). Ephemeral topics and channels are never written. A damaged
+file is moved aside and the topics are found on disk (``discover``). Must not import
+asyncio or any server.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.partitioned import ChannelGroup
@@ -72,18 +74,94 @@ def write(data_path: Path, doc: dict[str, object]) -> None:
 
 
 def read(data_path: Path) -> list[object] | None:
-    """The topic entries of ``nsqd.dat`` (None: no file); RuntimeError when unreadable."""
+    """The topic entries of ``nsqd.dat``, reconciled with the disk (None: no file and no
+    topic on disk). A damaged file is moved aside (``nsqd.dat.corrupt-<ns>``, logged) and
+    the entries are found on disk instead."""
     path = data_path / METADATA_FILE
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
+    except FileNotFoundError:  # (a topic's files may be there already: see ``reconcile``)
+        return reconcile(data_path, []) or None
     try:
         doc = json.loads(raw)
-        topics = doc.get("topics") or []
-    except (ValueError, AttributeError) as exc:
-        raise RuntimeError(f"failed to parse metadata {path}: {exc}") from exc
-    return list(topics)
+        topics = doc.get("topics")
+        if not isinstance(topics, list | None):
+            raise ValueError(f'"topics" is a {type(topics).__name__}, not a list')
+    except (ValueError, AttributeError, RecursionError) as exc:
+        aside = path.with_name(f"{METADATA_FILE}.corrupt-{time.time_ns()}")
+        os.replace(path, aside)
+        found = discover(data_path)
+        log.error(
+            "metadata %s is damaged (%s); moved aside to %s; %d topics found on disk are "
+            "loaded with their channels (pauses are not known: they start unpaused)",
+            path, str(exc)[:200], aside.name, len(found),
+        )  # fmt: skip
+        return [*found]
+    return reconcile(data_path, list(topics or []))
+
+
+def reconcile(data_path: Path, entries: list[object]) -> list[object]:
+    """``entries`` made to agree with the disk: ``nsqd.dat`` is written a moment after a
+    topic or channel is created, and a topic's files are removed just before it leaves the
+    file, so a crash in between leaves the disk ahead. A topic or channel found on disk and
+    not named is added; a topic whose directory holds only offset reservations (deleted)
+    is left out."""
+    found = {e["name"]: e for e in discover(data_path)}
+    out: list[object] = []
+    for entry in entries:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        disk = found.pop(name, None) if isinstance(name, str) else None
+        if disk is None and isinstance(name, str) and _deleted(data_path, name):
+            log.info("topic %s was deleted just before the last stop; not loaded", name)
+            continue
+        if disk is not None and isinstance(entry, dict):
+            named = entry.get("channels")
+            if isinstance(named, list):
+                have = {c.get("name") for c in named if isinstance(c, dict)}
+                for channel in disk["channels"]:
+                    if channel["name"] not in have:
+                        named.append(channel)
+                        log.info("TOPIC(%s): channel %s found on disk", name, channel["name"])
+        out.append(entry)
+    for name, entry in found.items():
+        log.info("topic %s found on disk (created just before the last stop)", name)
+        out.append(entry)
+    return out
+
+
+def _deleted(data_path: Path, name: str) -> bool:
+    """The topic's directory is there but holds no log: what a deletion leaves."""
+    folder = data_path / "topics" / f"topic-{name}"
+    return folder.is_dir() and not any(folder.glob("p*/*.log"))
+
+
+def discover(data_path: Path) -> list[dict[str, Any]]:
+    """Topic entries rebuilt from the data path: each topic directory with a partition log,
+    its partitions (``p<N>``) and its channels (cursor files, in any partition)."""
+    entries: list[dict[str, Any]] = []
+    root = data_path / "topics"
+    for folder in sorted(root.glob("topic-*")) if root.is_dir() else []:
+        name = folder.name.removeprefix("topic-")
+        numbers = sorted(
+            int(p.name[1:])
+            for p in folder.glob("p*")
+            if p.name[1:].isdigit() and any(p.glob("*.log"))
+        )
+        if not numbers or not valid_topic_name(name) or is_ephemeral(name):
+            continue  # (a deleted topic keeps only its offset reservations)
+        channels = sorted(
+            {c.name.removeprefix("channel-").removesuffix(".cursor")
+             for c in folder.glob("**/cursors/channel-*.cursor")}
+        )  # fmt: skip
+        entry: dict[str, object] = {
+            "name": name,
+            "paused": False,
+            "channels": [{"name": c, "paused": False} for c in channels],
+        }
+        if numbers[-1] > 0:
+            entry["partition_num"] = numbers[-1] + 1
+        entries.append(entry)
+    return entries
 
 
 def load_topic(broker: Broker, entry: object) -> None:

@@ -200,8 +200,8 @@ class ChannelGroup:
                 if partition >= count:
                     raise FinFailed(f"FIN {msg_id.decode()} failed ID not in flight")
                 parts[partition].finish(client, value & MAX_OFFSET, msg_id, now)
-            except FinFailed as err:
-                errors.append(err)
+            except FinFailed as err:  # kept without its traceback: no cycle through this frame
+                errors.append(err.with_traceback(None))
         return errors
 
     def requeue(

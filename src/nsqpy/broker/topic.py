@@ -15,9 +15,10 @@ already had keeps flowing, as when NSQ's topic pump stops. An ephemeral topic (a
 partition) keeps its messages in memory: at most ``mem_queue_size`` of them while it has
 no channel (or is paused), dropping the overflow (the newest) and still counting it, as
 NSQ does; with channels, each channel takes what reaches it into its own bounded queue
-and the topic forgets it (``forget_taken``). A channel loaded from disk confirms, in each
-partition, what that partition's delayed store holds (``_confirm_deferred``). Must not
-import asyncio or any server.
+and the topic forgets it (``forget_taken``). A channel loaded from disk skips, in each
+partition, what that partition's delayed store holds (``_deferred_ahead``). A partition
+notes its delayed messages (``dpubs``) for its channels to defer as they reach them. Must
+not import asyncio or any server.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from pathlib import Path
 
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.deferred import Deferred, DurableDeferred, MemoryDeferred
+from nsqpy.broker.dpubs import NoteBudget, PublishedDeferred
 from nsqpy.broker.extensions import NO_EXTENSION, Extension, extension_from, extension_of
+from nsqpy.broker.health import Health, cursor_key, fsync_key
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.errors import StorageError
 from nsqpy.protocol.names import is_ephemeral
@@ -71,6 +74,8 @@ class LogSettings:
     retention_ms: int = 0
     retention_bytes: int = 0
     clock: Callable[[], int] = field(default=time.time_ns)  # cursor files' save timing
+    health: Health = field(default_factory=Health)  # where storage failures are reported
+    dpub_budget: NoteBudget = field(default_factory=NoteBudget)  # DPUB notes of them all
 
 
 class Partition:
@@ -83,6 +88,7 @@ class Partition:
         directory: Path | None,
         settings: LogSettings,
         buffer_start: int | None = None,
+        start_offset: int = 0,
     ) -> None:
         self.name = name  # the topic's name (channels log it)
         self.number = number
@@ -90,6 +96,7 @@ class Partition:
         self.directory = directory  # the topic's directory; this log is in p<number>
         self.mem_queue_size = settings.mem_queue_size
         self.clock = settings.clock
+        self.health = settings.health
         self.sync_always = settings.sync.always
         self.sync = settings.sync  # channel cursors are saved on the same schedule
         self.paused = False
@@ -103,9 +110,14 @@ class Partition:
         # Ephemeral: (trace id, key, headers) of records its log may let go before every
         # channel has delivered them (each channel reads its own queue), by offset.
         self._kept: dict[int, Extras] = {}
+        # delayed messages not yet in every channel's set
+        self.dpubs = PublishedDeferred(settings.dpub_budget)
+        self.purges: set[str] = set()  # deleted channels whose deferred rows are still stored
         self.log: PartitionLog | MemoryLog
         if directory is None:
-            self.log = MemoryLog(None)  # bounded by publish and forget_taken
+            # bounded by publish and forget_taken; ``start_offset``: above the offsets of
+            # every ephemeral topic deleted before, so no message ID comes back
+            self.log = MemoryLog(None, start_offset=start_offset)
         else:
             self.log = PartitionLog(
                 directory / f"p{number}",
@@ -164,6 +176,9 @@ class Partition:
             else None
         )
         cursor = cursor_file.load() if cursor_file is not None else None
+        fresh = cursor is None
+        if cursor is not None:
+            self._bound_by_log(name, cursor)
         if cursor is None and listed and cursor_file is not None:
             start = self.log.low_watermark
             log.error(
@@ -182,37 +197,132 @@ class Partition:
             cursor.next_read = cursor.confirmed
             counted_from = self.readable_end
         deferred = self._deferred_for(name)
-        self._confirm_deferred(name, cursor, deferred)
+        if fresh and not listed and cursor_file is not None:
+            self._purge(name, deferred)  # a new channel: rows of a deleted one are not its
+        if listed and self.delayed is not None and self.delayed.damaged:
+            low = self.log.low_watermark
+            log.error(
+                "TOPIC(%s): channel %s partition %d is read again from the log's low "
+                "watermark %d: the deferred entries it had were lost with the damaged delayed "
+                "store (messages may be delivered again, none is lost)",
+                self.name, name, self.number, low,
+            )  # fmt: skip
+            cursor.reset(low)
+        for start_gap, end_gap in self.log.gaps():  # offsets the log does not have
+            if end_gap > cursor.confirmed:
+                cursor.confirm_range(start_gap, end_gap)
+        ahead = self._deferred_ahead(name, cursor, deferred)
         if cursor_file is not None:
-            cursor_file.save(cursor)
+            try:
+                cursor_file.save(cursor)  # (a new channel's file is what makes it durable)
+            except OSError as exc:
+                if not listed:
+                    raise  # not created: nothing would find it after a restart
+                cursor_file.note(1)  # left due: the periodic save writes it (a full disk)
+                self.health.failed(cursor_key(cursor_file.path), exc)
         channel = Channel(self, name, cursor, cursor_file, deferred, counted_from=counted_from)
+        if ahead:
+            channel.hold_ahead(ahead)
         self.channels[name] = channel
         return channel
 
-    def _confirm_deferred(self, name: str, cursor: CursorState, deferred: Deferred) -> None:
+    def _purge_what(self, channel: str) -> str:
+        return (
+            f"failed to clear the deferred messages of channel {self.name}/{channel} "
+            f"partition {self.number}"
+        )
+
+    def _purge(self, name: str, deferred: Deferred) -> None:
+        """Remove the deferred rows a deleted channel ``name`` left (StorageError: kept)."""
+        if name in self.purges or deferred.count():
+            deferred.clear()
+            self.forget_purge(name)
+
+    def forget_purge(self, name: str) -> None:
+        if name in self.purges:
+            self.purges.discard(name)
+            self.health.ok(self._purge_what(name))
+
+    def retry_purges(self) -> None:
+        """Timer: clear the deferred rows of deleted channels that a storage failure left."""
+        store = self.delayed
+        for name in list(self.purges):
+            if store is not None and name not in self.channels:
+                try:
+                    store.clear(name)
+                except StorageError:
+                    continue  # still failing: reported when it first failed
+            self.forget_purge(name)  # (or purged when the channel was created again)
+
+    def settle_lost_deferred(self) -> None:
+        """After loading: once every channel read again because the delayed store was
+        damaged has its cursor on disk, the store's loss is made good (see DelayedStore)."""
+        store = self.delayed
+        if store is None or not store.damaged:
+            return
+        files = [c.cursor_file for c in self.channels.values() if c.cursor_file is not None]
+        if all(f.saved for f in files):
+            store.settled()
+
+    def _bound_by_log(self, name: str, cursor: CursorState) -> None:
+        """A saved cursor beyond the log's end: the log lost a tail that had been read (a
+        crash before its fsync) and kept no reservation of those offsets (a data path from
+        before reservations, or a damaged ``reserved`` file). The log goes on past every
+        offset the cursor names, so new messages never take offsets it counts as done."""
+        top = max(cursor.confirmed, cursor.next_read, cursor.ranges[-1][1] if cursor.ranges else 0)
+        end = self.log.high_watermark
+        if top > end and isinstance(self.log, PartitionLog):
+            log.error(
+                "TOPIC(%s): channel %s partition %d has read up to offset %d but the log "
+                "ends at %d (its tail was lost); new messages start at %d",
+                self.name, name, self.number, top, end, top,
+            )  # fmt: skip
+            self.log.advance_to(top)
+
+    def _deferred_ahead(self, name: str, cursor: CursorState, deferred: Deferred) -> list[int]:
         """What the deferred set holds left the cursor's window when it went there; after a
         crash the saved cursor may predate that, and the log must not deliver it again (at
-        once, without its delay). An entry past the log's end (its record was lost with an
-        unsynced tail) points at nothing: it is dropped, never confirmed ahead of the log."""
+        once, without its delay): the offsets it holds that the cursor has not confirmed,
+        sorted, for the channel's read to skip (``hold_ahead``; no cursor range each). An
+        entry whose record the log no longer has (lost with an unsynced tail: past the end
+        or in a gap) points at nothing: it is dropped."""
         end = self.log.high_watermark
-        offsets = deferred.offsets()
-        cursor.confirm_many(o for o in offsets if o < end)
-        stale = [o for o in offsets if o >= end]
-        for offset in stale:
-            deferred.remove(offset)
+        gaps = self.log.gaps()
+        try:
+            offsets = deferred.offsets()
+        except StorageError as exc:  # (a full disk at start): at worst they come again early
+            log.error("TOPIC(%s): channel %s: %s", self.name, name, exc)
+            return []
+
+        def gone(offset: int) -> bool:
+            return offset >= end or any(a <= offset < b for a, b in gaps)
+
+        stale = [o for o in offsets if gone(o)]
+        ahead = sorted(o for o in offsets if not gone(o) and not cursor.is_confirmed(o))
+        try:
+            for offset in stale:
+                deferred.remove(offset)
+        except StorageError as exc:  # removed when they come due (their record is gone)
+            log.error("TOPIC(%s): channel %s: %s", self.name, name, exc)
         if stale:
             log.error(
-                "TOPIC(%s): channel %s partition %d had %d deferred entries past the log's "
-                "end %d; dropped",
-                self.name, name, self.number, len(stale), end,
+                "TOPIC(%s): channel %s partition %d had %d deferred entries whose records "
+                "the log lost (a crash before their fsync); dropped",
+                self.name, name, self.number, len(stale),
             )  # fmt: skip
+        return ahead
 
     def delete_channel(self, name: str) -> Channel | None:
         channel = self.channels.pop(name, None)
         if channel is None:
             return None
         channel.deleted = True
-        channel.deferred.clear()
+        channel.forget_failures()
+        try:
+            channel.deferred.clear()
+        except StorageError as exc:  # the channel goes all the same; retry_purges clears them
+            self.purges.add(name)
+            self.health.failed(self._purge_what(name), exc)
         if channel.cursor_file is not None:
             channel.cursor_file.remove()
         if not self.channels:
@@ -296,9 +406,11 @@ class Partition:
 
     @property
     def readable_end(self) -> int:
-        """The offset channels may read up to: the flushed end, or where the pause began."""
-        flushed = self.log.flushed_offset
-        return min(self.paused_at, flushed) if self.paused else flushed
+        """The offset channels may read up to: the flushed end (under ``--sync-always`` the
+        durable end: nothing is delivered that a crash could take back), or where the pause
+        began."""
+        end = self.log.readable_offset
+        return min(self.paused_at, end) if self.paused else end
 
     @property
     def depth(self) -> int:
@@ -306,7 +418,12 @@ class Partition:
         flushed = self.log.flushed_offset
         if self.channels:
             return flushed - self.readable_end
-        return max(0, flushed - max(self.buffer_start, self.log.low_watermark))
+        start = max(self.buffer_start, self.log.low_watermark)
+        held = flushed - start
+        for a, b in self.log.gaps():  # offsets the log skips hold nothing
+            if b > start:
+                held -= min(b, flushed) - max(a, start)
+        return max(0, held)
 
     def empty(self) -> None:
         flushed = self.log.flushed_offset
@@ -317,6 +434,15 @@ class Partition:
         self.buffer_start = flushed
         if self.ephemeral:
             self.log.retain(max(flushed, self.log.low_watermark), 0)
+
+    def unwritten(self) -> None:
+        """A flush failed: forget the DPUB notes of the records it did not write."""
+        self.dpubs.forget_from(self.log.high_watermark)
+
+    def settle_deferred(self) -> None:
+        """Forget the DPUB notes every channel has taken (``nsqpy.broker.dpubs``)."""
+        held = max(self.buffer_start, self.log.low_watermark)
+        self.dpubs.forget_below(min((c.arrived for c in self.channels.values()), default=held))
 
     def forget_taken(self) -> None:
         """Ephemeral: let go of what every channel has taken into its own queue, and of
@@ -343,7 +469,7 @@ class Partition:
             confirmed: int | None = None  # no cursors: keep everything
         else:
             confirmed = min(c.cursor.confirmed for c in self.channels.values())
-            if self.delayed is not None:
+            if self.delayed is not None and any(c.deferred.count() for c in self.channels.values()):
                 oldest = self.delayed.min_offset()
                 if oldest is not None:
                     confirmed = min(confirmed, oldest)
@@ -357,11 +483,20 @@ class Partition:
         self.log.close()
 
     def drop(self) -> None:
-        """Close the log and delayed store of a deleted topic (files are removed by Topic)."""
+        """A deleted topic: close the delayed store and remove the log's files but its
+        offset reservation (the topic's other files are removed by Topic)."""
+        self.dpubs.clear()
+        for name in self.purges:
+            self.health.forget(self._purge_what(name))
+        self.purges.clear()
+        self.health.forget(fsync_key(self.name, self.number))
         if self.delayed is not None:
             self.delayed.close()
             self.delayed = None
-        self.log.close()
+        if isinstance(self.log, PartitionLog):
+            self.log.destroy()
+        else:
+            self.log.close()
 
 
 class Topic:
@@ -376,6 +511,7 @@ class Topic:
         partitions: int = 1,
         buffer_starts: Sequence[int | None] = (),
         ordered: bool = False,
+        ephemeral_start: int = 0,
     ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partition count {partitions} out of range 1-{MAX_PARTITIONS}")
@@ -391,7 +527,8 @@ class Topic:
         self.channels: dict[str, ChannelGroup] = {}
         starts = list(buffer_starts) + [None] * partitions
         self.partitions = [
-            Partition(name, n, self.directory, settings, starts[n]) for n in range(partitions)
+            Partition(name, n, self.directory, settings, starts[n], ephemeral_start)
+            for n in range(partitions)
         ]
         self._turn = 0
 
@@ -440,6 +577,20 @@ class Topic:
         group = ChannelGroup(self, name, parts, ordered=self.ordered)
         self.channels[name] = group
         return group
+
+    def forget_channel(self, name: str) -> None:
+        """Undo the creation of channel ``name``, which failed to be stored: no partition
+        keeps its cursor, no cursor file of it stays, and what the topic holds is as it was."""
+        self.channels.pop(name, None)
+        for partition in self.partitions:
+            channel = partition.channels.pop(name, None)
+            if channel is not None:
+                channel.forget_failures()
+            if channel is not None and channel.cursor_file is not None:
+                try:
+                    channel.cursor_file.remove()
+                except OSError:
+                    pass  # a new channel's file: its next creation writes it again
 
     def delete_channel(self, name: str) -> ChannelGroup | None:
         group = self.channels.pop(name, None)
@@ -500,6 +651,15 @@ class Topic:
         for partition in self.partitions:
             partition.close()
 
+    def abandon(self) -> None:
+        """Close the files of a topic whose creation failed to be stored (they stay: the
+        directory may hold the data of a topic the metadata lost, found again next time)."""
+        for partition in self.partitions:
+            try:
+                partition.log.close()
+            except (OSError, StorageError):
+                pass  # nothing was written through it
+
     def destroy(self) -> None:
         """Delete: close consumers and remove every file of the topic."""
         self.deleted = True
@@ -507,5 +667,11 @@ class Topic:
             self.delete_channel(name)
         for partition in self.partitions:
             partition.drop()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory is not None:  # all but the partitions' reservations (p<N>/reserved)
+            for path in self.directory.iterdir():
+                if path.name[:1] == "p" and path.name[1:].isdigit():
+                    continue
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nsqpy.broker.health import Health
 from nsqpy.errors import StorageError
 from nsqpy.protocol.message import encode_message_id
 from nsqpy.storage import OffsetOutOfRange
@@ -49,8 +50,16 @@ def client_label(client: Client | str | None) -> str:
 class Tracer:
     """Buffers trace events and writes them to the store from a thread of its own."""
 
-    def __init__(self, data_path: Path, max_records: int, flush_ms: int = 100) -> None:
+    def __init__(
+        self,
+        data_path: Path,
+        max_records: int,
+        flush_ms: int = 100,
+        *,
+        health: Health | None = None,
+    ) -> None:
         self.path = data_path / TRACE_FILE
+        self.health = health  # where a failed write is reported (logged once per change)
         self.max_records = max_records
         self.flush_s = flush_ms / 1000
         self._store: TraceStore | None = None
@@ -189,7 +198,13 @@ class Tracer:
             self.store.append(batch)
         except StorageError as exc:
             self.errors += 1
-            log.error("trace: %d events were not written: %s", len(batch), exc)
+            if self.health is not None:  # those events are lost: nothing retries them
+                self.health.failed_once("failed to write trace events", exc)
+            else:
+                log.error("trace: %d events were not written: %s", len(batch), exc)
+        else:
+            if self.health is not None and self.health.error:
+                self.health.ok()
         with self._wake:
             self._written += len(batch)
             self._wake.notify_all()

@@ -89,7 +89,7 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         raise BadRequest("INVALID_BODY", 413)
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         raise BadRequest("INVALID_BODY") from None
     if not isinstance(doc, dict):
         raise BadRequest("INVALID_BODY")
@@ -325,7 +325,7 @@ class Api:
             raise BadRequest("INVALID_OPTION")
         try:
             addresses = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise BadRequest("INVALID_VALUE") from None
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise BadRequest("INVALID_VALUE")

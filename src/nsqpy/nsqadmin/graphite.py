@@ -77,7 +77,7 @@ def rate_from_render(body: bytes, interval_s: int) -> str:
     try:
         doc = json.loads(body)
         value = doc[0]["datapoints"][0][0]
-    except (ValueError, LookupError, TypeError):
+    except (ValueError, LookupError, TypeError, RecursionError):
         return "N/A"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "N/A"

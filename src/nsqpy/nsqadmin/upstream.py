@@ -90,7 +90,7 @@ class Upstream:
         body = await self.request("GET", url)
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UpstreamError(f"GET {url}: response is not JSON") from None
         if isinstance(doc, dict) and "status_code" in doc and "data" in doc:
             doc = doc["data"]
@@ -154,7 +154,7 @@ def _error_code(body: bytes) -> str:
     """The ``message`` of a V1 JSON error body, or its text when short and not JSON."""
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         text = body.decode("utf-8", "replace").strip()
         return text if len(text) <= 200 else ""
     if isinstance(doc, dict):

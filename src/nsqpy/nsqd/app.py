@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
-from nsqpy.daemon import run, serve_until_signal
+from nsqpy.daemon import raise_open_files_limit, run, serve_until_signal
 from nsqpy.errors import ConfigError, StorageError
 from nsqpy.flags import Flag, check_host_port, parse_flags
 from nsqpy.logs import setup_daemon_logging
@@ -272,7 +272,8 @@ FLAGS = [
         "client-timeout",
         "client_timeout_ms",
         "duration",
-        help="nsqpy: the default heartbeat interval is half of this (NSQ fixes it at 60s)",
+        help="nsqpy: the default heartbeat interval is half of this (NSQ fixes it at 60s); "
+        "also the time an HTTP request's head, then its body, may take to arrive",
     ),
     Flag(
         "max-attempts",
@@ -379,15 +380,30 @@ async def serve(opts: NsqdOptions) -> None:
     await serve_until_signal(NsqdServer(opts))
 
 
+MIN_OPEN_FILES = 64  # listeners, the event loop, a few clients and files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(opts.log_level, opts.log_prefix)
+    _, open_files = raise_open_files_limit()
+    log = logging.getLogger("nsqpy")
+    if open_files < MIN_OPEN_FILES:
+        log.error(
+            "FATAL: the open files limit is %d; nsqd needs at least %d (raise it with ulimit -n)",
+            open_files, MIN_OPEN_FILES,
+        )  # fmt: skip
+        return 1
     try:
         run(serve(opts))
     except (OSError, StorageError) as exc:  # a port or the data path is taken, a disk fails
-        logging.getLogger("nsqpy").error("FATAL: %s", exc)
+        log.error("FATAL: %s", exc)
         return 1
     except ConfigError as exc:
         print(f"nsqd: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # anything else: one clear line, the traceback at debug level
+        log.error("FATAL: %s: %s", type(exc).__name__, exc)
+        log.debug("FATAL", exc_info=True)
         return 1
     return 0

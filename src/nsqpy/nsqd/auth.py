@@ -11,7 +11,9 @@ waits on it. A 403 carrying ``https_port`` is retried over HTTPS, as nsqd does.
 with a ``topic``): no authorizations yet -> ``E_AUTH_FIRST``; state expired -> the
 connection holds its commands while the auth servers are asked again; not permitted ->
 ``E_UNAUTHORIZED``; auth servers failing or answering junk -> ``E_AUTH_FAILED`` (details only
-logged). All of them are fatal. Imports aiohttp; never the broker.
+logged). All of them are fatal. Until the client has authenticated, an IDENTIFY or AUTH body
+may be at most ``PRE_AUTH_BODY_SIZE`` bytes (fatal ``E_BAD_BODY ... body too big`` as soon as
+the size arrives). Imports aiohttp; never the broker.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from nsqpy.protocol.auth import (
 from nsqpy.protocol.commands import Auth
 from nsqpy.protocol.frames import encode_response
 from nsqpy.protocol.identify import auth_response
+from nsqpy.protocol.limits import PRE_AUTH_BODY_SIZE
 from nsqpy.protocol.state import verb_of
 
 if TYPE_CHECKING:
@@ -146,6 +149,8 @@ class ConnectionAuth:
         self.state: AuthState | None = None
         self._checked: object = None  # a command re-run after its re-authorisation
         self._task: asyncio.Task[None] | None = None
+        self._max_body = conn.parser.max_command_body_size
+        conn.parser.max_command_body_size = min(PRE_AUTH_BODY_SIZE, self._max_body)
 
     def intercept(self, command: object) -> bool:
         """True when this took the command over (AUTH, or a check waiting for the auth server).
@@ -219,6 +224,8 @@ class ConnectionAuth:
         self.state = state
         client = conn.client
         client.authed = bool(state.authorizations)
+        if client.authed:
+            conn.parser.max_command_body_size = self._max_body
         client.auth_identity = state.identity
         client.auth_identity_url = state.identity_url
         return True

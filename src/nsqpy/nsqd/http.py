@@ -18,8 +18,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from nsqpy import NSQ_VERSION
+from nsqpy.broker.health import StorageFailed
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import ProtocolError, PubFailed, StorageError
@@ -27,6 +29,7 @@ from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json, v1_text
 from nsqpy.metrics.nsqd_metrics import add_nsqd_metrics
 from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_features import http_source, parse_trace_id
+from nsqpy.nsqd.http_limits import body_deadline
 from nsqpy.nsqd.params import BOOL_PARAMS, BadQuery, parse_int64, parse_query
 from nsqpy.options import LOG_LEVELS, config_value
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
@@ -42,7 +45,12 @@ log = logging.getLogger("nsqpy.nsqd")
 def make_app(server: NsqdServer) -> web.Application:
     api = HttpApi(server)
     app = web.Application(
-        middlewares=[nsq_middleware], client_max_size=server.opts.max_body_size + 1
+        middlewares=[
+            nsq_middleware,
+            storage_failures(server),
+            body_deadline(server.opts.client_timeout_ms / 1000),  # nsqd.http_limits
+        ],
+        client_max_size=server.opts.max_body_size + 1,
     )
     routes: list[tuple[str, str, Handler]] = [
         ("GET", "/ping", api.ping),
@@ -74,6 +82,25 @@ def make_app(server: NsqdServer) -> web.Application:
     add_feature_routes(app, server)  # replay, dead letters, TTL, depth bounds, tracing
     http_extend.add_extend_routes(app, api)  # youzan's /pub_ext, /pubtrace, /channel/setorder
     return app
+
+
+def storage_failures(server: NsqdServer) -> Middleware:
+    """Middleware: an action whose storage failed (a topic or channel that could not be
+    created, a setting that could not be saved) answers 500 ``INTERNAL_ERROR``, as nsqd
+    answers an action that failed, with the failure in the health state (/ping): one log
+    line, never a traceback."""
+    health = server.broker.health_state
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except StorageError as exc:
+            if not isinstance(exc, StorageFailed):  # not reported where it happened
+                health.failed_once(f"{request.method} {request.path} failed", exc)
+            return v1_error("INTERNAL_ERROR", 500)
+
+    return middleware
 
 
 class HttpApi:
@@ -113,7 +140,11 @@ class HttpApi:
             if isinstance(found, web.Response):
                 return found
             partition = found
-        return args, self.broker.topic(name), partition
+        try:
+            topic = self.broker.topic(name)
+        except StorageError:  # it could not be created (health NOK): as a failed put
+            return v1_error("EXITING", 503)
+        return args, topic, partition
 
     # -- health and info -------------------------------------------------------------
 
@@ -441,7 +472,7 @@ class HttpApi:
         if opt == "nsqlookupd_tcp_addresses":
             try:
                 value = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep
                 return v1_error("INVALID_VALUE", 400)
             if value is None:  # Go unmarshals null into a nil slice
                 value = []

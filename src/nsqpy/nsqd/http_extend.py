@@ -6,7 +6,8 @@ Owns the argument parsing these share with nsqd's own routes (``partition``,
     POST /pub_ext?topic=T[&partition=P]&ext=<JSON object>   body: the message
         headers also from request headers ``X-Nsqext-<name>: <value>`` (name lower-cased,
         overriding ``ext``); at least one of the two. 200 ``OK``, or when the headers hold
-        ``##trace_id`` the traced reply below. 400 E_INVALID_JSON_HEADER.
+        ``##trace_id`` the traced reply below. 400 E_INVALID_JSON_HEADER; 400 E_BAD_BODY
+        for a header value that is not valid Unicode (TCP's PUB_EXT answers the same).
     POST /pubtrace?topic=T[&partition=P]&trace_id=N           body: the message
         200 {"status": "OK", "id": ID, "trace_id": "N", "queue_offset": OFFSET,
              "rawsize": SIZE}   (ID: the message ID as a number). 400 INVALID_TRACE_ID.
@@ -32,7 +33,14 @@ from aiohttp import web
 from nsqpy.broker.broker import PartitionCountMismatch
 from nsqpy.broker.extensions import stored_size
 from nsqpy.broker.topic import MAX_PARTITIONS, EphemeralPartitions, Topic
-from nsqpy.errors import BadPartition, InvalidJsonHeader, ProtocolError, PubFailed, StorageError
+from nsqpy.errors import (
+    BadBody,
+    BadPartition,
+    InvalidJsonHeader,
+    ProtocolError,
+    PubFailed,
+    StorageError,
+)
 from nsqpy.httpapi import v1_empty, v1_error, v1_json, v1_text
 from nsqpy.nsqd.http_features import http_source
 from nsqpy.nsqd.params import BOOL_PARAMS, parse_int64
@@ -127,6 +135,8 @@ def request_headers(request: web.Request, args: Args) -> Headers | web.Response:
         return headers_from_mapping(doc)
     except InvalidJsonHeader:
         return v1_error("E_INVALID_JSON_HEADER", 400)
+    except (BadBody, UnicodeEncodeError):  # a lone surrogate, from JSON or a request header
+        return v1_error("E_BAD_BODY", 400)
 
 
 def traced_doc(placed_id: int, trace_id: int, offset: int, size: int) -> dict[str, object]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from nsqpy.httpapi import V1_HEADER, Handler
+from nsqpy.nsqd.http_limits import runner_options
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.server import NsqdServer
@@ -45,9 +46,7 @@ async def start_https(server: NsqdServer) -> None:
     if context is None or not server.opts.https_address:
         return
     host, port = split_host_port(server.opts.https_address)
-    runner = web.AppRunner(
-        make_app(server), access_log=None, max_line_size=1 << 20, max_field_size=1 << 20
-    )
+    runner = web.AppRunner(make_app(server), **runner_options(server.opts))
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)
     await site.start()

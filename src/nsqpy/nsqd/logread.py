@@ -237,7 +237,7 @@ class LogReadApi:
             {
                 "partition": number,
                 "low": plog.low_watermark,
-                "high": plog.flushed_offset,
+                "high": plog.readable_offset,
                 "durable": plog.durable_offset,
             }
             for number, plog in sorted(partition_logs(topic).items())
@@ -255,7 +255,7 @@ class LogReadApi:
         ts_ms = _uint(raw, MAX_TS_MS)
         if ts_ms is None:
             return v1_error("INVALID_ARG_TS_MS", 400)
-        low, high = plog.low_watermark, plog.flushed_offset
+        low, high = plog.low_watermark, plog.readable_offset
         try:
             offset = plog.offset_for_timestamp(ts_ms * 1_000_000)
         except StorageError as exc:
@@ -285,7 +285,7 @@ class LogReadApi:
         fmt = query_arg(request, "format") or FORMATS[0]
         if fmt not in FORMATS:
             return v1_error("INVALID_ARG_FORMAT", 400)
-        low, high = plog.low_watermark, plog.flushed_offset
+        low, high = plog.low_watermark, plog.readable_offset
         if not low <= offset <= high:
             return _out_of_range(offset, low, high)
         try:

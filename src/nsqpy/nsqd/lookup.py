@@ -29,6 +29,7 @@ import aiohttp
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
+from nsqpy.errors import StorageError
 from nsqpy.protocol.lookupd import (
     ResponseDecoder,
     encode_identify_v1,
@@ -99,7 +100,13 @@ class LookupPeer:
             try:
                 await self._session()
                 backoff = 0.1
-            except (OSError, asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            except (
+                OSError,
+                asyncio.IncompleteReadError,
+                ConnectionError,
+                ValueError,
+                RecursionError,  # a reply nested too deep for json
+            ) as exc:
                 log.warning("LOOKUPD(%s): %s", self.address, exc or type(exc).__name__)
             finally:
                 self._accepting = False
@@ -281,4 +288,7 @@ class LookupClient:
             return
         for name in sorted(names):
             if name not in topic.channels:
-                self.server.broker.channel(topic, name, start=0)  # each partition's oldest
+                try:
+                    self.server.broker.channel(topic, name, start=0)  # each partition's oldest
+                except StorageError:
+                    continue  # not stored (reported to the health state): not created

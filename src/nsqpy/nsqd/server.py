@@ -13,9 +13,11 @@ Acknowledgements wait per partition (offsets are per partition).
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import os
+import resource
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -24,15 +26,18 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from nsqpy.broker.broker import Broker, Placement
+from nsqpy.broker.health import cursor_key, fsync_key
 from nsqpy.broker.topic import Partition, Topic
 from nsqpy.errors import ConfigError, ProtocolError
 from nsqpy.nsqd.auth import AuthClient
+from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
 from nsqpy.nsqd.tcp import V2Connection, failed_verb
 from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.options import NsqdOptions, listen_address
 from nsqpy.protocol.limits import Limits
 from nsqpy.storage import Entry
+from nsqpy.storage.budget import OPEN_FILES
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.lookup import LookupClient
@@ -72,6 +77,16 @@ def split_host_port(address: str) -> tuple[str, int]:
     return parsed
 
 
+def set_storage_budget() -> int:
+    """Half the process's open files limit for log segments and delayed stores (the rest
+    for clients, sockets and short-lived files); returns that budget."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = soft if soft != resource.RLIM_INFINITY else 1 << 16
+    budget = max(32, min(limit // 2, 1 << 16))
+    OPEN_FILES.set_capacity(budget)
+    return budget
+
+
 class NsqdServer:
     """One nsqd: the broker plus its servers."""
 
@@ -84,6 +99,7 @@ class NsqdServer:
         self.http_listen = (
             listen_address("http-address", opts.http_address) if opts.http_address else None
         )
+        set_storage_budget()
         self.broker = Broker(opts, clock=clock)
         self.limits = Limits(
             max_msg_size=opts.max_msg_size,
@@ -112,8 +128,12 @@ class NsqdServer:
         self._touched: set[V2Connection] = set()
         self._acks: dict[Partition, deque[Ack]] = {}
         self._syncing: set[Partition] = set()
+        # Partitions with flushed data not yet fsynced: the ticker checks only these (a
+        # node with many thousands of idle topics does no work per topic per tick).
+        self._unsynced: set[Partition] = set()
         self._cursor_writes: dict[CursorFile, asyncio.Future[bool]] = {}
         self._commit_scheduled = False
+        self._descriptors_short = False  # nearly out of descriptors (logged once)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
@@ -155,11 +175,7 @@ class NsqdServer:
             self.lookupd_addresses_changed()
 
     async def _start_http(self, app: web.Application, where: tuple[str, int] | str) -> None:
-        # Go's net/http takes request lines and headers up to 1 MiB; aiohttp's 8 KiB
-        # default would refuse long query strings that nsqd answers.
-        self._http_runner = web.AppRunner(
-            app, access_log=None, max_line_size=1 << 20, max_field_size=1 << 20
-        )
+        self._http_runner = web.AppRunner(app, **runner_options(self.opts))  # nsqd.http_limits
         await self._http_runner.setup()
         if isinstance(where, str):
             await web.UnixSite(self._http_runner, where).start()
@@ -271,8 +287,10 @@ class NsqdServer:
                 self._start_sync(part)  # acknowledged when the fsync covering it is done
                 continue
             self._release(part, part.log.flushed_offset)
-            if not part.ephemeral and part.log.sync_due(now):
-                self._start_sync(part)
+            if not part.ephemeral:
+                self._unsynced.add(part)
+                if part.log.sync_due(now):
+                    self._start_sync(part)
         if flushed:
             self.broker.pump(flushed)
         self._flush_connections()
@@ -293,6 +311,7 @@ class NsqdServer:
 
     def _topic_deleted(self, topic: Topic) -> None:
         """Publishes the topic accepted before its deletion are answered (its log was closed)."""
+        self._unsynced.difference_update(topic.partitions)
         for part in topic.partitions:
             acks = self._acks.pop(part, None)
             while acks:
@@ -319,14 +338,19 @@ class NsqdServer:
     def _synced(self, part: Partition, fut: asyncio.Future[int]) -> None:
         self._syncing.discard(part)
         exc = fut.exception()
+        health = self.broker.health_state
+        key = fsync_key(part.name, part.number)
         if exc is not None:
-            self.broker.health_error = f"fsync of topic {part.name} failed: {exc}"
-            log.error("%s", self.broker.health_error)
+            health.failed(key, exc)  # retried: what it covers stays unsynced until then
             if self.opts.sync_always and isinstance(exc, OSError):
                 self._fail_topic(part, exc)
             self._flush_connections()
             return
+        if health.error:
+            health.ok(key)
         self._release(part, part.log.durable_offset)
+        if self.opts.sync_always:  # channels read only what is durable: now they may
+            self.broker.pump([part])
         for conn in list(self.connections):
             if conn._replies:
                 self._touched.add(conn)
@@ -359,13 +383,40 @@ class NsqdServer:
             if conn._out:
                 self._touched.add(conn)
         clock = self.broker.clock()
-        for topic in self.broker.topics.values():
-            for part in topic.partitions:
-                if not part.ephemeral and part.log.sync_due(clock):
-                    self._start_sync(part)
+        for part in list(self._unsynced):
+            log_ = part.log
+            if log_.durable_offset >= log_.flushed_offset:
+                self._unsynced.discard(part)
+            elif log_.sync_due(clock):
+                self._start_sync(part)
+        self.broker.retry_saves()
         if ticks % 50 == 0:
             self.broker.housekeeping()
+            self._check_descriptors()
         self._flush_connections()
+
+    def _check_descriptors(self) -> None:
+        """Say so (once, until it eases) when nearly every descriptor the process may open
+        is in use: new connections are then accepted and closed at once by the event loop,
+        and new files fail, with nothing else in the log."""
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            used = len(os.listdir("/proc/self/fd"))
+        except OSError as exc:  # (listing them takes a descriptor too)
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                return
+            used = soft
+        full = soft != resource.RLIM_INFINITY and used >= soft * 0.9
+        if full and not self._descriptors_short:
+            log.error(
+                "%d of the %d descriptors this process may open are in use: new connections "
+                "are closed at once and new files fail (Too many open files); raise the limit "
+                "(ulimit -n) or serve fewer clients",
+                used, soft,
+            )  # fmt: skip
+        elif not full and self._descriptors_short:
+            log.info("descriptors in use are below 90%% of the limit again (%d of %d)", used, soft)
+        self._descriptors_short = full
 
     def _save_cursors(self) -> None:
         """Write due cursors in worker threads: snapshots taken here, fsyncs off the loop,
@@ -378,10 +429,16 @@ class NsqdServer:
             fut.add_done_callback(functools.partial(self._cursor_written, cursor_file))
 
     def _cursor_written(self, cursor_file: CursorFile, fut: asyncio.Future[bool]) -> None:
+        """A cursor write ended: a failure turns the health NOK and leaves the cursor due,
+        so the next periodic save writes it again; a success turns it OK again."""
         self._cursor_writes.pop(cursor_file, None)
         exc = None if fut.cancelled() else fut.exception()
+        health = self.broker.health_state
         if exc is not None:
-            log.error("failed to save cursor %s: %s", cursor_file.path, exc)
+            cursor_file.note(1)
+            health.failed(cursor_key(cursor_file.path), exc)
+        elif health.error and not fut.cancelled():
+            health.ok(cursor_key(cursor_file.path))
 
     # -- hooks for the HTTP API --------------------------------------------------------
 

@@ -20,7 +20,10 @@ being ready (in flight >= RDY, channel paused or ordered, not subscribed), or
 in IDENTIFY turns buffering off.
 Writes have backpressure: when the transport's buffer passes its high-water mark
 (``pause_writing``) the client's RDY window counts as full, so its channel skips it until
-the buffer drains (``resume_writing``).
+the buffer drains (``resume_writing``); then, and while the replies queued for it are over
+the mark, its commands stop running and its socket is not read (``nsqd.flow``, which also
+owns the read and write deadlines the server's ticker checks in ``heartbeat`` and the input
+a client may send before AUTH).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from nsqpy.broker.extensions import ExtendSink
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.errors import (
     AuthDisabled,
+    AuthFirst,
     BadTopic,
     DpubFailed,
     FinFailed,
@@ -45,9 +49,17 @@ from nsqpy.errors import (
     PubFailed,
     ReqFailed,
     StorageError,
+    SubFailed,
     TouchFailed,
 )
 from nsqpy.nsqd.auth import ConnectionAuth
+from nsqpy.nsqd.flow import (
+    FIN_BATCH,
+    REPLY_OVERHEAD,
+    WRITE_HIGH_WATER,
+    expired,
+    pre_auth_budget,
+)
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
 from nsqpy.nsqd.upgrade import begin_upgrade
 from nsqpy.protocol.commands import (
@@ -98,9 +110,6 @@ def failed_verb(error: type[ProtocolError]) -> str:
 
 log = logging.getLogger("nsqpy.nsqd")
 
-# A client's transport buffer past this pauses its deliveries (resumed below a quarter).
-WRITE_HIGH_WATER = 256 * 1024
-
 
 class V2Connection(asyncio.Protocol):
     """One client connection speaking protocol V2."""
@@ -127,11 +136,21 @@ class V2Connection(asyncio.Protocol):
         self.closing = False
         self._fatal = False
         self._held = False
-        self._reading_paused = False
+        self._reading_paused = False  # by ``hold``
+        # Flow control (``nsqd.flow``): bytes of replies queued (waiting for their ack or
+        # gathered in _out) and of those waiting; past WRITE_HIGH_WATER, or while the
+        # transport's buffer is, commands stop running and the socket is not read.
+        self._reply_bytes = 0
+        self._waiting_bytes = 0
+        self._throttled = False
+        self._unthrottle_due = False
+        self._read_since = self.last_recv  # began waiting for its next command (deadline)
+        self._stalled_since = 0  # when the transport's buffer passed its high-water mark
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
         self._pump_due: ChannelGroup | None = None
         self.auth = ConnectionAuth(self, server.auth) if server.auth is not None else None
+        self._pre_auth_left = pre_auth_budget(server.limits) if self.auth is not None else -1
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -161,25 +180,49 @@ class V2Connection(asyncio.Protocol):
         if self._fatal:
             return
         self.last_recv = self.server.clock()
+        if self._pre_auth_left >= 0 and self._spend_pre_auth(len(data)):
+            return
         self.parser.feed(data)
         self._process()
 
+    def _spend_pre_auth(self, size: int) -> bool:
+        """Count input against the pre-AUTH budget (``nsqd.flow``); True when it is spent
+        (the connection is then refused with E_AUTH_FIRST)."""
+        if self.client.authed:
+            self._pre_auth_left = -1
+            return False
+        self._pre_auth_left -= size
+        if self._pre_auth_left >= 0:
+            return False
+        budget = pre_auth_budget(self.server.limits)
+        log.info("[%s] closing: over %d bytes sent before AUTH", self.client.remote_address, budget)
+        self._error(AuthFirst(f"AUTH required before more than {budget} bytes"))
+        self.server.touch_connection(self)
+        return True
+
     def _process(self) -> None:
-        """Run every complete command buffered, unless held (AUTH query, stream upgrade)."""
+        """Run every complete command buffered, unless held (AUTH query, stream upgrade) or
+        throttled (its replies are not being read: see ``nsqd.flow``)."""
+        ran = False
         try:
-            while not self._fatal and not self._held:
+            while not self._fatal and not self._held and not self._throttled:
                 if self._fin_burst():
+                    ran = True
                     continue
                 command = self.parser.next()
                 if command is None:
                     break
+                ran = True
                 self._dispatch(command)
         except ProtocolError as err:
-            if getattr(err, "silent", False):
+            if getattr(err, "silent", False):  # a line too long: no frame, as nsqd
+                log.info("[%s] failed to read command - %s", self.client.remote_address, err)
                 self._pump_due = None
                 self._abort()
                 return
             self._error(err)
+        if ran:  # the next command's read begins now (nsqd sets its deadline here)
+            self._read_since = self.server.clock()
         self._pump_pending()
         self.server.touch_connection(self)
 
@@ -196,7 +239,7 @@ class V2Connection(asyncio.Protocol):
             or (self.server.tls_required and not client.tls)
         ):
             return False
-        ids = self.parser.take_fins()
+        ids = self.parser.take_fins(FIN_BATCH)
         if not ids:
             return False
         for err in channel.finish_ids(client, ids, self.broker.clock()):
@@ -210,11 +253,11 @@ class V2Connection(asyncio.Protocol):
             channel.pump(self.broker.clock())
 
     def hold(self, *, pause_reading: bool = True) -> None:
-        """Run no more commands until ``resume`` (an AUTH query or a stream upgrade runs)."""
+        """Run no more commands until ``resume`` (an AUTH query or a stream upgrade runs);
+        the socket is read meanwhile only if ``pause_reading`` is False."""
         self._held = True
-        if pause_reading and self.transport is not None and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._reading_paused = pause_reading
+        self._update_reading()
 
     def resume(self) -> None:
         """Run the commands that arrived meanwhile and read again."""
@@ -223,12 +266,52 @@ class V2Connection(asyncio.Protocol):
         self._held = False
         if self.transport is None:  # gone meanwhile: run nothing more for a dead client
             return
-        if self._reading_paused and self.transport is not None:
-            self._reading_paused = False
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
+        self._reading_paused = False
+        self._read_since = self.server.clock()
+        self._update_reading()
         self._process()
         self.server.touch_connection(self)
+
+    def _update_reading(self) -> None:
+        """Read the socket unless held with reading paused or throttled."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        want = not (self._reading_paused or self._throttled)
+        if want != transport.is_reading():
+            if want:
+                transport.resume_reading()
+            else:
+                transport.pause_reading()
+
+    def _throttle(self) -> None:
+        """The client is not reading its replies: stop running its commands and reading."""
+        self._throttled = True
+        self._update_reading()
+
+    def _maybe_unthrottle(self) -> None:
+        """Its replies drained: run and read again, on the next turn (this may be called
+        while a channel is delivering)."""
+        if (
+            self._throttled
+            and not self._unthrottle_due
+            and not self.client.write_paused
+            and self._reply_bytes <= WRITE_HIGH_WATER
+            and self.server._loop is not None
+        ):
+            self._unthrottle_due = True
+            self.server._loop.call_soon(self._unthrottle)
+
+    def _unthrottle(self) -> None:
+        self._unthrottle_due = False
+        if self.transport is None or self.client.write_paused:
+            return
+        if self._reply_bytes > WRITE_HIGH_WATER:
+            return
+        self._throttled = False
+        self._read_since = self.server.clock()
+        self._update_reading()
+        self._process()  # the commands that were buffered meanwhile
 
     # -- output ----------------------------------------------------------------------
 
@@ -244,15 +327,20 @@ class V2Connection(asyncio.Protocol):
             self.server.touch_connection(self)
 
     def pause_writing(self) -> None:
-        """The transport's buffer passed its high-water mark: stop taking messages."""
+        """The transport's buffer passed its high-water mark: stop taking messages, running
+        commands and reading (``nsqd.flow``)."""
         self.client.write_paused = True
+        self._stalled_since = self.server.clock()
+        self._throttle()
 
     def resume_writing(self) -> None:
         self.client.write_paused = False
+        self._stalled_since = 0
         channel = self.client.channel
         if isinstance(channel, ChannelGroup):
             channel.pump(self.broker.clock())
         self.server.touch_connection(self)
+        self._maybe_unthrottle()
 
     def close_by_server(self) -> None:
         """The channel or topic was deleted: close the connection."""
@@ -260,6 +348,10 @@ class V2Connection(asyncio.Protocol):
         self.server.touch_connection(self)
 
     def _reply(self, ack: Ack | None, frame: bytes, close: bool = False) -> None:
+        cost = len(frame) + REPLY_OVERHEAD
+        self._reply_bytes += cost
+        if self._reply_bytes > WRITE_HIGH_WATER and not self._throttled:
+            self._throttle()  # the client is not reading its replies (``nsqd.flow``)
         if ack is None and not self._replies:
             if frame:
                 self._out.append(frame)
@@ -267,6 +359,7 @@ class V2Connection(asyncio.Protocol):
             if close:
                 self._close_after_flush()
             return
+        self._waiting_bytes += cost
         self._replies.append((ack, frame, close))
 
     def release_replies(self) -> None:
@@ -277,14 +370,19 @@ class V2Connection(asyncio.Protocol):
             if ack is not None and not ack.done:
                 return
             replies.popleft()
+            self._waiting_bytes -= len(frame) + REPLY_OVERHEAD
             if ack is not None and ack.error is not None:
+                self._reply_bytes -= len(frame)
                 frame, close = encode_error(ack.error), True
+                self._reply_bytes += len(frame)
             if frame:
                 self._out.append(frame)
                 self._force = True
             if close:
                 self._close_after_flush()
                 replies.clear()
+                self._reply_bytes -= self._waiting_bytes
+                self._waiting_bytes = 0
                 return
 
     def flush(self, force: bool = False) -> None:
@@ -328,10 +426,13 @@ class V2Connection(asyncio.Protocol):
             self.transport.writelines(self._out)
         self._out.clear()
         self._out_bytes = 0
+        self._reply_bytes = self._waiting_bytes
         self._buffered_since = 0
         self._force = False
         if self.closing and self.transport is not None and not self._replies:
             self.transport.close()
+        elif self._throttled:
+            self._maybe_unthrottle()
 
     def _close_after_flush(self) -> None:
         self.closing = True
@@ -348,12 +449,24 @@ class V2Connection(asyncio.Protocol):
         self._reply(None, encode_error(err), close=err.fatal)
 
     def heartbeat(self, now_ns: int) -> None:
-        """Called by the server's ticker: send heartbeats, close idle connections."""
-        if self.heartbeat_ns <= 0 or self.closing:
+        """Called by the server's ticker: send heartbeats; close a connection past its read
+        or write deadline (``nsqd.flow``)."""
+        if self.closing:
             return
-        if now_ns - self.last_recv > 2 * self.heartbeat_ns:
-            log.info("[%s] closing: no command for 2 heartbeats", self.client.remote_address)
+        pre_auth = self.auth is not None and not self.client.authed
+        why = expired(
+            now_ns,
+            self.heartbeat_ns,
+            pre_auth_ns=self.server.opts.client_timeout_ms * 500_000 if pre_auth else 0,
+            read_since=self._read_since,
+            stalled_since=self._stalled_since,
+            reading=not (self._held or self._throttled),
+        )
+        if why:
+            log.info("[%s] closing: %s", self.client.remote_address, why)
             self._abort()
+            return
+        if self.heartbeat_ns <= 0:
             return
         if now_ns - self.last_heartbeat >= self.heartbeat_ns:
             self.last_heartbeat = now_ns
@@ -432,9 +545,12 @@ class V2Connection(asyncio.Protocol):
             begin_upgrade(self, neg)
 
     def sub(self, cmd: Sub) -> None:
-        self.broker.subscribe(
-            self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
-        )
+        try:
+            self.broker.subscribe(
+                self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
+            )
+        except StorageError as exc:  # the topic or channel could not be created (health NOK)
+            raise SubFailed(f"SUB failed {exc}") from exc
         self.client.state = SUBSCRIBED
         self._reply(None, OK_FRAME)
 
@@ -505,10 +621,10 @@ class V2Connection(asyncio.Protocol):
             raise BadTopic(f'PUB topic name "{topic_name}" is not valid')
         if partition >= 0:
             self.broker.check_partition(topic_name, partition)
-        topic = self.broker.topic(topic_name)
-        if topic.deleted:
-            raise failed(f"{failed_verb(failed)} failed exiting")
         try:
+            topic = self.broker.topic(topic_name)  # StorageError: it could not be created
+            if topic.deleted:
+                raise failed(f"{failed_verb(failed)} failed exiting")
             if entries is None:
                 placed = [
                     self.broker.append(
@@ -546,5 +662,9 @@ class V2Connection(asyncio.Protocol):
         failed = PubFailed if isinstance(cmd, PubExt | PubTrace) else MpubFailed
         placed = self._publish(cmd.topic, [], 0, failed, cmd.partition, entries)
         if traced:  # the traced reply in place of the OK queued last
-            ack, _frame, close = self._replies.pop()
-            self._replies.append((ack, traced_reply(placed, entries), close))
+            ack, frame, close = self._replies.pop()
+            reply = traced_reply(placed, entries)
+            grown = len(reply) - len(frame)
+            self._waiting_bytes += grown
+            self._reply_bytes += grown
+            self._replies.append((ack, reply, close))

@@ -50,8 +50,7 @@ def begin_upgrade(conn: V2Connection, neg: Negotiated) -> None:
         return
     # Publishes answered before IDENTIFY are still waiting for their commit: their OKs must
     # leave in plain text first, so wait for them (reading paused meanwhile).
-    if conn.transport is not None:
-        conn.transport.pause_reading()
+    conn.hold()
     asyncio.get_running_loop().create_task(_after_acks(conn, neg, pending))
 
 
@@ -66,7 +65,7 @@ async def _after_acks(conn: V2Connection, neg: Negotiated, pending: list[Any]) -
             except Exception:
                 pass  # the error frame goes out as the reply and closes the connection
     if conn.transport is not None and not conn.closing:
-        conn.transport.resume_reading()
+        conn.hold(pause_reading=False)  # the handshake reads on, the commands still wait
         _switch(conn, neg)
 
 

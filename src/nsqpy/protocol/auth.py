@@ -6,17 +6,28 @@ case-insensitively, unknown keys and ``null`` ignored, strict types) and validat
 ``AuthReplyError`` (nsqd answers the client ``E_AUTH_FAILED``). ``AuthState.is_allowed``
 is nsqd's check: a channel needs ``subscribe``, publishing (channel ``""``) needs
 ``publish``; the topic regex and at least one channel regex must match, searched unanchored
-as Go's ``MatchString`` does. Imports only the standard library.
+as Go's ``MatchString`` does. The regexes are compiled and run by RE2 (``google-re2``), the
+engine whose syntax Go's regexp implements: matching takes time linear in the name, so no
+pattern the auth server sends (``(a+)+$``) can hold the event loop, and what Go refuses
+(look-arounds, back-references, repeat counts over 1000) is refused here too. Imports only
+the standard library and re2.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import re2
 
 PERMISSIONS = frozenset(("subscribe", "publish"))
+
+
+class Pattern(Protocol):
+    """A compiled RE2 regex (google-re2 ships no type information)."""
+
+    def search(self, text: str) -> object | None: ...
 
 
 class AuthReplyError(ValueError):
@@ -25,8 +36,8 @@ class AuthReplyError(ValueError):
 
 @dataclass(frozen=True)
 class Authorization:
-    topic: re.Pattern[str]
-    channels: tuple[re.Pattern[str], ...]
+    topic: Pattern
+    channels: tuple[Pattern, ...]
     permissions: frozenset[str]
 
     def is_allowed(self, topic: str, channel: str) -> bool:
@@ -76,11 +87,25 @@ def _str_list(value: Any, what: str) -> list[str]:
     return [_str(v, what) if v is not None else "" for v in value]
 
 
-def _regex(pattern: str, what: str) -> re.Pattern[str]:
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is our error to report, not RE2's stderr
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def _regex(pattern: str, what: str) -> Pattern:
+    """``pattern`` compiled by RE2 (Go's syntax; linear-time matching)."""
     try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise AuthReplyError(f"unable to compile {what} {pattern!r} {exc}") from None
+        compiled: Pattern = re2.compile(pattern, _RE2_OPTIONS)
+    except (re2.error, UnicodeEncodeError) as exc:  # a lone surrogate is no UTF-8 for RE2
+        reason = exc.args[0] if isinstance(exc, re2.error) and exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode(errors="replace")
+        raise AuthReplyError(f"unable to compile {what} {pattern!r} {reason}") from None
+    return compiled
 
 
 def _authorization(value: Any) -> Authorization:

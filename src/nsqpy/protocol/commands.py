@@ -62,7 +62,7 @@ from nsqpy.protocol.extend import (
     split_header,
 )
 from nsqpy.protocol.frames import MAGIC_V2
-from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_LINE_LENGTH, Limits
+from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_IDENTIFY_BODY_SIZE, MAX_LINE_LENGTH, Limits
 from nsqpy.protocol.message import MSG_ID_LENGTH
 from nsqpy.protocol.names import valid_name_bytes
 
@@ -219,6 +219,10 @@ class CommandParser:
         self._names: dict[bytes, str] = {}
         self._max_msg = limits.max_msg_size
         self._max_body = limits.max_body_size
+        # The largest IDENTIFY or AUTH body taken (``limits.MAX_IDENTIFY_BODY_SIZE`` at
+        # most); a server that requires AUTH lowers it until the client has authenticated
+        # (``limits.PRE_AUTH_BODY_SIZE``), then sets it back.
+        self.max_command_body_size = min(limits.max_body_size, MAX_IDENTIFY_BODY_SIZE)
         self._handlers: dict[bytes, Callable[[_Params, int], _Parsed]] = {
             b"FIN": self._fin,
             b"RDY": self._rdy,
@@ -282,9 +286,10 @@ class CommandParser:
         while (command := self.next()) is not None:
             yield command
 
-    def take_fins(self) -> list[bytes]:
+    def take_fins(self, limit: int = 1 << 30) -> list[bytes]:
         """The message IDs of a run of plain ``FIN <16 lowercase hex>\\n`` lines at the head
-        of the buffer, consumed; empty when the next command is anything else.
+        of the buffer (at most ``limit`` of them), consumed; empty when the next command is
+        anything else.
 
         A consumer's acknowledgements arrive in bursts: this lets the server handle them as
         one batch instead of one parsed command each. Anything unusual (a CR, upper case, a
@@ -294,7 +299,7 @@ class CommandParser:
         if self._error is not None or self._need_magic:
             return []
         buf = self._buf
-        match = _FIN_RUN.match(buf, self._pos)
+        match = _FIN_RUN.match(buf, self._pos, self._pos + limit * _FIN_LINE)
         if match is None:
             return []
         start, end = match.span()
@@ -381,13 +386,17 @@ class CommandParser:
             return None
         return _body(self._buf, start + 4, stop), stop
 
-    def _command_body(self, verb: str, start: int) -> tuple[bytes, int] | None:
-        """IDENTIFY/AUTH: a size checked against --max-body-size (too big first), the body."""
+    def _command_body(
+        self, verb: str, start: int, limit: int | None = None
+    ) -> tuple[bytes, int] | None:
+        """IDENTIFY/AUTH: a size checked against ``limit`` (--max-body-size unless given;
+        too big first), then the body."""
         size = self._size(start)
         if size is None:
             return None
-        if size > self._max_body:
-            raise BadBody(f"{verb} body too big {size} > {self._max_body}")
+        limit = self._max_body if limit is None else limit
+        if size > limit:
+            raise BadBody(f"{verb} body too big {size} > {limit}")
         if size <= 0:
             raise BadBody(f"{verb} invalid body size {size}")
         stop = start + 4 + size
@@ -616,7 +625,7 @@ class CommandParser:
         return MpubTrace(topic, traces, [raw[TRACE_ID_LENGTH:] for raw in raws], partition), stop
 
     def _identify(self, params: _Params, start: int) -> _Parsed:
-        parsed = self._command_body("IDENTIFY", start)
+        parsed = self._command_body("IDENTIFY", start, self.max_command_body_size)
         if parsed is None:
             return None
         return Identify(parsed[0]), parsed[1]
@@ -624,7 +633,7 @@ class CommandParser:
     def _auth(self, params: _Params, start: int) -> _Parsed:
         if len(params) != 1:
             raise InvalidError("AUTH invalid number of parameters")
-        parsed = self._command_body("AUTH", start)
+        parsed = self._command_body("AUTH", start, self.max_command_body_size)
         if parsed is None:
             return None
         return Auth(parsed[0]), parsed[1]

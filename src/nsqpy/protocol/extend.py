@@ -4,7 +4,9 @@ Owns what youzan/nsq added on top of NSQ's V2 protocol, as sans-IO values and by
 the JSON headers a message may carry (``parse_headers`` checks them: a JSON object of
 string values whose names are ``[0-9A-Za-z_#-]+``, at most 65535 bytes; names starting
 with ``##`` are reserved: ``##trace_id`` is a decimal uint64 string, ``##partition_key``
-picks the partition by hash), the reply a traced publish gets (``encode_traced_reply``:
+picks the partition by hash; a value that is not valid Unicode, a lone surrogate escape such
+as ``"\\ud800"``, is the fatal E_BAD_BODY: it could never be written out as UTF-8 again),
+the reply a traced publish gets (``encode_traced_reply``:
 ``OK`` then the message ID as a uint64, the trace id, the offset and the record size, all
 big-endian) and the client-side encoders of ``PUB_EXT``/``MPUB_EXT`` (each message is a
 uint16 header length, the JSON header, the body), ``PUB_TRACE``/``MPUB_TRACE`` (a uint64
@@ -32,6 +34,7 @@ MAX_HEADERS_BYTES = 0xFFFF  # the header length is a uint16 on the wire
 MAX_TRACE_ID = (1 << 64) - 1
 _NAME = re.compile(r"[0-9A-Za-z_#\-]+")
 _DIGITS = re.compile(r"[0-9]{1,20}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
@@ -137,6 +140,8 @@ def check_header_values(doc: Mapping[str, object]) -> Headers:
             raise _bad(f"header name {name!r} is not [0-9A-Za-z_#-]+")
         if not isinstance(value, str):
             raise _bad(f"header {name!r} is not a string")
+        if _SURROGATE.search(value):
+            raise BadBody(f"invalid json header: header {name!r} is not valid Unicode")
         if name == TRACE_ID_KEY:
             if not _DIGITS.fullmatch(value) or int(value) > MAX_TRACE_ID:
                 raise _bad(f"{TRACE_ID_KEY} {value!r} is not a decimal uint64")
@@ -150,7 +155,8 @@ def check_header_values(doc: Mapping[str, object]) -> Headers:
 def parse_headers(raw: bytes) -> Headers:
     """Check a message's JSON header (see the module doc); empty means no headers.
 
-    Raises InvalidJsonHeader (E_INVALID_JSON_HEADER, non-fatal) naming what is wrong.
+    Raises InvalidJsonHeader (E_INVALID_JSON_HEADER, non-fatal) naming what is wrong, or
+    BadBody (fatal) for a value that is not valid Unicode.
     """
     if not raw:
         return NO_HEADERS

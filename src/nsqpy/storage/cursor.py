@@ -259,6 +259,11 @@ class CursorFile:
             self.saves += 1
             return True
 
+    @property
+    def saved(self) -> bool:
+        """Whether the newest snapshot taken is on disk."""
+        return self._written >= self._seq
+
     def note(self, confirmations: int) -> bool:
         """Count confirmations; True when a save is due (N confirmations or T ms elapsed)."""
         self._unsaved += confirmations

@@ -12,6 +12,7 @@ On-disk format 2 (all integers little-endian)::
     <dir>/00000000000000000000.log     segment, named by its first offset (20 digits)
     <dir>/00000000000000000000.index   sparse index sidecar (rebuilt when missing/stale)
     <dir>/epochs                       "epoch first_offset" lines, one per leader epoch
+    <dir>/reserved                     "offset" line: no offset at or above it was ever handed out
     <dir>/*.corrupt                    quarantined segments and byte ranges (never read again)
 
     segment = batch*
@@ -40,27 +41,45 @@ offsets are skipped, never a stop); such a segment keeps no index sidecar, so ev
 scans it. A bad range with nothing valid after it is a torn tail: the last segment is cut
 there; any other segment is renamed to ``*.corrupt`` whole (quarantined), logged and counted. A segment in format 1 (magic "NQB1",
 28-byte headers, no records CRC) is refused with StorageError and left untouched.
+
+Offsets are never handed out twice. Before a flush makes offsets readable, the log has made
+durable a reservation at or above them, a block ahead (one small fsync per block, the block
+doubling while the previous one lasted under a second), in ``reserved``: ``handed H
+reserved R boot B``. A killed process loses nothing the kernel has (the page cache), so
+in the same boot B the recovered end is everything that was flushed. After a reboot
+(power loss), recovery that finds the log shorter than R (a tail readers may have seen: a
+consumer, a cursor, a Spark checkpoint) continues at R, leaving the missing offsets as a
+gap between segments, so a new message can never take the ID or the place of one handed
+out before. H, whatever the boot, is where a deleted log ends: ``destroy`` (a deleted
+topic) removes every file but ``reserved``, so a topic created again under the same name
+goes on from there. A clean close lowers R to the end (no gap after a clean stop and a
+reboot). ``truncate`` lowers both: it is for a replica's divergent tail, which readers
+never saw (they read only committed offsets).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 from nsqpy.errors import StorageError
+from nsqpy.storage.budget import LOADED_INDEXES
 from nsqpy.storage.encode import Buf, encode_bodies, encode_entries
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.storage.raw import RawBatch
 from nsqpy.storage.reader import LogReader
 from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.repair import Damage, keep_aside, rewrite_segment, salvage
 from nsqpy.storage.segment import (
     LOG_SUFFIX,
-    Hole,
+    ScanResult,
     Segment,
     cut_position,
     refuse_old_format,
@@ -70,7 +89,30 @@ from nsqpy.storage.segment import (
 
 IOV_MAX = 1024
 EPOCHS_FILE = "epochs"
+RESERVED_FILE = "reserved"
+RESERVE_MIN = 1 << 16  # offsets reserved at a time, at first
+RESERVE_MAX = 1 << 24  # and at most (the block doubles while one lasts under a second)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def boot_id() -> str:
+    """This boot of the machine ("" where the kernel does not say): a reservation made in
+    an earlier boot may cover offsets a power loss took from the page cache."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _epoch_at(epochs: Sequence[tuple[int, int]], offset: int) -> int:
+    """The epoch in effect at ``offset`` by (epoch, first offset) changes (0 before any)."""
+    epoch = 0
+    for e, first in epochs:
+        if first > offset:
+            break
+        epoch = e
+    return epoch
 
 
 def fsync_segment(fd: int) -> None:
@@ -93,6 +135,7 @@ class PartitionLog:
         clock: Callable[[], int] = time.time_ns,
         logger: logging.Logger | None = None,
         verify_on_open: bool = True,
+        start_offset: int = 0,
     ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -103,7 +146,7 @@ class PartitionLog:
         self._retention_bytes = retention_bytes
         self._clock = clock
         self._logger = logger or logging.getLogger("nsqpy.storage")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entered when a segment's fd is evicted)
         self._sync_idle = threading.Condition(self._lock)
         self._syncing = False
         self._segments: list[Segment] = []
@@ -122,8 +165,14 @@ class PartitionLog:
         self.quarantined = 0
         self.truncated_bytes = 0  # torn/corrupt tail bytes cut by recovery
         self._tail_epochs: list[tuple[int, int]] = []
+        self._reserved = 0  # durable: no offset >= this was ever handed out
+        self._handed = 0  # offsets below this were handed out, whatever happens
+        self._reserve_step = RESERVE_MIN
+        self._reserved_at = 0  # clock when the reservation was last extended
+        self.skipped = 0  # offsets lost to a crash and jumped over at open
+        self._gaps: list[tuple[int, int]] | None = None  # cache of gaps()
         self._reader = LogReader(self._segments, self._bases, self._logger)
-        self._open(verify_on_open)
+        self._open(verify_on_open, start_offset)
 
     # -- properties ------------------------------------------------------------------
 
@@ -144,6 +193,12 @@ class PartitionLog:
         return self._durable
 
     @property
+    def readable_offset(self) -> int:
+        """What readers may see: the flushed end, or under the ``always`` policy the durable
+        end (nothing is read that a crash could take back)."""
+        return self._durable if self.policy.always else self._segments[-1].end
+
+    @property
     def epoch(self) -> int:
         return self._epoch
 
@@ -159,101 +214,240 @@ class PartitionLog:
 
     # -- open and recovery -----------------------------------------------------------
 
-    def _open(self, verify: bool) -> None:
+    def _open(self, verify: bool, start_offset: int) -> None:
         for tmp in self.directory.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
         bases = sorted(
             int(p.stem) for p in self.directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit()
         )
         for i, base in enumerate(bases):
-            seg = Segment(base, self.directory / (segment_name(base) + LOG_SUFFIX))
+            seg = self._segment(base)
             last = i == len(bases) - 1
             if not self._recover_segment(seg, last, verify):
                 continue
             if self._segments and seg.base != self._segments[-1].end:
-                self._logger.error(
-                    "log %s: offsets %d..%d are missing (segment %s starts at %d)",
-                    self.directory,
-                    self._segments[-1].end,
-                    seg.base - 1,
-                    seg.path.name,
-                    seg.base,
-                )
+                self._logger.info(
+                    "log %s: offsets %d..%d are absent (jumped over after a crash, or in a "
+                    "quarantined segment); segment %s starts at %d",
+                    self.directory, self._segments[-1].end, seg.base - 1, seg.path.name, seg.base,
+                )  # fmt: skip
             self._segments.append(seg)
             self._bases.append(seg.base)
-        if not self._segments:
-            seg = Segment(0, self.directory / (segment_name(0) + LOG_SUFFIX), end=0)
+        handed, reserved, boot = self._load_reserved()
+        # The page cache outlives a killed process: in the same boot the log's end is all
+        # that was flushed; after a reboot (power loss) the reservation bounds it.
+        floor = max(start_offset, handed, reserved if boot != boot_id() else 0)
+        if not self._segments:  # a new log: its reservation first, then its first segment
+            self._handed = floor
+            self._write_reserved(floor)
+            seg = self._segment(floor, end=floor)
             seg.open_fd()
             self._segments.append(seg)
-            self._bases.append(0)
+            self._bases.append(floor)
             self._dir_dirty = True
         active = self._segments[-1]
         active.open_fd()
         self._next = self._durable = active.end
         self._load_epochs()
+        self._handed = max(handed, self._next)
+        if floor > self._next:
+            if self._next > self._segments[0].base or len(self._segments) > 1:
+                self.skipped = floor - self._next
+                self._logger.warning(
+                    "log %s: the log ends at offset %d but offsets up to %d may have been "
+                    "read before the last stop (the machine went down before their fsync); "
+                    "new messages start at %d so that no ID is given to other data",
+                    self.directory, self._next, floor - 1, floor,
+                )  # fmt: skip
+            self.advance_to(floor)
+        self._reserved = self._next
+
+    def _load_reserved(self) -> tuple[int, int, str]:
+        """(handed, reserved, boot id) of the ``reserved`` file; zeros when it is missing
+        or damaged (logged: channel cursors still bound new offsets)."""
+        path = self.directory / RESERVED_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return 0, 0, ""
+        except UnicodeDecodeError:
+            text = "(not text)"
+        except OSError as exc:  # (out of descriptors, say): never open without it
+            raise StorageError(f"log {self.directory}: cannot read {path.name}: {exc}") from exc
+        fields = text.split()
+        if (
+            len(fields) == 6
+            and fields[0::2] == ["handed", "reserved", "boot"]
+            and fields[1].isdigit()
+            and fields[3].isdigit()
+        ):
+            return int(fields[1]), int(fields[3]), fields[5]
+        self._logger.error(
+            "log %s: %s is damaged (%r); ignored (channel cursors still bound new offsets)",
+            self.directory, path.name, text[:80],
+        )  # fmt: skip
+        return 0, 0, ""
+
+    def _write_reserved(self, reserved: int) -> None:
+        """Make ``reserved`` the durable reservation (with the offsets surely handed out and
+        this boot's id): temp file, fsync, rename, fsync of the directory."""
+        path = self.directory / RESERVED_FILE
+        tmp = path.with_name(RESERVED_FILE + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+        try:
+            line = f"handed {self._handed} reserved {reserved} boot {boot_id() or '-'}\n"
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self._fsync_path(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        self._reserved = reserved
+
+    def _reserve(self) -> None:
+        """Extend the reservation past everything pending, before it can be read."""
+        now = self._clock()
+        if self._reserved_at and now - self._reserved_at < 1_000_000_000:
+            self._reserve_step = min(RESERVE_MAX, self._reserve_step * 2)
+        self._reserved_at = now
+        self._write_reserved(self._next + self._reserve_step)
+
+    def _settle_reserved(self) -> None:
+        """Everything is flushed and nothing more will be handed out before the next open:
+        the reservation comes down to the end, which is now surely handed out."""
+        self._handed = max(self._handed, self._next)
+        self._write_reserved(self._next)
+
+    @property
+    def reserved(self) -> int:
+        return self._reserved
+
+    def advance_to(self, offset: int) -> None:
+        """Continue the log at ``offset`` (> its end): the offsets between are a gap that
+        readers skip. A crash recovery's jump past offsets handed out before; for a
+        follower, the same jump made by its leader."""
+        self._check_open()
+        if offset <= self._next:
+            return
+        self.flush()
+        active = self._segments[-1]
+        if active.size == 0:  # an empty active segment is replaced by one at the new base
+            self._delete(active)
+            self._segments.pop()
+            self._bases.pop()
+        self._roll(offset)
+        self._reader.forget()
+        self._gaps = None
+        self._next = self._durable = offset
+        self._handed = max(self._handed, offset)
+        self._write_reserved(max(offset, self._reserved))
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """[start, end) ranges of offsets the log skips between its segments (a crash's
+        lost tail jumped over, a quarantined segment), oldest first."""
+        if self._gaps is None:
+            segs = self._segments
+            self._gaps = [(a.end, b.base) for a, b in pairwise(segs) if a.end < b.base]
+        return self._gaps
+
+    def _segment(self, base: int, end: int = 0) -> Segment:
+        path = self.directory / (segment_name(base) + LOG_SUFFIX)
+        return Segment(base, path, end=end, lock=self._lock, interval=self._interval)
 
     def _recover_segment(self, seg: Segment, last: bool, verify: bool) -> bool:
         fd = seg.open_fd()
         try:
             refuse_old_format(fd, seg.path)
         except StorageError:
-            os.close(fd)
-            seg.fd = None
+            seg.close_fd()
             raise
         size = os.fstat(fd).st_size
         if not last and not verify and seg.load_index(size):
-            os.close(fd)
-            seg.fd = None
+            seg.close_fd()
+            seg.seal()
             return True
         scan = scan_segment(fd, seg.base, size, self._interval)
-        if scan.error is not None and not last:
-            os.close(fd)
-            seg.fd = None
-            self._quarantine(seg, scan.error)
-            return False
-        for hole in scan.holes:
-            self._quarantine_range(seg, fd, hole)
-        if scan.error is None:
-            seg.adopt(scan)
-        else:
-            self._logger.warning(
-                "log %s: truncating the tail of %s at byte %d of %d: %s",
-                self.directory,
-                seg.path.name,
-                scan.valid_size,
-                size,
-                scan.error,
-            )
-            os.ftruncate(fd, scan.valid_size)
-            os.fsync(fd)
-            self.truncated_bytes += size - scan.valid_size
-            seg.adopt(scan)
+        if scan.holes or scan.error is not None:
+            repaired = self._repair(seg, size, scan, last)
+            if repaired is None:
+                return False
+            scan = repaired
+        seg.adopt(scan)
         if last:
             self._tail_epochs = scan.epochs
         else:
-            os.close(fd)
-            seg.fd = None
-            seg.save_index()
+            seg.close_fd()
+            seg.seal()
         return True
 
-    def _quarantine_range(self, seg: Segment, fd: int, hole: Hole) -> None:
-        """A corrupt range with valid batches after it: keep a copy aside, count it, log it.
+    def _repair(self, seg: Segment, size: int, scan: ScanResult, last: bool) -> ScanResult | None:
+        """A segment with damaged bytes: every record that still holds is kept (see
+        ``nsqpy.storage.repair``) and the damaged bytes go aside, each range logged and
+        counted; a torn tail of the last segment with nothing to keep in it (what a crash
+        leaves) is only cut. Returns the segment's scan afterwards, or None when nothing in
+        it could be kept (a sealed segment is then quarantined whole)."""
+        fd = seg.open_fd()
+        damage: list[tuple[Damage, str]] = []
+        for h in scan.holes:
+            data = os.pread(fd, h.end - h.start, h.start)
+            runs = salvage(data, h.first_missing, h.next_offset)
+            epoch = _epoch_at(scan.epochs, h.first_missing)
+            dmg = Damage(h.start, h.end, h.first_missing, epoch, runs, h.next_offset)
+            damage.append((dmg, h.why))
+        if scan.error is not None:
+            torn = last and scan.torn  # a write a crash cut short: never acknowledged
+            runs = (
+                []
+                if torn
+                else salvage(os.pread(fd, size - scan.valid_size, scan.valid_size), scan.end, None)
+            )
+            if last and not damage and not runs:
+                self._logger.warning(
+                    "log %s: truncating the tail of %s at byte %d of %d: %s",
+                    self.directory, seg.path.name, scan.valid_size, size, scan.error,
+                )  # fmt: skip
+                os.ftruncate(fd, scan.valid_size)
+                os.fsync(fd)
+                self.truncated_bytes += size - scan.valid_size
+                return scan
+            epoch = _epoch_at(scan.epochs, scan.end)
+            damage.append((Damage(scan.valid_size, size, scan.end, epoch, runs), scan.error))
+        if not last and scan.valid_size == 0 and not scan.holes and not damage[0][0].runs:
+            self._quarantine(seg, scan.error or "no valid batch")
+            return None
+        try:
+            for dmg, why in damage:
+                self._report(seg, fd, dmg, why, scan.end if dmg.end == size else None)
+            rewrite_segment(seg.path, fd, size, [d for d, _ in damage])
+        except OSError as exc:  # (a full disk, say): the file stays, readers skip the ranges
+            self._logger.error("log %s: cannot repair %s: %s", self.directory, seg.path.name, exc)
+            if scan.error is not None:
+                os.ftruncate(fd, scan.valid_size)
+            return scan
+        seg.close_fd()  # (the old file's: the repaired one has its own)
+        fd = seg.open_fd()
+        repaired = scan_segment(fd, seg.base, os.fstat(fd).st_size, self._interval, resync=False)
+        if repaired.error is not None:  # never expected: keep it out of the way
+            self._quarantine(seg, f"after its repair: {repaired.error}")
+            return None
+        self._dir_dirty = True
+        return repaired
 
-        The segment itself is left as it is (readers jump over the range), so nothing after
-        the range is lost and a crash here cannot make things worse."""
-        name = f"{seg.path.name}.{hole.start}.corrupt"
-        target = seg.path.with_name(name)
-        if not target.exists():
-            tmp = target.with_name(name + ".tmp")
-            tmp.write_bytes(os.pread(fd, hole.end - hole.start, hole.start))
-            os.replace(tmp, target)
-            self._dir_dirty = True
+    def _report(self, seg: Segment, fd: int, dmg: Damage, why: str, tail_from: int | None) -> None:
+        """Keep a damaged range's bytes aside, count it and log it (one line)."""
+        name = keep_aside(seg.path, fd, dmg.start, dmg.end)
         self.quarantined += 1
+        kept = sorted(
+            off for run in dmg.runs for off in range(run.base, run.base + len(run.records))
+        )
+        if tail_from is None:
+            lost = f"offsets {dmg.first_missing}..{dmg.end_offset - 1} less the {len(kept)} kept"
+        else:
+            lost = f"what it held from offset {tail_from} on, less the {len(kept)} records kept"
         self._logger.error(
-            "log %s: bytes %d..%d of segment %s are corrupt (%s); offsets %d..%d are lost "
-            "and skipped by readers; the bytes are kept in %s",
-            self.directory, hole.start, hole.end - 1, seg.path.name, hole.why,
-            hole.first_missing, hole.next_offset - 1, name,
+            "log %s: bytes %d..%d of segment %s are damaged (%s); %s are lost; %d records in "
+            "it still held and are kept; the damaged bytes are kept in %s",
+            self.directory, dmg.start, dmg.end - 1, seg.path.name, why, lost, len(kept), name,
         )  # fmt: skip
 
     def _quarantine(self, seg: Segment, why: str) -> None:
@@ -262,17 +456,15 @@ class PartitionLog:
         while target.exists():
             n += 1
             target = seg.path.with_name(f"{seg.path.name}.{n}.corrupt")
+        seg.close_fd()
         os.replace(seg.path, target)
         seg.index_path.unlink(missing_ok=True)
         self.quarantined += 1
         self._dir_dirty = True
         self._logger.error(
-            "log %s: segment %s is corrupt (%s); quarantined as %s",
-            self.directory,
-            seg.path.name,
-            why,
-            target.name,
-        )
+            "log %s: segment %s is corrupt (%s); nothing in it could be kept; quarantined as %s",
+            self.directory, seg.path.name, why, target.name,
+        )  # fmt: skip
 
     def _load_epochs(self) -> None:
         path = self.directory / EPOCHS_FILE
@@ -347,6 +539,12 @@ class PartitionLog:
         if not self._pending:
             return self.flushed_offset
         self._check_open()
+        if self._next > self._reserved:
+            try:
+                self._reserve()
+            except OSError:
+                self._undo_pending()
+                raise
         pending, self._pending = self._pending, []
         seg = self._segments[-1]
         group: list[Buf] = []
@@ -374,7 +572,7 @@ class PartitionLog:
     def _write(self, seg: Segment, group: list[Buf], end_pos: int, end_offset: int) -> None:
         if not group:
             return
-        fd = seg.fd if seg.fd is not None else seg.open_fd()
+        fd = seg.open_fd()
         start = seg.size
         bufs: Sequence[Buf] = group
         if len(group) > IOV_MAX:
@@ -413,9 +611,10 @@ class PartitionLog:
         self._epochs = [e for e in self._epochs if e[1] < self._next]
 
     def _roll(self, base: int) -> Segment:
-        old = self._segments[-1]
-        old.save_index()
-        seg = Segment(base, self.directory / (segment_name(base) + LOG_SUFFIX), end=base)
+        """A new active segment at ``base`` (the one before it, if any, is sealed)."""
+        if self._segments:
+            self._segments[-1].seal()
+        seg = self._segment(base, end=base)
         seg.open_fd()
         with self._lock:
             self._segments.append(seg)
@@ -429,8 +628,7 @@ class PartitionLog:
         """Close fds of sealed, synced segments the reader is not on (lock held, no sync)."""
         for seg in self._segments[:-1]:
             if seg.fd is not None and not seg.unsynced and seg is not self._reader.segment:
-                os.close(seg.fd)
-                seg.fd = None
+                seg.close_fd()
 
     # -- fsync -----------------------------------------------------------------------
 
@@ -452,10 +650,10 @@ class PartitionLog:
                 self._sync_idle.wait()
             if self._closed:
                 return self._durable
-            self._syncing = True
             target = self._segments[-1].end
-            segs = [s for s in self._segments if s.unsynced and s.fd is not None]
-            fds = [s.fd for s in segs if s.fd is not None]
+            segs = [s for s in self._segments if s.unsynced]
+            fds = self._sync_fds(segs)
+            self._syncing = True
             for s in segs:
                 s.unsynced = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
@@ -465,12 +663,16 @@ class PartitionLog:
         try:
             for fd in fds:
                 fsync_segment(fd)
+                os.close(fd)
+            fds = []
             if epochs:
                 self._fsync_path(self.directory / EPOCHS_FILE, os.O_RDONLY)
             if dir_dirty:
                 self._fsync_path(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
             ok = True
         finally:
+            for fd in fds:
+                os.close(fd)
             with self._lock:
                 self._syncing = False
                 if ok:
@@ -483,6 +685,24 @@ class PartitionLog:
                     self._unsynced_since = self._unsynced_since or since
                 self._sync_idle.notify_all()
         return self._durable
+
+    @staticmethod
+    def _sync_fds(segs: list[Segment]) -> list[int]:
+        """Descriptors of their own to fsync ``segs`` with (lock held): the budget of open
+        files may close a segment's descriptor while the fsync runs in another thread, and
+        fsync covers the file whichever descriptor wrote it."""
+        fds: list[int] = []
+        try:
+            for seg in segs:
+                if seg.fd is not None:
+                    fds.append(os.dup(seg.fd))
+                else:
+                    fds.append(os.open(seg.path, os.O_RDONLY | _O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     @staticmethod
     def _fsync_path(path: Path, flags: int) -> None:
@@ -559,11 +779,14 @@ class PartitionLog:
             seg = self._segments[-1]
             self._cut_segment(seg, offset)
             self._dir_dirty = True
+            self._gaps = None
         self._reader.forget()
         self._next = seg.end
         self._durable = min(self._durable, self._next)
         self._epochs = [e for e in self._epochs if e[1] < self._next]
         self._write_epochs()
+        self._handed = self._next  # (what was cut was never read: see the module doc)
+        self._write_reserved(self._next)
 
     def _cut_segment(self, seg: Segment, offset: int) -> None:
         fd = seg.open_fd()
@@ -573,11 +796,13 @@ class PartitionLog:
             seg.adopt(scan_segment(fd, seg.base, cut, self._interval))
             seg.unsynced = True
             seg.index_path.unlink(missing_ok=True)
+        if seg.sealed:  # the active segment again: its index lives in memory
+            seg.index()
+            seg.sealed = False
+            LOADED_INDEXES.release(seg)
 
     def _delete(self, seg: Segment) -> None:
-        if seg.fd is not None:
-            os.close(seg.fd)
-            seg.fd = None
+        seg.forget()
         seg.path.unlink(missing_ok=True)
         seg.index_path.unlink(missing_ok=True)
 
@@ -604,6 +829,7 @@ class PartitionLog:
                 del self._bases[0]
                 self._dir_dirty = True
                 self._reader.dropped(seg)
+                self._gaps = None
             return self._segments[0].base
 
     def _retention_allows(self, seg: Segment, total: int, now_ns: int) -> bool:
@@ -629,14 +855,22 @@ class PartitionLog:
             "index_entries": sum(len(s.idx_off) for s in self._segments),
             "holes": sum(len(s.holes) for s in self._segments),
             "epoch": self._epoch,
+            "reserved": self._reserved,
+            "skipped": self.skipped,
         }
 
     def close(self) -> None:
-        """Flush, fsync, save indexes, close files. Idempotent."""
+        """Flush, fsync, save indexes, close files. Idempotent. The reservation comes down
+        to the log's end: a clean restart continues without a gap."""
         if self._closed:
             return
         self.flush()
         self.sync()
+        if self._reserved != self._next:
+            try:
+                self._settle_reserved()
+            except OSError as exc:  # the next open jumps to the old reservation: no harm
+                self._logger.error("log %s: cannot lower its reservation: %s", self.directory, exc)
         with self._lock:
             while self._syncing:
                 self._sync_idle.wait()
@@ -644,10 +878,36 @@ class PartitionLog:
             for seg in self._segments:
                 if seg.index_dirty:
                     seg.save_index()
-                if seg.fd is not None:
-                    os.close(seg.fd)
-                    seg.fd = None
+                seg.forget()
         self._reader.forget()
+
+    def destroy(self) -> None:
+        """Close and remove every file but the reservation (a deleted topic): the same name
+        created again goes on from there, so no message ID is reused."""
+        if not self._closed:
+            try:
+                self.flush()
+            except OSError:
+                pass  # (the topic goes anyway; what could not be written was never read)
+            with self._lock:
+                while self._syncing:
+                    self._sync_idle.wait()
+                self._closed = True
+                for seg in self._segments:
+                    seg.forget()
+            self._reader.forget()
+        try:
+            self._settle_reserved()
+        except OSError:
+            if self._reserved < self._next:
+                raise  # never forget offsets that were handed out
+        for path in self.directory.iterdir():
+            if path.name == RESERVED_FILE:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
     def __enter__(self) -> PartitionLog:
         return self

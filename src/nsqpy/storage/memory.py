@@ -25,7 +25,11 @@ class MemoryLog:
     """A bounded list of records with dense offsets."""
 
     def __init__(
-        self, capacity: int | None = 10000, *, clock: Callable[[], int] = time.time_ns
+        self,
+        capacity: int | None = 10000,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+        start_offset: int = 0,
     ) -> None:
         if capacity is not None and capacity < 0:
             raise StorageError(f"memory log capacity {capacity} must be >= 0")
@@ -33,8 +37,8 @@ class MemoryLog:
         self._clock = clock
         self._records: list[Record] = []
         self._head = 0  # index in _records of the record at low_watermark
-        self._low = 0
-        self._next = 0
+        self._low = start_offset  # (a topic created again goes on above its old offsets)
+        self._next = start_offset
         self._epoch = 0
         self._epochs: list[tuple[int, int]] = []
         self._closed = False
@@ -57,6 +61,10 @@ class MemoryLog:
 
     @property
     def durable_offset(self) -> int:
+        return self._next
+
+    @property
+    def readable_offset(self) -> int:
         return self._next
 
     @property
@@ -129,6 +137,9 @@ class MemoryLog:
 
     def flush(self) -> int:
         return self._next
+
+    def gaps(self) -> list[tuple[int, int]]:
+        return []
 
     def pending(self) -> bool:
         return False

@@ -116,7 +116,7 @@ class LogReader:
         """Make sure bytes [pos, pos + n) of ``seg`` are in the buffer."""
         if self.segment is seg and self._at <= pos and pos + n <= self._at + len(self._data):
             return
-        fd = seg.fd if seg.fd is not None else seg.open_fd()
+        fd = seg.open_fd()
         data = os.pread(fd, max(n, min(READ_AHEAD, seg.size - pos)), pos)
         if len(data) < n:
             self.forget()
@@ -151,16 +151,16 @@ class LogReader:
 
     def _batch_of(self, offset: int) -> tuple[Segment, int, BatchHead] | None:
         """(segment, position, header) of the flushed batch holding ``offset`` or, if that
-        record is missing, the next one; None at the flushed end."""
-        i = bisect_right(self._bases, offset) - 1
-        seg = self._segments[max(i, 0)]
-        if offset >= seg.end:
-            if i + 1 >= len(self._segments):
+        record is missing (a gap between segments, logged when the log was opened), the
+        next one; None at the flushed end."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        seg = self._segments[i]
+        while offset >= seg.end:  # past its records: on to the next segment, over any gap
+            i += 1
+            if i >= len(self._segments):
                 return None
-            seg = self._segments[i + 1]
-            self._logger.error("log: offsets %d..%d are missing; reading on from %d",
-                               offset, seg.base - 1, seg.base)  # fmt: skip
-            offset = seg.base
+            seg = self._segments[i]
+            offset = max(offset, seg.base)
         _, pos = seg.locate(max(offset, seg.base))
         while True:
             if seg.holes:
@@ -303,16 +303,17 @@ class LogReader:
         if seg.size <= limit:
             end = seg.size
         else:  # the last indexed batch start within the limit, if past the first batch
-            idx = seg.idx_pos
+            idx = seg.index().idx_pos
             i = bisect_right(idx, limit) - 1
             end = idx[i] if i >= 0 and idx[i] > bpos else self._next_indexed(seg, bpos)
         if seg.holes:  # stop at the next quarantined range (the next call jumps over it)
             end = min([end, *(start for start in seg.holes if start > bpos)])
-        fd = seg.fd if seg.fd is not None else seg.open_fd()
+        fd = seg.open_fd()
         data = os.pread(fd, end - bpos, bpos)
         cut, base, count = self._walk_raw(seg, bpos, data, max_bytes, verify)
         if cut < len(data):
             data = data[:cut]
+        offset = max(offset, base)  # (the offset asked for was lost: the data starts later)
         if offset > base:  # the first batch starts before the offset asked for
             data = self._reseal(data, offset - base)
             count -= offset - base
@@ -322,8 +323,9 @@ class LogReader:
     @staticmethod
     def _next_indexed(seg: Segment, bpos: int) -> int:
         """The first indexed batch start after ``bpos`` (the segment's end if none)."""
-        i = bisect_right(seg.idx_pos, bpos)
-        return seg.idx_pos[i] if i < len(seg.idx_pos) else seg.size
+        idx = seg.index().idx_pos
+        i = bisect_right(idx, bpos)
+        return idx[i] if i < len(idx) else seg.size
 
     def _walk_raw(
         self, seg: Segment, bpos: int, data: bytes, max_bytes: int, verify: bool
@@ -343,9 +345,11 @@ class LogReader:
                 magic != BATCH_MAGIC
                 or crc32c(data[pos + BATCH_CRC_FROM : pos + BATCH_SIZE]) != hcrc
                 or nxt > size
-                or (base != expect and expect >= 0)
+                or (base < expect and expect >= 0)
             ):
                 break
+            if base > expect >= 0:  # lost offsets jumped over (a repaired segment)
+                return pos, first, count  # the next call starts at this batch
             if verify and not records_crc_ok(data, pos + BATCH_SIZE, length, rcrc):
                 self._logger.error("segment %s: batch at offset %d failed its CRC32C check",
                                    seg.path, base)  # fmt: skip

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
 from nsqpy.errors import CorruptRecord, StorageError
+from nsqpy.storage.budget import LOADED_INDEXES, OPEN_FILES
 from nsqpy.storage.records import (
     BATCH,
     BATCH_MAGIC,
@@ -55,12 +58,13 @@ class ScanResult:
     valid_size: int  # bytes of whole, valid batches from the start
     end: int  # next offset after the last valid record
     max_ts: int
-    idx_off: list[int]
-    idx_pos: list[int]
-    idx_ts: list[int]
+    idx_off: array[int]
+    idx_pos: array[int]
+    idx_ts: array[int]
     epochs: list[tuple[int, int]]  # (epoch, first offset) at each epoch change in the file
     error: str | None  # why the scan stopped before the file's end (None = whole file valid)
     holes: list[Hole] = field(default_factory=list)  # bad ranges skipped, in file order
+    torn: bool = False  # the error is a batch cut short by the file's end (a crash's write)
 
 
 class Hole(NamedTuple):
@@ -73,9 +77,18 @@ class Hole(NamedTuple):
     why: str
 
 
-@dataclass(slots=True)
+def _index() -> array[int]:
+    return array("Q")
+
+
+@dataclass(slots=True, eq=False)
 class Segment:
-    """A segment's state. ``idx_ts[i]`` is the max timestamp of every record before entry i."""
+    """A segment's state. ``idx_ts[i]`` is the max timestamp of every record before entry i.
+
+    Its descriptor is opened on demand and counts in ``OPEN_FILES`` (closed when the budget
+    needs room: ``lock``, the log's, is held meanwhile so a sync in another thread never
+    sees it go). A sealed segment's index is loaded from its sidecar when a seek needs it
+    and counts in ``LOADED_INDEXES`` (dropped again when that budget needs room)."""
 
     base: int
     path: Path
@@ -83,25 +96,54 @@ class Segment:
     size: int = 0
     end: int = 0
     max_ts: int = 0
-    idx_off: list[int] = field(default_factory=list)
-    idx_pos: list[int] = field(default_factory=list)
-    idx_ts: list[int] = field(default_factory=list)
+    idx_off: array[int] = field(default_factory=_index)
+    idx_pos: array[int] = field(default_factory=_index)
+    idx_ts: array[int] = field(default_factory=_index)
     last_index_pos: int = -(1 << 62)
     index_dirty: bool = True
     unsynced: bool = False
-    # Corrupt ranges readers jump over: start position -> position of the next valid batch.
+    # Corrupt ranges readers jump over: start position -> position of the next valid batch
+    # (only when a repair could not be written; see nsqpy.storage.repair).
     holes: dict[int, int] = field(default_factory=dict)
+    lock: Any = None  # the owning log's lock (an RLock)
+    sealed: bool = False  # no more appends: its index may live in its sidecar only
+    interval: int = 4096  # the log's index interval (to rebuild a lost sidecar)
 
     @property
     def index_path(self) -> Path:
         return self.path.with_suffix(INDEX_SUFFIX)
 
+    # -- descriptor ----------------------------------------------------------------
+
     def open_fd(self) -> int:
-        if self.fd is None:
-            self.fd = os.open(
+        """The segment's descriptor, opened if needed; it becomes the most recently used."""
+        fd = self.fd
+        if fd is None:
+            fd = self.fd = os.open(
                 self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644
             )
-        return self.fd
+        elif OPEN_FILES.last is self:  # already the most recent: nothing to reorder
+            return fd
+        OPEN_FILES.touch(self, self._evict_fd)
+        return fd
+
+    def close_fd(self) -> None:
+        fd = self.fd
+        if fd is not None:
+            self.fd = None
+            OPEN_FILES.release(self)
+            os.close(fd)
+
+    def _evict_fd(self) -> bool:
+        lock = self.lock
+        if lock is None:
+            self.close_fd()
+            return True
+        with lock:
+            self.close_fd()
+        return True
+
+    # -- index ---------------------------------------------------------------------
 
     def add_index(self, offset: int, pos: int, interval: int) -> None:
         """Note a batch starting at ``pos``; index it when ~interval bytes passed since the last."""
@@ -112,8 +154,47 @@ class Segment:
             self.last_index_pos = pos
             self.index_dirty = True
 
+    def index(self) -> Segment:
+        """This segment with its index in memory (a sealed one's loaded if it was let go)."""
+        if self.sealed:
+            if self.index_dirty or self.idx_off or not self.size:
+                LOADED_INDEXES.touch(self, self._unload_index)
+            else:
+                self._reload_index()
+        return self
+
+    def _reload_index(self) -> None:
+        if not self.load_index(self.size):  # sidecar lost or stale: scan (and save) again
+            scan = scan_segment(self.open_fd(), self.base, self.size, self.interval, False)
+            self.idx_off, self.idx_pos, self.idx_ts = scan.idx_off, scan.idx_pos, scan.idx_ts
+            self.save_index()
+        LOADED_INDEXES.touch(self, self._unload_index)
+
+    def _unload_index(self) -> bool:
+        """Drop a sealed segment's index from memory (its sidecar keeps it)."""
+        if not self.sealed or self.index_dirty:
+            return False
+        LOADED_INDEXES.release(self)
+        self.idx_off, self.idx_pos, self.idx_ts = _index(), _index(), _index()
+        return True
+
+    def seal(self) -> None:
+        """No more appends: save the sidecar and let the index go from memory."""
+        self.sealed = True
+        if self.index_dirty:
+            self.save_index()
+        if not self.holes:  # (a segment with holes keeps no sidecar: its index stays)
+            self._unload_index()
+
+    def forget(self) -> None:
+        """The segment is gone (deleted, replaced): let go of its descriptor and index."""
+        self.close_fd()
+        LOADED_INDEXES.release(self)
+
     def locate(self, offset: int) -> tuple[int, int]:
         """(batch offset, file position) of the last indexed batch at or before ``offset``."""
+        if self.sealed:
+            self.index()
         i = bisect_right(self.idx_off, offset) - 1
         if i < 0:
             return self.base, 0
@@ -121,6 +202,8 @@ class Segment:
 
     def locate_time(self, ts: int) -> tuple[int, int]:
         """(offset, position) of the indexed batch to scan from for the first record >= ts."""
+        if self.sealed:
+            self.index()
         i = bisect_right(self.idx_ts, ts - 1) - 1  # last entry whose predecessors are all < ts
         if i < 0:
             return self.base, 0
@@ -146,12 +229,11 @@ class Segment:
             self.index_dirty = False
             return
         n = len(self.idx_off)
-        flat = [
-            v
-            for triple in zip(self.idx_off, self.idx_pos, self.idx_ts, strict=True)
-            for v in triple
-        ]
-        body = struct.pack(f"<{3 * n}Q", *flat)
+        flat = array("Q", bytes(24 * n))
+        flat[0::3], flat[1::3], flat[2::3] = self.idx_off, self.idx_pos, self.idx_ts
+        if sys.byteorder != "little":
+            flat.byteswap()
+        body = flat.tobytes()
         head = INDEX_HEADER.pack(
             INDEX_MAGIC, INDEX_VERSION, self.size, self.end, self.max_ts, n, crc32c(body)
         )
@@ -175,12 +257,10 @@ class Segment:
             return False
         if len(body) != 24 * n or crc32c(body) != crc or end < self.base:
             return False
-        flat = struct.unpack(f"<{3 * n}Q", body)
-        self.idx_off, self.idx_pos, self.idx_ts = (
-            list(flat[0::3]),
-            list(flat[1::3]),
-            list(flat[2::3]),
-        )
+        flat = array("Q", body)
+        if sys.byteorder != "little":
+            flat.byteswap()
+        self.idx_off, self.idx_pos, self.idx_ts = flat[0::3], flat[1::3], flat[2::3]
         self.size, self.end, self.max_ts = covered, end, max_ts
         self.last_index_pos = self.idx_pos[-1] if n else -(1 << 62)
         self.index_dirty = False
@@ -241,6 +321,16 @@ def _batch_at(
     return head, need
 
 
+def _torn(win: _Window, pos: int, file_size: int) -> bool:
+    """Whether the batch at ``pos`` is cut short by the end of the file (a write a crash
+    interrupted), rather than damaged."""
+    if file_size - pos < BATCH_SIZE:
+        return True
+    data, i = win.get(pos, BATCH_SIZE)
+    head = parse_batch_header(data, i)
+    return head is not None and pos + BATCH_SIZE + head.length > file_size
+
+
 def _resync(win: _Window, bad: int, file_size: int, expect: int) -> int | None:
     """The position of the first whole, valid batch after the bad one at ``bad`` (None if
     there is none: a torn or garbled tail). Where the bad batch's header still holds, the
@@ -274,18 +364,21 @@ def scan_segment(
     A bad batch followed by a valid one (``resync``) is a hole: its bytes are skipped, the
     offsets it held are missing, and the scan goes on. A bad batch with nothing valid after
     it ends the scan with ``error`` (a torn or garbled tail)."""
-    res = ScanResult(0, base, 0, [], [], [], [], None)
+    res = ScanResult(0, base, 0, _index(), _index(), _index(), [], None)
     seg = Segment(base, Path())
     win = _Window(fd)
     pos = 0
     expect = base
     last_epoch = -1
     while pos < file_size:
-        head, found = _batch_at(win, pos, file_size, expect, True)
+        # A valid batch past the expected offset is a repaired segment's jump over offsets
+        # that were lost (nsqpy.storage.repair): they are absent, and the scan goes on.
+        head, found = _batch_at(win, pos, file_size, expect, False)
         if head is None:
             after = _resync(win, pos, file_size, expect) if resync else None
             if after is None:
                 res.error = str(found)
+                res.torn = _torn(win, pos, file_size)
                 break
             data, i = win.get(after, BATCH_SIZE)
             next_base = BATCH.unpack_from(data, i)[2]

@@ -248,6 +248,21 @@ def nsqd_process(
     )
 
 
+def simulate_reboot(data_path: str | Path) -> int:
+    """Make every partition log under ``data_path`` look as if written before a reboot (the
+    boot id in its ``reserved`` file), as after a power loss; returns how many were
+    changed. Pair it with cutting the logs' unsynced tails to simulate what a power loss
+    does to the files."""
+    changed = 0
+    for path in Path(data_path).rglob("reserved"):
+        fields = path.read_text().split()
+        if len(fields) == 6 and fields[4] == "boot":
+            fields[5] = "an-earlier-boot"
+            path.write_text(" ".join(fields) + "\n")
+            changed += 1
+    return changed
+
+
 class SmallDisk:
     """A tmpfs of ``size_bytes`` mounted at ``path`` (root only): a disk that can be filled.
 

@@ -1,0 +1,77 @@
+"""An in-process ``Broker`` on a fake clock, and consumers that record what they get."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nsqpy.broker.broker import Broker
+from nsqpy.broker.client import Client
+from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.broker.topic import Topic
+from nsqpy.protocol.message import decode_message
+from nsqpy.protocol.state import SUBSCRIBED
+from nsqpy.testing import FakeClock, nsqd_options
+
+HOUR_NS = 3_600_000_000_000
+
+
+class Sink:
+    """A connection's output as the broker sees it: the message frames, decoded."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send_message(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def close_by_server(self) -> None:
+        pass
+
+    def bodies(self) -> list[bytes]:
+        return [decode_message(f[8:]).body for f in self.frames]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
+    b = Broker(nsqd_options(tmp_path), clock=clock)
+    yield b
+    b.close()
+
+
+def commit(broker: Broker) -> None:
+    """What the server does at the end of a loop turn: flush, then let channels read."""
+    flushed, failed = broker.flush()
+    assert not failed
+    broker.pump(flushed)
+
+
+def consumer(broker: Broker, topic: str, channel: str, rdy: int) -> tuple[Client, Sink]:
+    sink = Sink()
+    client = Client(sink)
+    client.state = SUBSCRIBED
+    client.ready_count = rdy
+    broker.client_connected(client)
+    broker.subscribe(client, topic, channel).pump(broker.clock())  # (the server's RDY)
+    return client, sink
+
+
+def finish_all(group: ChannelGroup, client: Client, clock: FakeClock) -> None:
+    part = group.parts[0]
+    for offset, item in list(part.in_flight.items()):
+        if item.client is client:
+            part.finish(client, offset, b"%016x" % offset, clock())
+
+
+def make_channel(
+    broker: Broker, topic: str = "t", channel: str = "c"
+) -> tuple[Topic, ChannelGroup]:
+    t = broker.topic(topic)
+    return t, broker.channel(t, channel)
