@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from nsqpy.broker.client import Client
-from nsqpy.broker.topic import LogSettings, Topic
+from nsqpy.broker.partition import LogSettings
+from nsqpy.broker.topic import Topic
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from nsqpy.broker.client import Client
 from nsqpy.broker.features import spread
-from nsqpy.broker.topic import LogSettings, Topic
+from nsqpy.broker.partition import LogSettings
+from nsqpy.broker.topic import Topic
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.extend import (
     encode_mpub_ext,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nsqpy.storage import PartitionLog
-from nsqpy.storage.log import RESERVE_MIN
+from nsqpy.storage.reservation import RESERVE_MIN, Reservation
 from nsqpy.testing import simulate_reboot
 
 from .helpers import FakeClock, cut, segments
@@ -102,13 +102,13 @@ def test_one_reservation_write_per_block_and_the_block_grows_under_load(
     clock = FakeClock()
     log = PartitionLog(tmp_path, clock=clock)
     writes: list[int] = []
-    real = PartitionLog._write_reserved
+    real = Reservation.write
 
-    def spy(self: PartitionLog, reserved: int) -> None:
+    def spy(self: Reservation, reserved: int) -> None:
         writes.append(reserved)
         real(self, reserved)
 
-    monkeypatch.setattr(PartitionLog, "_write_reserved", spy)
+    monkeypatch.setattr(Reservation, "write", spy)
     for _ in range(3 * RESERVE_MIN // 1000 + 1):
         log.append_bodies([b"x"] * 1000)
         log.flush()

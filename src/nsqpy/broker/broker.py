@@ -30,6 +30,7 @@ from nsqpy.broker.client import Client
 from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.features import Features
 from nsqpy.broker.health import Health
+from nsqpy.broker.partition import LogSettings, Partition
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.saving import (  # (importable from here as before)
     LOCK_FILE,
@@ -38,7 +39,7 @@ from nsqpy.broker.saving import (  # (importable from here as before)
     Saving,
     lock_data_path,
 )
-from nsqpy.broker.topic import LogSettings, Partition, Topic
+from nsqpy.broker.topic import Topic
 from nsqpy.errors import BadPartition, InvalidError, StorageError, SubFailed
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.names import is_ephemeral

@@ -44,7 +44,7 @@ from nsqpy.protocol.state import CLOSING, SUBSCRIBED
 from nsqpy.storage import CursorFile, CursorState, OffsetOutOfRange
 
 if TYPE_CHECKING:
-    from nsqpy.broker.topic import Partition
+    from nsqpy.broker.partition import Partition
 
 log = logging.getLogger("nsqpy.broker")
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from nsqpy.broker.channel import Channel, InFlight
     from nsqpy.broker.deferred import Deferred
     from nsqpy.broker.memqueue import MemoryQueue
-    from nsqpy.broker.topic import Partition
+    from nsqpy.broker.partition import Partition
 
 FROM_LOG, FROM_DEFERRED = 0, 1  # where an in-flight message came from
 

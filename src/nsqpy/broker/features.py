@@ -48,7 +48,8 @@ from nsqpy.storage import Entry
 if TYPE_CHECKING:
     from nsqpy.broker.broker import Broker
     from nsqpy.broker.client import Client
-    from nsqpy.broker.topic import Partition, Topic
+    from nsqpy.broker.partition import Partition
+    from nsqpy.broker.topic import Topic
 
 log = logging.getLogger("nsqpy.broker")
 

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nsqpy import NSQ_VERSION
+from nsqpy.broker.partition import Partition
 from nsqpy.broker.partitioned import ChannelGroup
-from nsqpy.broker.topic import MAX_PARTITIONS, Partition, Topic
+from nsqpy.broker.topic import MAX_PARTITIONS, Topic
 from nsqpy.protocol.names import is_ephemeral, valid_channel_name, valid_topic_name
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from nsqpy.errors import StorageError
 if TYPE_CHECKING:
     from nsqpy.broker.broker import Broker
     from nsqpy.broker.features import Features
-    from nsqpy.broker.topic import Partition, Topic
+    from nsqpy.broker.partition import Partition
+    from nsqpy.broker.topic import Topic
 
 log = logging.getLogger("nsqpy.broker")
 

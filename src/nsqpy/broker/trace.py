@@ -31,7 +31,7 @@ from nsqpy.storage.tracestore import TraceEvent, TraceStore
 if TYPE_CHECKING:
     from nsqpy.broker.channel import Channel
     from nsqpy.broker.client import Client
-    from nsqpy.broker.topic import Partition
+    from nsqpy.broker.partition import Partition
 
 log = logging.getLogger("nsqpy.broker")
 

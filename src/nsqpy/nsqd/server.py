@@ -27,7 +27,8 @@ from aiohttp import web
 
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.health import cursor_key, fsync_key
-from nsqpy.broker.topic import Partition, Topic
+from nsqpy.broker.partition import Partition
+from nsqpy.broker.topic import Topic
 from nsqpy.errors import ConfigError, ProtocolError
 from nsqpy.nsqd.auth import AuthClient
 from nsqpy.nsqd.http_limits import runner_options

@@ -2,17 +2,18 @@
 
 Owns appends (group commit: everything appended between two ``flush()`` calls goes to
 the file in one ``pwritev``), fsync scheduling by policy (``sync()`` is safe from a
-worker thread while the loop thread appends, flushes and reads), recovery on open,
-retention, truncation for replica divergence, and the leader-epoch history. Reading
-and seeking live in ``nsqpy.storage.reader``. Imports only the standard library,
-``crc32c`` and ``nsqpy.errors``; no asyncio, no sockets.
+worker thread while the loop thread appends, flushes and reads), retention, truncation for
+replica divergence, gaps, and the leader-epoch history. Reading and seeking live in
+``nsqpy.storage.reader``, recovery at open in ``nsqpy.storage.recovery`` (damaged records
+salvaged, torn tails cut), the offset reservation in ``nsqpy.storage.reservation``.
+Imports only the standard library, ``crc32c`` and ``nsqpy.errors``; no asyncio, no sockets.
 
 On-disk format 2 (all integers little-endian)::
 
     <dir>/00000000000000000000.log     segment, named by its first offset (20 digits)
     <dir>/00000000000000000000.index   sparse index sidecar (rebuilt when missing/stale)
     <dir>/epochs                       "epoch first_offset" lines, one per leader epoch
-    <dir>/reserved                     "offset" line: no offset at or above it was ever handed out
+    <dir>/reserved                     "handed H reserved R boot B" (nsqpy.storage.reservation)
     <dir>/*.corrupt                    quarantined segments and byte ranges (never read again)
 
     segment = batch*
@@ -32,29 +33,12 @@ On-disk format 2 (all integers little-endian)::
               | entries * (batch offset u64, file position u64, max timestamp before u64)
 
 Every record byte is covered twice: by its own CRC (so a record can be checked on its
-own, end to end) and by its batch's records CRC (so a whole batch is checked with one
-C call: recovery, reads and ``read_raw`` rely on it). A batch is valid only whole: one
-whose header, length, records CRC, record lengths or offsets fail is bad. A bad range with
-a valid batch after it is a hole: its bytes are copied to ``<segment>.<position>.corrupt``,
-logged and counted, the segment is left as it is, and readers jump over the range (its
-offsets are skipped, never a stop); such a segment keeps no index sidecar, so every open
-scans it. A bad range with nothing valid after it is a torn tail: the last segment is cut
-there; any other segment is renamed to ``*.corrupt`` whole (quarantined), logged and counted. A segment in format 1 (magic "NQB1",
-28-byte headers, no records CRC) is refused with StorageError and left untouched.
-
-Offsets are never handed out twice. Before a flush makes offsets readable, the log has made
-durable a reservation at or above them, a block ahead (one small fsync per block, the block
-doubling while the previous one lasted under a second), in ``reserved``: ``handed H
-reserved R boot B``. A killed process loses nothing the kernel has (the page cache), so
-in the same boot B the recovered end is everything that was flushed. After a reboot
-(power loss), recovery that finds the log shorter than R (a tail readers may have seen: a
-consumer, a cursor, a Spark checkpoint) continues at R, leaving the missing offsets as a
-gap between segments, so a new message can never take the ID or the place of one handed
-out before. H, whatever the boot, is where a deleted log ends: ``destroy`` (a deleted
-topic) removes every file but ``reserved``, so a topic created again under the same name
-goes on from there. A clean close lowers R to the end (no gap after a clean stop and a
-reboot). ``truncate`` lowers both: it is for a replica's divergent tail, which readers
-never saw (they read only committed offsets).
+own, end to end, and salvaged from a damaged batch) and by its batch's records CRC (so a
+whole batch is checked with one C call). Offsets increase along a segment; they jump where
+records were lost (a repaired batch) and between segments where a log went on past offsets
+it had handed out (a power loss: see ``nsqpy.storage.reservation``); readers skip them,
+never reusing one. A segment in format 1 (magic "NQB1", 28-byte headers, no records CRC) is
+refused with StorageError and left untouched.
 """
 
 from __future__ import annotations
@@ -76,43 +60,19 @@ from nsqpy.storage.policy import SyncPolicy
 from nsqpy.storage.raw import RawBatch
 from nsqpy.storage.reader import LogReader
 from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
-from nsqpy.storage.repair import Damage, keep_aside, rewrite_segment, salvage
+from nsqpy.storage.recovery import Recovery
+from nsqpy.storage.reservation import RESERVED_FILE, Reservation
 from nsqpy.storage.segment import (
     LOG_SUFFIX,
-    ScanResult,
     Segment,
     cut_position,
-    refuse_old_format,
     scan_segment,
     segment_name,
 )
 
 IOV_MAX = 1024
 EPOCHS_FILE = "epochs"
-RESERVED_FILE = "reserved"
-RESERVE_MIN = 1 << 16  # offsets reserved at a time, at first
-RESERVE_MAX = 1 << 24  # and at most (the block doubles while one lasts under a second)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-
-
-def boot_id() -> str:
-    """This boot of the machine ("" where the kernel does not say): a reservation made in
-    an earlier boot may cover offsets a power loss took from the page cache."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _epoch_at(epochs: Sequence[tuple[int, int]], offset: int) -> int:
-    """The epoch in effect at ``offset`` by (epoch, first offset) changes (0 before any)."""
-    epoch = 0
-    for e, first in epochs:
-        if first > offset:
-            break
-        epoch = e
-    return epoch
 
 
 def fsync_segment(fd: int) -> None:
@@ -165,10 +125,6 @@ class PartitionLog:
         self.quarantined = 0
         self.truncated_bytes = 0  # torn/corrupt tail bytes cut by recovery
         self._tail_epochs: list[tuple[int, int]] = []
-        self._reserved = 0  # durable: no offset >= this was ever handed out
-        self._handed = 0  # offsets below this were handed out, whatever happens
-        self._reserve_step = RESERVE_MIN
-        self._reserved_at = 0  # clock when the reservation was last extended
         self.skipped = 0  # offsets lost to a crash and jumped over at open
         self._gaps: list[tuple[int, int]] | None = None  # cache of gaps()
         self._reader = LogReader(self._segments, self._bases, self._logger)
@@ -220,10 +176,10 @@ class PartitionLog:
         bases = sorted(
             int(p.stem) for p in self.directory.glob("*" + LOG_SUFFIX) if p.stem.isdigit()
         )
+        recovery = Recovery(self.directory, self._interval, self._logger)
         for i, base in enumerate(bases):
             seg = self._segment(base)
-            last = i == len(bases) - 1
-            if not self._recover_segment(seg, last, verify):
+            if not recovery.segment(seg, last=i == len(bases) - 1, verify=verify):
                 continue
             if self._segments and seg.base != self._segments[-1].end:
                 self._logger.info(
@@ -233,13 +189,14 @@ class PartitionLog:
                 )  # fmt: skip
             self._segments.append(seg)
             self._bases.append(seg.base)
-        handed, reserved, boot = self._load_reserved()
-        # The page cache outlives a killed process: in the same boot the log's end is all
-        # that was flushed; after a reboot (power loss) the reservation bounds it.
-        floor = max(start_offset, handed, reserved if boot != boot_id() else 0)
+        self.quarantined, self.truncated_bytes = recovery.quarantined, recovery.truncated_bytes
+        self._tail_epochs = recovery.tail_epochs
+        self._dir_dirty |= recovery.dir_changed
+        res = self._reservation = Reservation(self.directory, self._clock, self._logger)
+        floor = max(start_offset, res.floor)
         if not self._segments:  # a new log: its reservation first, then its first segment
-            self._handed = floor
-            self._write_reserved(floor)
+            res.handed = floor
+            res.write(floor)
             seg = self._segment(floor, end=floor)
             seg.open_fd()
             self._segments.append(seg)
@@ -249,7 +206,7 @@ class PartitionLog:
         active.open_fd()
         self._next = self._durable = active.end
         self._load_epochs()
-        self._handed = max(handed, self._next)
+        res.handed = max(res.found_handed, self._next)
         if floor > self._next:
             if self._next > self._segments[0].base or len(self._segments) > 1:
                 self.skipped = floor - self._next
@@ -260,67 +217,11 @@ class PartitionLog:
                     self.directory, self._next, floor - 1, floor,
                 )  # fmt: skip
             self.advance_to(floor)
-        self._reserved = self._next
-
-    def _load_reserved(self) -> tuple[int, int, str]:
-        """(handed, reserved, boot id) of the ``reserved`` file; zeros when it is missing
-        or damaged (logged: channel cursors still bound new offsets)."""
-        path = self.directory / RESERVED_FILE
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            return 0, 0, ""
-        except UnicodeDecodeError:
-            text = "(not text)"
-        except OSError as exc:  # (out of descriptors, say): never open without it
-            raise StorageError(f"log {self.directory}: cannot read {path.name}: {exc}") from exc
-        fields = text.split()
-        if (
-            len(fields) == 6
-            and fields[0::2] == ["handed", "reserved", "boot"]
-            and fields[1].isdigit()
-            and fields[3].isdigit()
-        ):
-            return int(fields[1]), int(fields[3]), fields[5]
-        self._logger.error(
-            "log %s: %s is damaged (%r); ignored (channel cursors still bound new offsets)",
-            self.directory, path.name, text[:80],
-        )  # fmt: skip
-        return 0, 0, ""
-
-    def _write_reserved(self, reserved: int) -> None:
-        """Make ``reserved`` the durable reservation (with the offsets surely handed out and
-        this boot's id): temp file, fsync, rename, fsync of the directory."""
-        path = self.directory / RESERVED_FILE
-        tmp = path.with_name(RESERVED_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
-        try:
-            line = f"handed {self._handed} reserved {reserved} boot {boot_id() or '-'}\n"
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        self._fsync_path(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        self._reserved = reserved
-
-    def _reserve(self) -> None:
-        """Extend the reservation past everything pending, before it can be read."""
-        now = self._clock()
-        if self._reserved_at and now - self._reserved_at < 1_000_000_000:
-            self._reserve_step = min(RESERVE_MAX, self._reserve_step * 2)
-        self._reserved_at = now
-        self._write_reserved(self._next + self._reserve_step)
-
-    def _settle_reserved(self) -> None:
-        """Everything is flushed and nothing more will be handed out before the next open:
-        the reservation comes down to the end, which is now surely handed out."""
-        self._handed = max(self._handed, self._next)
-        self._write_reserved(self._next)
+        res.reserved = self._next
 
     @property
     def reserved(self) -> int:
-        return self._reserved
+        return self._reservation.reserved
 
     def advance_to(self, offset: int) -> None:
         """Continue the log at ``offset`` (> its end): the offsets between are a gap that
@@ -339,8 +240,9 @@ class PartitionLog:
         self._reader.forget()
         self._gaps = None
         self._next = self._durable = offset
-        self._handed = max(self._handed, offset)
-        self._write_reserved(max(offset, self._reserved))
+        res = self._reservation
+        res.handed = max(res.handed, offset)
+        res.write(max(offset, res.reserved))
 
     def gaps(self) -> list[tuple[int, int]]:
         """[start, end) ranges of offsets the log skips between its segments (a crash's
@@ -353,118 +255,6 @@ class PartitionLog:
     def _segment(self, base: int, end: int = 0) -> Segment:
         path = self.directory / (segment_name(base) + LOG_SUFFIX)
         return Segment(base, path, end=end, lock=self._lock, interval=self._interval)
-
-    def _recover_segment(self, seg: Segment, last: bool, verify: bool) -> bool:
-        fd = seg.open_fd()
-        try:
-            refuse_old_format(fd, seg.path)
-        except StorageError:
-            seg.close_fd()
-            raise
-        size = os.fstat(fd).st_size
-        if not last and not verify and seg.load_index(size):
-            seg.close_fd()
-            seg.seal()
-            return True
-        scan = scan_segment(fd, seg.base, size, self._interval)
-        if scan.holes or scan.error is not None:
-            repaired = self._repair(seg, size, scan, last)
-            if repaired is None:
-                return False
-            scan = repaired
-        seg.adopt(scan)
-        if last:
-            self._tail_epochs = scan.epochs
-        else:
-            seg.close_fd()
-            seg.seal()
-        return True
-
-    def _repair(self, seg: Segment, size: int, scan: ScanResult, last: bool) -> ScanResult | None:
-        """A segment with damaged bytes: every record that still holds is kept (see
-        ``nsqpy.storage.repair``) and the damaged bytes go aside, each range logged and
-        counted; a torn tail of the last segment with nothing to keep in it (what a crash
-        leaves) is only cut. Returns the segment's scan afterwards, or None when nothing in
-        it could be kept (a sealed segment is then quarantined whole)."""
-        fd = seg.open_fd()
-        damage: list[tuple[Damage, str]] = []
-        for h in scan.holes:
-            data = os.pread(fd, h.end - h.start, h.start)
-            runs = salvage(data, h.first_missing, h.next_offset)
-            epoch = _epoch_at(scan.epochs, h.first_missing)
-            dmg = Damage(h.start, h.end, h.first_missing, epoch, runs, h.next_offset)
-            damage.append((dmg, h.why))
-        if scan.error is not None:
-            torn = last and scan.torn  # a write a crash cut short: never acknowledged
-            runs = (
-                []
-                if torn
-                else salvage(os.pread(fd, size - scan.valid_size, scan.valid_size), scan.end, None)
-            )
-            if last and not damage and not runs:
-                self._logger.warning(
-                    "log %s: truncating the tail of %s at byte %d of %d: %s",
-                    self.directory, seg.path.name, scan.valid_size, size, scan.error,
-                )  # fmt: skip
-                os.ftruncate(fd, scan.valid_size)
-                os.fsync(fd)
-                self.truncated_bytes += size - scan.valid_size
-                return scan
-            epoch = _epoch_at(scan.epochs, scan.end)
-            damage.append((Damage(scan.valid_size, size, scan.end, epoch, runs), scan.error))
-        if not last and scan.valid_size == 0 and not scan.holes and not damage[0][0].runs:
-            self._quarantine(seg, scan.error or "no valid batch")
-            return None
-        try:
-            for dmg, why in damage:
-                self._report(seg, fd, dmg, why, scan.end if dmg.end == size else None)
-            rewrite_segment(seg.path, fd, size, [d for d, _ in damage])
-        except OSError as exc:  # (a full disk, say): the file stays, readers skip the ranges
-            self._logger.error("log %s: cannot repair %s: %s", self.directory, seg.path.name, exc)
-            if scan.error is not None:
-                os.ftruncate(fd, scan.valid_size)
-            return scan
-        seg.close_fd()  # (the old file's: the repaired one has its own)
-        fd = seg.open_fd()
-        repaired = scan_segment(fd, seg.base, os.fstat(fd).st_size, self._interval, resync=False)
-        if repaired.error is not None:  # never expected: keep it out of the way
-            self._quarantine(seg, f"after its repair: {repaired.error}")
-            return None
-        self._dir_dirty = True
-        return repaired
-
-    def _report(self, seg: Segment, fd: int, dmg: Damage, why: str, tail_from: int | None) -> None:
-        """Keep a damaged range's bytes aside, count it and log it (one line)."""
-        name = keep_aside(seg.path, fd, dmg.start, dmg.end)
-        self.quarantined += 1
-        kept = sorted(
-            off for run in dmg.runs for off in range(run.base, run.base + len(run.records))
-        )
-        if tail_from is None:
-            lost = f"offsets {dmg.first_missing}..{dmg.end_offset - 1} less the {len(kept)} kept"
-        else:
-            lost = f"what it held from offset {tail_from} on, less the {len(kept)} records kept"
-        self._logger.error(
-            "log %s: bytes %d..%d of segment %s are damaged (%s); %s are lost; %d records in "
-            "it still held and are kept; the damaged bytes are kept in %s",
-            self.directory, dmg.start, dmg.end - 1, seg.path.name, why, lost, len(kept), name,
-        )  # fmt: skip
-
-    def _quarantine(self, seg: Segment, why: str) -> None:
-        target = seg.path.with_name(seg.path.name + ".corrupt")
-        n = 1
-        while target.exists():
-            n += 1
-            target = seg.path.with_name(f"{seg.path.name}.{n}.corrupt")
-        seg.close_fd()
-        os.replace(seg.path, target)
-        seg.index_path.unlink(missing_ok=True)
-        self.quarantined += 1
-        self._dir_dirty = True
-        self._logger.error(
-            "log %s: segment %s is corrupt (%s); nothing in it could be kept; quarantined as %s",
-            self.directory, seg.path.name, why, target.name,
-        )  # fmt: skip
 
     def _load_epochs(self) -> None:
         path = self.directory / EPOCHS_FILE
@@ -539,9 +329,9 @@ class PartitionLog:
         if not self._pending:
             return self.flushed_offset
         self._check_open()
-        if self._next > self._reserved:
+        if self._next > self._reservation.reserved:
             try:
-                self._reserve()
+                self._reservation.extend(self._next)
             except OSError:
                 self._undo_pending()
                 raise
@@ -785,8 +575,7 @@ class PartitionLog:
         self._durable = min(self._durable, self._next)
         self._epochs = [e for e in self._epochs if e[1] < self._next]
         self._write_epochs()
-        self._handed = self._next  # (what was cut was never read: see the module doc)
-        self._write_reserved(self._next)
+        self._reservation.lower(self._next)  # (what was cut was never read: see module doc)
 
     def _cut_segment(self, seg: Segment, offset: int) -> None:
         fd = seg.open_fd()
@@ -855,7 +644,7 @@ class PartitionLog:
             "index_entries": sum(len(s.idx_off) for s in self._segments),
             "holes": sum(len(s.holes) for s in self._segments),
             "epoch": self._epoch,
-            "reserved": self._reserved,
+            "reserved": self._reservation.reserved,
             "skipped": self.skipped,
         }
 
@@ -866,9 +655,9 @@ class PartitionLog:
             return
         self.flush()
         self.sync()
-        if self._reserved != self._next:
+        if self._reservation.reserved != self._next:
             try:
-                self._settle_reserved()
+                self._reservation.settle(self._next)
             except OSError as exc:  # the next open jumps to the old reservation: no harm
                 self._logger.error("log %s: cannot lower its reservation: %s", self.directory, exc)
         with self._lock:
@@ -897,9 +686,9 @@ class PartitionLog:
                     seg.forget()
             self._reader.forget()
         try:
-            self._settle_reserved()
+            self._reservation.settle(self._next)
         except OSError:
-            if self._reserved < self._next:
+            if self._reservation.reserved < self._next:
                 raise  # never forget offsets that were handed out
         for path in self.directory.iterdir():
             if path.name == RESERVED_FILE:
