@@ -29,20 +29,10 @@ from nsqpy.broker.topic import Topic
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.message import encode_message_id
 from nsqpy.protocol.state import SUBSCRIBED
+from nsqpy.testing import FrameSink as Sink
 
 BODY = b"x" * 200
 BATCH = 200
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def send_message(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def close_by_server(self) -> None:
-        pass
 
 
 Setup = Callable[[Broker, Topic], None]

@@ -11,27 +11,11 @@ from nsqpy.broker.broker import Broker
 from nsqpy.broker.client import Client
 from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
-from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.testing import FakeClock, nsqd_options
+from nsqpy.testing import FrameSink as Sink
 
 HOUR_NS = 3_600_000_000_000
-
-
-class Sink:
-    """A connection's output as the broker sees it: the message frames, decoded."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def send_message(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def close_by_server(self) -> None:
-        pass
-
-    def bodies(self) -> list[bytes]:
-        return [decode_message(f[8:]).body for f in self.frames]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import DelayedStore, SyncPolicy
-from nsqpy.testing import FakeClock
+from nsqpy.testing import FakeClock, FrameSink
 
 from .conftest import make_opts, mpub, publisher, read_message, subscriber
 from .test_tcp_wire import until
@@ -134,7 +134,7 @@ def test_deferred_entries_stay_out_of_the_cursor_window_on_load(
     assert "1 deferred entries whose records the log lost" in caplog.text
     # the read skips offset 1 (the deferred set delivers it) and confirms it in order
     assert channel.depth == 2 and channel.deferred_count == 1
-    sink = _Frames()
+    sink = FrameSink()
     client = Client(sink=sink, ready_count=10, state=SUBSCRIBED)
     channel.add_consumer(client)
     channel.pump(now=2)
@@ -142,14 +142,3 @@ def test_deferred_entries_stay_out_of_the_cursor_window_on_load(
     assert channel.cursor.is_confirmed(1) and not channel.cursor.is_confirmed(0)
     assert not channel.cursor.is_confirmed(7) and channel.cursor.ranges == [(1, 2)]
     again.close()
-
-
-class _Frames:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def send_message(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def close_by_server(self) -> None:
-        pass

@@ -26,7 +26,7 @@ from nsqpy.protocol.extend import (
 from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import SyncPolicy
-from nsqpy.testing import AsyncWire, FakeClock
+from nsqpy.testing import AsyncWire, FakeClock, FrameSink
 
 from .conftest import create_topic, err, http, message, partition_of, post, stats, subscribe
 
@@ -246,17 +246,6 @@ async def test_a_refused_mpub_ext_over_partitions_stores_nothing(nsqd: NsqdServe
     assert ftype == 1 and data.startswith(b"E_MPUB_FAILED")
     topic = nsqd.broker.topics["rf"]
     assert [part.log.high_watermark for part in topic.partitions] == [0, 0]
-
-
-class FrameSink:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def send_message(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def close_by_server(self) -> None:
-        pass
 
 
 def test_a_quarantined_hole_in_partition_1_is_skipped_and_confirmed(tmp_path: Path) -> None:

@@ -51,6 +51,27 @@ def free_ports(n: int = 1) -> list[int]:
             sock.close()
 
 
+class FrameSink:
+    """A client connection as the broker sees it (``Client.sink``): keeps the message
+    frames it is sent, for tests and benchmarks that drive a broker without sockets."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.closed = False
+
+    def send_message(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def close_by_server(self) -> None:
+        self.closed = True
+
+    def bodies(self) -> list[bytes]:
+        """The message bodies sent, in order (frames carry size, type, then the message)."""
+        from nsqpy.protocol.message import decode_message
+
+        return [decode_message(frame[8:]).body for frame in self.frames]
+
+
 class FakeClock:
     """A clock in nanoseconds that moves only when told to."""
 
