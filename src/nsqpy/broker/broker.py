@@ -78,6 +78,11 @@ class Broker(Saving):
         self.health_state = Health()  # NSQ's SetHealth: the last storage failure
         self.start_time = self.start_time_ns // 1_000_000_000
         self._dirty: dict[Partition, Topic] = {}
+        # Topics that have channels: the timers (scan, cursor saves) look only at these, so
+        # a node with many thousands of topics without channels does no work per tick for
+        # them (kept up to date by channel()/delete_channel()/delete_topic(), rebuilt by
+        # housekeeping).
+        self._with_channels: dict[str, Topic] = {}
         self._loading = False
         self._init_saving()
         # Ephemeral topics start above every offset an ephemeral topic deleted before had
@@ -198,6 +203,7 @@ class Broker(Saving):
         except (OSError, StorageError) as exc:
             topic.forget_channel(name)
             raise self.storage_failed(f"failed to create channel {topic.name}/{name}", exc) from exc
+        self._with_channels[topic.name] = topic
         self.features.attach_channel(topic, channel)
         now = self.clock()
         channel.arrive()  # what it starts with counts as put into it at once (DPUBs deferred)
@@ -219,6 +225,7 @@ class Broker(Saving):
         topic = self.topics.pop(name, None)
         if topic is None:
             return False
+        self._with_channels.pop(name, None)
         for part in topic.partitions:
             self._dirty.pop(part, None)
         channels = list(topic.channels.values())
@@ -241,6 +248,8 @@ class Broker(Saving):
         if channel is None:
             return False
         self.purge_later(topic)
+        if not topic.channels:
+            self._with_channels.pop(topic.name, None)
         for hook in self.on_channel_deleted:
             hook(topic, channel)
         if topic.ephemeral and not topic.channels:
@@ -428,7 +437,7 @@ class Broker(Saving):
     def scan(self) -> None:
         """Timers: in-flight timeouts and due deferred messages."""
         now = self.clock()
-        for topic in list(self.topics.values()):
+        for topic in list(self._with_channels.values()):
             for channel in list(topic.channels.values()):
                 if channel.scan(now):
                     channel.pump(now)
@@ -440,7 +449,7 @@ class Broker(Saving):
         server to write off the event loop (``CursorFile.write``); cursors in ``busy`` (a
         write in flight) wait."""
         due = []
-        for topic in self.topics.values():
+        for topic in self._with_channels.values():
             for channel in topic.channels.values():
                 for part in channel.parts:
                     cursor_file = part.cursor_file
@@ -454,6 +463,7 @@ class Broker(Saving):
     def housekeeping(self) -> None:
         """Slow timers: retention of fully confirmed segments, the TTL sweep."""
         now = self.clock()
+        self._with_channels = {n: t for n, t in self.topics.items() if t.channels}  # (resync)
         for topic in list(self.topics.values()):
             try:
                 topic.retain(now)
