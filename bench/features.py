@@ -44,7 +44,7 @@ def run(messages: int, setup: Setup) -> float:
         sink = Sink()
         client = Client(sink=sink, ready_count=1 << 30, state=SUBSCRIBED)
         channel = broker.subscribe(client, "bench", "c")
-        topic = channel.topic
+        topic = broker.topics["bench"]
         setup(broker, topic)
         start = time.perf_counter()
         done = 0

@@ -4,6 +4,8 @@
 
 Parse rates are for the server's CommandParser fed 64 KiB chunks (as asyncio delivers them);
 the baseline is a bare ``bytes.split(b"\\n")`` over the same bytes, measured in the same run.
+The client figures are nsqpy.client's hot paths: a message stream read one frame at a time
+(``FrameDecoder.append``/``pop`` + ``decode_message``) and the FIN it sends per message.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from collections.abc import Callable
 
 from nsqpy.protocol.client_codec import encode_fin, encode_mpub, encode_pub
 from nsqpy.protocol.commands import CommandParser
+from nsqpy.protocol.frames import FrameDecoder
 from nsqpy.protocol.message import (
+    decode_message,
     encode_message_frame,
     encode_message_frames,
     encode_message_id,
@@ -91,6 +95,27 @@ def main() -> None:
 
     _report("encode message frame (one by one)", frames_one, unit="frames")
     _report("encode message frames (batch)", frames_batch, unit="frames")
+
+    stream = encode_message_frames(batch)
+    chunks = [stream[i : i + CHUNK] for i in range(0, len(stream), CHUNK)]
+
+    def client_read() -> int:
+        decoder = FrameDecoder()
+        n = 0
+        for chunk in chunks:
+            decoder.append(chunk)
+            while (frame := decoder.pop()) is not None:
+                decode_message(frame[1])
+                n += 1
+        return n
+
+    def client_fin() -> int:
+        for msg_id in ids:
+            encode_fin(msg_id)
+        return len(ids)
+
+    _report("client: read message frames", client_read, unit="msgs")
+    _report("client: encode FIN", client_fin)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.tools.flagset import FlagError, Opt, format_help, parse_into
+from nsqpy.flags import (
+    FlagError,
+    check_options,
+    declared,
+    format_help,
+    log_level_check,
+    must,
+    option,
+    parse_into,
+)
 
 if TYPE_CHECKING:
     from nsqpy.lookupd.daemon import NsqLookupd
@@ -57,44 +66,49 @@ LOG_PREFIXES = {
 }
 
 
+def _check_host(flag: str, host: str) -> None:
+    if not host or any(c in host for c in "/:[] "):
+        raise FlagError(f"--{flag} {host!r} is not an IPv4 address or host name")
+
+
+_PORT = must(lambda v: 0 <= v <= 65535, "--{flag} {value} out of range 0-65535", FlagError)
+
+
 @dataclass
 class RunOptions:
     """``nsqpy run``'s flags: NSQ's embedded defaults on loopback."""
 
-    host: str = "127.0.0.1"
-    data_path: str = "./data"
-    nsqd_tcp_port: int = 4150
-    nsqd_http_port: int = 4151
-    lookupd_tcp_port: int = 4160
-    lookupd_http_port: int = 4161
-    nsqadmin_http_port: int = 4171
-    log_level: str = "info"
+    host: str = option(
+        "host",
+        "127.0.0.1",
+        "address every daemon listens on (0.0.0.0 for all interfaces)",
+        check=_check_host,
+    )
+    data_path: str = option("data-path", "./data", "where nsqd keeps its data")
+    nsqd_tcp_port: int = option(
+        "nsqd-tcp-port", 4150, "nsqd's TCP port (0 picks a free port)", check=_PORT
+    )
+    nsqd_http_port: int = option("nsqd-http-port", 4151, "nsqd's HTTP port", check=_PORT)
+    lookupd_tcp_port: int = option("lookupd-tcp-port", 4160, "nsqlookupd's TCP port", check=_PORT)
+    lookupd_http_port: int = option(
+        "lookupd-http-port", 4161, "nsqlookupd's HTTP port", check=_PORT
+    )
+    nsqadmin_http_port: int = option(
+        "nsqadmin-http-port", 4171, "nsqadmin's HTTP port", check=_PORT
+    )
+    log_level: str = option(
+        "log-level",
+        "info",
+        "log level: debug, info, warn, error, or fatal",
+        check=log_level_check(FlagError),
+    )
 
 
-RUN_FLAGS = [
-    Opt("host", "host", help="address every daemon listens on (0.0.0.0 for all interfaces)"),
-    Opt("data-path", "data_path", help="where nsqd keeps its data"),
-    Opt("nsqd-tcp-port", "nsqd_tcp_port", "int", "nsqd's TCP port (0 picks a free port)"),
-    Opt("nsqd-http-port", "nsqd_http_port", "int", "nsqd's HTTP port"),
-    Opt("lookupd-tcp-port", "lookupd_tcp_port", "int", "nsqlookupd's TCP port"),
-    Opt("lookupd-http-port", "lookupd_http_port", "int", "nsqlookupd's HTTP port"),
-    Opt("nsqadmin-http-port", "nsqadmin_http_port", "int", "nsqadmin's HTTP port"),
-    Opt("log-level", "log_level", help="log level: debug, info, warn, error, or fatal"),
-]
+RUN_FLAGS = declared(RunOptions)
 
 
 class StartError(Exception):
     """A daemon of the stack could not start (one line for the user)."""
-
-
-def _check_run_options(opts: RunOptions) -> None:
-    for opt in RUN_FLAGS:
-        if opt.kind == "int" and not 0 <= getattr(opts, opt.field) <= 65535:
-            raise FlagError(f"--{opt.name} {getattr(opts, opt.field)} out of range 0-65535")
-    if opts.log_level.lower() not in ("debug", "info", "warn", "error", "fatal"):
-        raise FlagError(f"invalid --log-level {opts.log_level!r}")
-    if not opts.host or any(c in opts.host for c in "/:[] "):
-        raise FlagError(f"--host {opts.host!r} is not an IPv4 address or host name")
 
 
 def _check_ports_free(opts: RunOptions) -> None:
@@ -198,7 +212,7 @@ def run_main(argv: Sequence[str]) -> int:
     try:
         parsed = parse_into(opts, RUN_FLAGS, argv)
         if parsed.action == "run":
-            _check_run_options(opts)
+            check_options(opts)
     except FlagError as exc:
         print(f"nsqpy run: {exc}", file=sys.stderr)
         return 2

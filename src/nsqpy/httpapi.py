@@ -2,7 +2,8 @@
 
 Every V1 response carries ``X-NSQ-Content-Type: nsq; version=1.0``; a text success is
 the text, an empty success an empty 200, an object JSON with the JSON content type, and an
-error ``{"message": "<CODE>"}`` with its status. The middleware turns aiohttp's own 404/405
+error ``{"message": "<CODE>"}`` with its status: a handler raises ``HttpError(status,
+code)`` and the one middleware writes it. The middleware also turns aiohttp's own 404/405
 and any unhandled exception into NSQ's JSON errors, so no handler can answer with a
 traceback: bad input a handler did not catch (a ``ValueError``, or the ``RecursionError`` of
 JSON nested too deep) is 400 ``INVALID_REQUEST``, anything else 500 ``INTERNAL_ERROR`` with
@@ -50,20 +51,25 @@ def v1_error(code: str, status: int, **extra: Any) -> web.Response:
     return v1_json({"message": code, **extra}, status=status)
 
 
+class HttpError(Exception):
+    """Raised by a handler (or any helper it calls) to answer NSQ's V1 error: status and
+    code (``{"message": code}``, plus ``extra`` fields). ``nsq_middleware`` writes it; no
+    handler builds an error response itself."""
+
+    def __init__(self, status: int, code: str, **extra: Any) -> None:
+        super().__init__(f"{status} {code}")
+        self.status = status
+        self.code = code
+        self.extra = extra
+
+    def response(self) -> web.Response:
+        return v1_error(self.code, self.status, **self.extra)
+
+
 def query_arg(request: web.Request, name: str) -> str | None:
     """The first value of a URL query argument, or None when absent."""
     values = request.rel_url.query.getall(name, [])
     return str(values[0]) if values else None
-
-
-def parse_bool(text: str) -> bool:
-    """NSQ's boolean query values: true/1 and false/0; anything else is a ValueError."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "1"):
-        return True
-    if lowered in ("false", "0"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
 
 
 @web.middleware
@@ -71,6 +77,8 @@ async def nsq_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     """Map routing errors and crashes to NSQ's JSON errors."""
     try:
         return await handler(request)
+    except HttpError as err:
+        return err.response()
     except web.HTTPMethodNotAllowed:
         return v1_error("METHOD_NOT_ALLOWED", 405)
     except web.HTTPNotFound:

@@ -13,7 +13,7 @@ call) may write ``RATE_BURST`` lines at once and then ``RATE_PER_S`` a second. I
 beyond that are counted, not written; the count is reported in one line, "N more similar
 messages suppressed ...; the last: <its text>", before that site's next line is written,
 or once it has been quiet for a second (noticed on the next line anyone logs), or at exit.
-Imports only the standard library.
+Imports only the standard library and the level names of ``nsqpy.flags.values``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
-LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40, "fatal": 50}
+from nsqpy.flags.values import LOG_LEVELS
+
 # Loggers configured together: nsqpy's own and aiohttp's (server errors, client, web).
 LOGGERS = ("nsqpy", "aiohttp")
 # Per call site: this many lines at once, then this many a second (see the module doc).
@@ -209,7 +210,7 @@ class DaemonHandler(logging.StreamHandler):  # type: ignore[type-arg]
 def setup_daemon_logging(level: str, prefix: str | Mapping[str, str]) -> None:
     """Route nsqpy's and aiohttp's loggers (and every other library's warnings) to stderr at
     ``level`` with ``prefix``, rate-limited (see the module doc)."""
-    numeric = LEVELS.get(level.lower(), logging.INFO)
+    numeric = LOG_LEVELS.get(level.lower(), logging.INFO)
     prefixes = {"": prefix} if isinstance(prefix, str) else dict(prefix)
     handler = DaemonHandler(sys.stderr, RateLimiter())
     handler.setFormatter(DaemonFormatter(prefixes, tracebacks=numeric <= logging.DEBUG))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nsqpy.broker.broker import Broker
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.testing import FakeClock, nsqd_options
@@ -47,15 +47,13 @@ def consumer(broker: Broker, topic: str, channel: str, rdy: int) -> tuple[Client
     return client, sink
 
 
-def finish_all(group: ChannelGroup, client: Client, clock: FakeClock) -> None:
+def finish_all(group: Channel, client: Client, clock: FakeClock) -> None:
     part = group.parts[0]
     for offset, item in list(part.in_flight.items()):
         if item.client is client:
             part.finish(client, offset, b"%016x" % offset, clock())
 
 
-def make_channel(
-    broker: Broker, topic: str = "t", channel: str = "c"
-) -> tuple[Topic, ChannelGroup]:
+def make_channel(broker: Broker, topic: str = "t", channel: str = "c") -> tuple[Topic, Channel]:
     t = broker.topic(topic)
     return t, broker.channel(t, channel)

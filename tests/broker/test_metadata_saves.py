@@ -39,13 +39,13 @@ def test_topics_and_channels_nsqd_dat_does_not_name_are_found_on_disk(
 ) -> None:
     first = Broker(nsqd_options(tmp_path), clock=clock)
     first.channel(first.topic("named"), "c")
-    first.write_metadata()
+    first.persistence.write_metadata()
     fresh = first.topic("fresh", partitions=3)  # created, then the process died
     first.channel(fresh, "late")
     first.channel(first.topics["named"], "late")
     first.append(fresh, [b"kept"], 0, partition=2)
     commit(first)
-    first.unlock()  # (no close: nothing more is written)
+    first.persistence.unlock()  # (no close: nothing more is written)
 
     again = Broker(nsqd_options(tmp_path), clock=clock)
     again.load_metadata()
@@ -63,11 +63,11 @@ def test_a_topic_deleted_just_before_a_crash_is_not_loaded_again(
     first = Broker(nsqd_options(tmp_path), clock=clock)
     first.append(first.topic("gone"), [b"m"], 0)
     commit(first)
-    first.write_metadata()
+    first.persistence.write_metadata()
     saved = (tmp_path / "data" / "nsqd.dat").read_bytes()
     first.delete_topic("gone")
     (tmp_path / "data" / "nsqd.dat").write_bytes(saved)  # as if it died before the write
-    first.unlock()
+    first.persistence.unlock()
 
     again = Broker(nsqd_options(tmp_path), clock=clock)
     again.load_metadata()

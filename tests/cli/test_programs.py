@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nsqpy import cli
-from nsqpy.flags import Flag
+from nsqpy.flags import Option
 from nsqpy.lookupd import app as lookupd_app
 from nsqpy.nsqadmin import app as nsqadmin_app
 from nsqpy.nsqadmin.options import FLAGS as NSQADMIN_FLAGS
@@ -38,7 +38,7 @@ def run_all(commands: dict[str, list[str]]) -> dict[str, tuple[int, str, str]]:
     return out
 
 
-def shown_default(flag: Flag, defaults: object) -> bool:
+def shown_default(flag: Option, defaults: object) -> bool:
     """Whether Go's flag package would print a default for this flag."""
     if not hasattr(defaults, flag.field):
         return False

@@ -6,14 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nsqpy.client._codec import (
-    FrameDecoder,
-    decode_message,
-    dpub,
-    mpub,
-    req,
-    valid_topic_name,
-)
 from nsqpy.client.backoff import Backoff
 from nsqpy.client.errors import ClientError
 from nsqpy.client.lookup import lookup_url, parse_producers
@@ -216,39 +208,6 @@ def test_parse_producers_reads_broadcast_address_and_tcp_port() -> None:
 def test_parse_producers_rejects_malformed_replies(payload: object) -> None:
     with pytest.raises(ClientError):
         parse_producers(payload)
-
-
-# ---- codec (private fallback until nsqpy.protocol exists) -----------------------------------
-def test_codec_matches_spec_byte_examples() -> None:
-    mp = mpub("test", [b"a", b"bc"])
-    assert mp == b"MPUB test\n\x00\x00\x00\x0f\x00\x00\x00\x02\x00\x00\x00\x01a\x00\x00\x00\x02bc"
-    assert dpub("test", 5000, b"hello") == b"DPUB test 5000\n\x00\x00\x00\x05hello"
-    assert req(b"0a1b2c3d4e5f6071", 1000) == b"REQ 0a1b2c3d4e5f6071 1000\n"
-    assert not valid_topic_name("a\n") and not valid_topic_name("x" * 65)
-    assert valid_topic_name("t#ephemeral") and not valid_topic_name("t#eph")
-
-
-@given(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=40)), max_size=6), st.data())
-def test_frame_decoder_handles_any_split(
-    frames: list[tuple[int, bytes]], data: st.DataObject
-) -> None:
-    wire = b"".join((len(d) + 4).to_bytes(4, "big") + t.to_bytes(4, "big") + d for t, d in frames)
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=5)))
-    dec = FrameDecoder()
-    out: list[tuple[int, bytes]] = []
-    prev = 0
-    for cut in [*cuts, len(wire)]:
-        out += dec.feed(wire[prev:cut])
-        prev = cut
-    assert out == frames
-
-
-def test_decode_message_reads_the_fields_and_refuses_short_frames() -> None:
-    body = (7).to_bytes(8, "big") + (3).to_bytes(2, "big") + b"0123456789abcdef" + b"hi"
-    m = decode_message(body)
-    assert (m.timestamp, m.attempts, m.id, m.body) == (7, 3, b"0123456789abcdef", b"hi")
-    with pytest.raises(ValueError):
-        decode_message(body[:25])
 
 
 def test_the_client_never_imports_servers_or_the_test_kit() -> None:

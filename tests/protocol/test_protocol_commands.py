@@ -168,6 +168,17 @@ def test_client_encoders_refuse_values_that_would_break_the_line(call: object) -
         call()  # type: ignore[operator]
 
 
+@given(st.binary(min_size=16, max_size=16).filter(lambda b: b" " not in b and b"\n" not in b))
+def test_id_encoders_fast_and_full_checks_agree(msg_id: bytes) -> None:
+    # real IDs (16 ASCII letters or digits, as bytes) take a fast path; anything else the full check
+    for form in (msg_id, bytearray(msg_id), memoryview(msg_id)):
+        assert encode_fin(form) == b"FIN " + msg_id + b"\n"
+        assert encode_req(form, 7) == b"REQ " + msg_id + b" 7\n"
+        assert encode_touch(form) == b"TOUCH " + msg_id + b"\n"
+    hex_id = msg_id.hex()[:16].encode()
+    assert encode_fin(hex_id) == b"FIN " + hex_id + b"\n"
+
+
 names = st.from_regex(r"[.a-zA-Z0-9_-]{1,54}(#ephemeral)?", fullmatch=True)
 # any 16 bytes a line can carry: no space or newline, and no CR at the end, which the
 # parser strips as part of a CRLF line ending, as NSQ does (real IDs are hex anyway)

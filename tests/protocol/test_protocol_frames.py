@@ -156,3 +156,81 @@ def test_garbage_gives_frames_or_a_protocol_error_never_a_crash(data: bytes) -> 
         assert isinstance(err, BadFrame)
     else:
         assert all(t in (0, 1, 2) for t, _ in frames)
+
+
+# -- append/pop: one frame at a time (the client stops between frames while negotiating) --
+
+
+def pop_all(decoder: FrameDecoder) -> list[tuple[int, bytes]]:
+    out = []
+    while (frame := decoder.pop()) is not None:
+        out.append(frame)
+    return out
+
+
+def test_pop_whole_byte_by_byte_and_trailing() -> None:
+    decoder = FrameDecoder()
+    decoder.append(STREAM)
+    assert pop_all(decoder) == EXPECTED
+    frames: list[tuple[int, bytes]] = []
+    for i in range(len(STREAM)):
+        decoder.append(STREAM[i : i + 1])
+        frames += pop_all(decoder)
+    assert frames == EXPECTED and decoder.buffered == 0
+    decoder.append(OK_FRAME + HEARTBEAT_FRAME[:5])
+    assert decoder.pop() == (FRAME_RESPONSE, b"OK")
+    assert decoder.pop() is None and decoder.buffered == 5
+
+
+def test_take_rest_hands_back_what_no_frame_used() -> None:
+    decoder = FrameDecoder()
+    decoder.append(OK_FRAME + b"\x01compressed")
+    assert decoder.pop() == (FRAME_RESPONSE, b"OK")
+    assert decoder.take_rest() == b"\x01compressed"
+    assert decoder.buffered == 0 and decoder.take_rest() == b""
+    decoder.append(HEARTBEAT_FRAME)  # the decoder goes on after an upgrade
+    assert pop_all(decoder) == [(FRAME_RESPONSE, b"_heartbeat_")]
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (b"\x00\x00\x00\x03\x00\x00\x00\x00", "invalid frame size 3"),
+        (b"\x00\x00\x00\x06\x00\x00\x00\x07OK", "invalid frame type 7"),
+        (b"\x00\x00\x10\x01\x00\x00\x00\x00", "invalid frame size 4097"),
+    ],
+)
+def test_pop_rejects_bad_frames_for_good(raw: bytes, text: str) -> None:
+    decoder = FrameDecoder(max_frame_size=4096)
+    decoder.append(OK_FRAME + raw)
+    assert decoder.pop() == (FRAME_RESPONSE, b"OK")
+    with pytest.raises(BadFrame) as info:
+        decoder.pop()
+    assert info.value.description == text
+    decoder.append(OK_FRAME)
+    with pytest.raises(BadFrame):
+        decoder.pop()
+
+
+@given(frames_strategy, st.lists(st.integers(min_value=0, max_value=600), max_size=6))
+def test_append_and_pop_round_trip_under_any_split(
+    frames: list[tuple[int, bytes]], cuts: list[int]
+) -> None:
+    stream = b"".join(encode_frame(t, d) for t, d in frames)
+    points = sorted({min(c, len(stream)) for c in cuts})
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    decoder = FrameDecoder()
+    out: list[tuple[int, bytes]] = []
+    for piece in pieces:
+        decoder.append(piece)
+        out += pop_all(decoder)
+    assert out == frames
+
+
+def test_pop_compacts_its_buffer() -> None:
+    decoder = FrameDecoder()
+    frame = encode_frame(FRAME_MESSAGE, b"m" * 1000)
+    for _ in range(200):  # 200 kB through one decoder, one frame at a time
+        decoder.append(frame)
+        assert decoder.pop() == (FRAME_MESSAGE, b"m" * 1000)
+    assert len(decoder._buf) < 2 * len(frame)

@@ -32,6 +32,7 @@ def test_valid(name: str) -> None:
         "a b",
         "a\n",
         "a#",
+        "t#eph",
         "#ephemeral",
         "a#Ephemeral",
         "a#ephemeral#ephemeral",

@@ -2,7 +2,9 @@
 
 The broker's logs are written directly (append + flush), the routes are added to a bare
 app with NSQ's middleware, and replies are decoded with the Spark side's decoder, so
-encoder and decoder are checked against each other and against golden bytes.
+encoder and decoder are checked against each other (the golden bytes and the plain-Python
+decoders are tested in tests/protocol/test_protocol_logread.py; here the numpy decoders
+are also checked against those).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.httpapi import nsq_middleware
-from nsqpy.nsqd.logread import add_logread_routes, cut_batches, encode_records
+from nsqpy.nsqd.logread import add_logread_routes, cut_batches
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
+from nsqpy.protocol.logread import LogRecord, decode_columns, encode_columns
+from nsqpy.protocol.logread import decode_batches as decode_batches_plain
 from nsqpy.spark import wire
 from nsqpy.spark.wire import BadLogReply, decode_batches, decode_chunk, to_record_batch
 from nsqpy.storage import Entry, PartitionLog, RawBatch, Record
@@ -82,39 +86,13 @@ async def get(
 # -- the binary layout ---------------------------------------------------------------------
 
 
-def test_encode_records_golden_bytes() -> None:
-    rec = Record(7, 1000, 2000, 3, b"hi", trace_id=9, partition_key=b"k", headers=b"{}")
-    expected = b"".join(
-        [
-            b"NQLR",  # magic
-            b"\x01\x00",  # version 1
-            b"\x00\x00",  # reserved
-            b"\x01\x00\x00\x00",  # one record
-            b"\x00\x00\x00\x00",  # reserved
-            struct.pack("<Q", 7),  # offset
-            struct.pack("<q", 1000),  # timestamp ns
-            struct.pack("<q", 2000),  # deliver_at ns
-            struct.pack("<Q", 9),  # trace id
-            struct.pack("<II", 0, 1),  # key positions
-            struct.pack("<II", 0, 2),  # header positions
-            struct.pack("<II", 0, 2),  # body positions
-            struct.pack("<H", 3),  # flags
-            b"k",  # keys
-            b"{}",  # headers
-            b"hi",  # bodies
-        ]
-    )
-    assert encode_records([rec]) == expected
-    assert encode_records([]) == b"NQLR\x01\x00\x00\x00" + bytes(8) + bytes(12)
-
-
 def test_decode_round_trip_with_extensions() -> None:
     recs = [
         Record(10, T0 + 1_500, 0, 0, b"plain"),
         Record(11, T0 + 2_999, 0, 1, b"traced", trace_id=0xABC, headers=b'{"a": "x", "n": 2}'),
         Record(12, T0 + 3_000, T0 + 9, 0, b"", partition_key=b"key", headers=b"not json"),
     ]
-    chunk = decode_chunk(encode_records(recs))
+    chunk = decode_chunk(encode_columns(recs))
     assert chunk.count == 3
     assert chunk.deliver_at.tolist() == [0, 0, T0 + 9]
     assert chunk.flags.tolist() == [0, 1, 0]
@@ -137,7 +115,7 @@ def test_decode_round_trip_with_extensions() -> None:
     cut=st.integers(min_value=0, max_value=400),
 )
 def test_truncated_replies_are_rejected_cleanly(bodies: list[bytes], cut: int) -> None:
-    data = encode_records([Record(i, i, 0, 0, b) for i, b in enumerate(bodies)])
+    data = encode_columns([Record(i, i, 0, 0, b) for i, b in enumerate(bodies)])
     if cut < len(data):
         with pytest.raises(BadLogReply):
             decode_chunk(data[:cut])
@@ -175,16 +153,6 @@ def columns(chunk: wire.Chunk) -> dict[str, list[object]]:
     }
 
 
-def test_the_reader_keeps_its_own_copy_of_the_log_layout() -> None:
-    assert wire.BATCH.format == layout.BATCH.format
-    assert (wire.BATCH_SIZE, wire.BATCH_MAGIC, wire.BATCH_CRC_FROM) == (
-        layout.BATCH_SIZE,
-        layout.BATCH_MAGIC,
-        layout.BATCH_CRC_FROM,
-    )
-    assert (wire.RECORD_SIZE, wire.RECORD_TAIL) == (layout.RECORD_SIZE, layout.RECORD_TAIL)
-
-
 def test_batches_decode_like_the_columns(tmp_path: Path) -> None:
     log = PartitionLog(tmp_path / "log")
     log.append(MIXED)  # one batch with every kind of record
@@ -194,7 +162,7 @@ def test_batches_decode_like_the_columns(tmp_path: Path) -> None:
     for start in (0, 2, 5, 30, 56):
         raw = log.read_raw(start, 1 << 20, verify=True)
         from_batches = decode_batches(raw.data)
-        from_columns = decode_chunk(encode_records(log.read(start, 1000, 1 << 20)))
+        from_columns = decode_chunk(encode_columns(log.read(start, 1000, 1 << 20)))
         assert from_batches.count == from_columns.count == 58 - start
         assert columns(from_batches) == columns(from_columns)
     only_same = log.read_raw(5, 1 << 20, verify=True)
@@ -253,6 +221,61 @@ def test_garbage_batches_never_crash_the_decoder(data: bytes) -> None:
     except BadLogReply:
         return
     assert chunk.count >= 0
+
+
+def chunk_records(chunk: wire.Chunk) -> list[LogRecord]:
+    """A Chunk as the plain-Python decoders' records (keys are not in a Chunk: b"")."""
+    return [
+        LogRecord(o, t, d, f, b, tr, b"", h or b"")
+        for o, t, d, f, b, tr, h in zip(
+            chunk.offsets.tolist(),
+            chunk.timestamps.tolist(),
+            chunk.deliver_at.tolist(),
+            chunk.flags.tolist(),
+            chunk.bodies.to_pylist(),
+            chunk.trace_ids.tolist(),
+            chunk.headers.to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def decoded(decode: Callable[[bytes], object], data: bytes) -> object:
+    try:
+        return decode(data)
+    except BadLogReply:
+        return BadLogReply
+
+
+@given(
+    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6),
+    flip=st.integers(min_value=0, max_value=600),
+    bit=st.integers(0, 7),
+)
+def test_the_numpy_decoders_read_what_the_plain_ones_read(
+    sizes: list[int], flip: int, bit: int
+) -> None:
+    """Whole or with one bit flipped, both decoders accept the same bodies, equally."""
+    entries = [Entry(b"b" * n, trace_id=n, headers=b"{}" if n % 2 else b"") for n in sizes]
+    batches = layout_batch(entries)
+    columnar = encode_columns([Record(*r[:8]) for r in decode_batches_plain(batches)])
+    for data, numpy_decode, plain_decode in (
+        (batches, decode_batches, decode_batches_plain),
+        (columnar, decode_chunk, decode_columns),
+    ):
+        bodies = [data]
+        if flip < len(data):
+            damaged = bytearray(data)
+            damaged[flip] ^= 1 << bit
+            bodies.append(bytes(damaged))
+        for body in bodies:
+            chunk = decoded(numpy_decode, body)
+            plain = decoded(plain_decode, body)
+            if chunk is BadLogReply or plain is BadLogReply:
+                assert chunk is plain
+            else:
+                assert isinstance(chunk, wire.Chunk) and isinstance(plain, list)
+                assert chunk_records(chunk) == [r._replace(partition_key=b"") for r in plain]
 
 
 def sealed(records: bytes, n: int, base: int = 0) -> bytes:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsqpy.flags import FlagError, Option, format_help, parse_into
 from nsqpy.tools.clientopts import parse_client_opts
 from nsqpy.tools.common import ephemeral_channel, version_line
-from nsqpy.tools.flagset import FlagError, Opt, format_help, parse_into
 from nsqpy.tools.hostpool import INITIAL_RETRY, Selector
 from nsqpy.tools.metrics import TimerMetrics
 from nsqpy.tools.nsq_to_nsq import JsonFilter
@@ -33,13 +33,13 @@ class Opts:
 
 
 FLAGS = [
-    Opt("topic", "topics", "list", "a topic"),
-    Opt("count", "count", "int", "how many"),
-    Opt("ratio", "ratio", "float", "a fraction"),
-    Opt("quiet", "quiet", "bool", "be quiet"),
-    Opt("every", "every", "duration", "how often"),
-    Opt("name", "name", "str", "a name"),
-    Opt("n", "count", "int", "short form"),
+    Option("topic", "topics", "list", "a topic"),
+    Option("count", "count", "int", "how many"),
+    Option("ratio", "ratio", "float", "a fraction"),
+    Option("quiet", "quiet", "bool", "be quiet"),
+    Option("every", "every", "duration", "how often"),
+    Option("name", "name", "str", "a name"),
+    Option("n", "count", "int", "short form"),
 ]
 
 

@@ -1,19 +1,22 @@
 """The broker: topics and channels of one nsqd, metadata on disk, group commit, timers.
 
-The servers call it from the event-loop thread only. ``append`` (``publish``) adds to
-the pending buffer of one partition of a topic and marks that partition dirty; the server
-calls ``flush`` once at the end of the loop turn (one write per partition log: group
-commit), then ``pump`` to let channels read what was flushed. ``scan`` is called
-periodically for in-flight timeouts and due deferred messages, ``due_cursor_saves`` for
-the cursors (of every partition) the server writes off the loop, ``housekeeping`` for
-retention and the TTL sweep. The data path's lock, the metadata file ``nsqd.dat``, the saves
-retried after a failure and the health state are ``nsqpy.broker.saving``'s, which
-``Broker`` inherits. Every publish (TCP, HTTP, extended, traced, dead
-letters) goes through ``append``, which applies the topic's depth bound before and
-records traced publishes after (``Features``), and notes a delayed one for the channels
-to defer as it reaches them (``nsqpy.broker.dpubs``). Storage failures on every path
-report into ``health_state`` (``nsqpy.broker.health``, what /ping answers): a topic or
-channel whose files or metadata cannot be written is not created (``StorageFailed``).
+The servers call it from the event-loop thread only. ``append`` (``publish``) adds to the
+pending buffer of one partition of a topic and marks that partition dirty; the server calls
+``flush`` once at the end of the loop turn (one write per partition log: group commit),
+then ``pump`` to let channels read what was flushed. ``scan`` is called periodically for
+in-flight timeouts and due deferred messages, ``due_cursor_saves`` for the cursors the
+server writes off the loop, ``housekeeping`` for retention and the TTL sweep,
+``retry_saves`` for what a storage failure left unsaved. Every publish (TCP, HTTP,
+extended, traced, dead letters) goes through ``append``, which applies the topic's depth
+bound before and records traced publishes after, and notes a delayed one for the channels
+to defer as they reach it (``nsqpy.broker.dpubs``). It owns two helpers, each given what
+it needs: ``persistence`` (``nsqpy.broker.saving``: the data path's lock, ``nsqd.dat``, the
+retried saves; the broker is its ``metadata.Restorer``: ``restore_topic``/
+``restore_channel`` create without announcing or recording) and ``features``
+(``nsqpy.broker.features``: dead letters, TTL, depth bounds, tracing; the broker is its
+``Publisher`` of dead letters). Storage failures on every path report into
+``health_state`` (``nsqpy.broker.health``, what /ping answers): a topic or channel whose
+files cannot be written is not created (``StorageFailed``).
 
 Must not import asyncio, sockets or any server; time comes from the injected clock.
 """
@@ -26,17 +29,17 @@ from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.features import Features
-from nsqpy.broker.health import Health
+from nsqpy.broker.health import Health, StorageFailed
 from nsqpy.broker.partition import LogSettings, Partition
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.saving import (  # (importable from here as before)
     LOCK_FILE,
     METADATA_FILE,
     DataPathInUse,
-    Saving,
+    Persistence,
     lock_data_path,
 )
 from nsqpy.broker.topic import Topic
@@ -63,7 +66,7 @@ class PartitionCountMismatch(ValueError):
 __all__ = ["LOCK_FILE", "METADATA_FILE", "Broker", "DataPathInUse", "Placement", "lock_data_path"]
 
 
-class Broker(Saving):
+class Broker:
     """All topics of one nsqd and the operations the TCP and HTTP servers need."""
 
     def __init__(self, opts: NsqdOptions, *, clock: Callable[[], int] = time.time_ns) -> None:
@@ -71,11 +74,12 @@ class Broker(Saving):
         self.clock = clock
         self.data_path = Path(opts.data_path or ".").resolve()
         self.data_path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd: int | None = lock_data_path(self.data_path)
         self.topics: dict[str, Topic] = {}
+        self.health_state = Health()  # NSQ's SetHealth: the last storage failure
+        # first: the data path's lock (DataPathInUse), then nsqd.dat and the retried saves
+        self.persistence = Persistence(self.data_path, self.topics, self.health_state)
         self.clients: dict[int, Client] = {}
         self.start_time_ns = time.time_ns()
-        self.health_state = Health()  # NSQ's SetHealth: the last storage failure
         self.start_time = self.start_time_ns // 1_000_000_000
         self._dirty: dict[Partition, Topic] = {}
         # Topics that have channels: the timers (scan, cursor saves) look only at these, so
@@ -83,16 +87,14 @@ class Broker(Saving):
         # them (kept up to date by channel()/delete_channel()/delete_topic(), rebuilt by
         # housekeeping).
         self._with_channels: dict[str, Topic] = {}
-        self._loading = False
-        self._init_saving()
         # Ephemeral topics start above every offset an ephemeral topic deleted before had
         # (durable topics keep that in their partitions' reservation files instead).
         self._ephemeral_floor = 0
         # Hooks for the server layer (lookupd registration, channel pre-creation).
         self.on_topic_created: list[Callable[[Topic], None]] = []
         self.on_topic_deleted: list[Callable[[Topic], None]] = []
-        self.on_channel_created: list[Callable[[Topic, ChannelGroup], None]] = []
-        self.on_channel_deleted: list[Callable[[Topic, ChannelGroup], None]] = []
+        self.on_channel_created: list[Callable[[Topic, Channel], None]] = []
+        self.on_channel_deleted: list[Callable[[Topic, Channel], None]] = []
         self.sync_policy = SyncPolicy(
             every_messages=opts.sync_every,
             every_ms=opts.sync_timeout_ms,
@@ -107,7 +109,17 @@ class Broker(Saving):
             clock=clock,
             health=self.health_state,
         )
-        self.features = Features(self)  # dead letters, TTL, depth bounds, tracing
+        self.features = Features(  # dead letters, TTL, depth bounds, tracing
+            self.data_path,
+            self.health_state,
+            self.topics,
+            self,  # (publishes the dead letters)
+            dead_letter_suffix=opts.dead_letter_suffix,
+            max_attempts=opts.max_attempts,
+            trace_max_records=opts.trace_max_records,
+        )
+        self.on_topic_deleted.append(self.features.topic_deleted)
+        self.on_channel_deleted.append(self.features.channel_deleted)
 
     # -- topics and channels ---------------------------------------------------------
 
@@ -133,28 +145,42 @@ class Broker(Saving):
         topic = self.topics.get(name)
         if topic is not None:
             return topic
+        topic = self._new_topic(name, partitions, buffer_starts or (buffer_start,), ordered)
+        if not topic.ephemeral:
+            self.persistence.metadata_changed()  # (its files on disk make it found at start)
+        for hook in self.on_topic_created:
+            hook(topic)
+        return topic
+
+    def restore_topic(
+        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+    ) -> Topic:
+        """A topic the metadata names, as it was (``metadata.Restorer``): not announced."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self._new_topic(name, partitions, buffer_starts, ordered)
+        return topic
+
+    def _new_topic(
+        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+    ) -> Topic:
         try:
             topic = Topic(
                 name,
                 None if is_ephemeral(name) else self._topic_dir(name),
                 self.log_settings,
                 partitions=partitions,
-                buffer_starts=buffer_starts or (buffer_start,),
+                buffer_starts=buffer_starts,
                 ordered=ordered,
                 ephemeral_start=self._ephemeral_floor,
             )
         except (OSError, StorageError) as exc:
             raise self.storage_failed(f"failed to create topic {name}", exc) from exc
         self.topics[name] = topic
-        if not self._loading and not topic.ephemeral:
-            self.metadata_changed()  # (its files on disk already make it found at start)
         if partitions > 1:
             log.info("TOPIC(%s): created with %d partitions", name, partitions)
         else:
             log.info("TOPIC(%s): created", name)
-        if not self._loading:
-            for hook in self.on_topic_created:
-                hook(topic)
         return topic
 
     def create_topic(
@@ -188,7 +214,7 @@ class Broker(Saving):
 
     def channel(
         self, topic: Topic, name: str, *, start: int | None = None, listed: bool = False
-    ) -> ChannelGroup:
+    ) -> Channel:
         """The channel ``name`` of ``topic``, created when missing (starting at ``start`` if
         given; ``listed``: restored from the metadata, see ``Partition.create_channel``).
         StorageError (reported to the health state) when its cursor or the metadata naming
@@ -196,10 +222,21 @@ class Broker(Saving):
         channel = topic.channels.get(name)
         if channel is not None:
             return channel
+        channel = self._new_channel(topic, name, start, listed)
+        if not (topic.ephemeral or channel.ephemeral):
+            self.persistence.metadata_changed()  # (its cursor file makes it found at start)
+        for hook in self.on_channel_created:
+            hook(topic, channel)
+        return channel
+
+    def restore_channel(self, topic: Topic, name: str) -> Channel:
+        """A channel the metadata names (``metadata.Restorer``): loaded, not announced."""
+        channel = topic.channels.get(name)
+        return channel if channel is not None else self._new_channel(topic, name, None, True)
+
+    def _new_channel(self, topic: Topic, name: str, start: int | None, listed: bool) -> Channel:
         try:
             channel = topic.create_channel(name, start=start, listed=listed)
-            if not self._loading and not (topic.ephemeral or channel.ephemeral):
-                self.metadata_changed()  # (its cursor file already makes it found at start)
         except (OSError, StorageError) as exc:
             topic.forget_channel(name)
             raise self.storage_failed(f"failed to create channel {topic.name}/{name}", exc) from exc
@@ -216,9 +253,6 @@ class Broker(Saving):
                 now,
             )
         log.info("TOPIC(%s): new channel(%s)", topic.name, name)
-        if not self._loading:
-            for hook in self.on_channel_created:
-                hook(topic, channel)
         return channel
 
     def delete_topic(self, name: str) -> bool:
@@ -247,7 +281,7 @@ class Broker(Saving):
         channel = topic.delete_channel(name)
         if channel is None:
             return False
-        self.purge_later(topic)
+        self.persistence.purge_later(topic)
         if not topic.channels:
             self._with_channels.pop(topic.name, None)
         for hook in self.on_channel_deleted:
@@ -270,7 +304,7 @@ class Broker(Saving):
         *,
         partition: int = -1,
         ordered: bool = False,
-    ) -> ChannelGroup:
+    ) -> Channel:
         """SUB (``partition`` >= 0: that partition only; ``ordered``: SUB_ORDERED)."""
         self.check_partition(topic_name, partition)
         if ordered and client.sample_rate:
@@ -293,12 +327,13 @@ class Broker(Saving):
     def client_gone(self, client: Client) -> None:
         self.clients.pop(client.id, None)
         channel = client.channel
-        if not isinstance(channel, ChannelGroup):
+        if not isinstance(channel, Channel):
             return
         channel.remove_consumer(client, self.clock())
         client.channel = None
-        if channel.ephemeral and not channel.consumers and not channel.deleted:
-            self.delete_channel(channel.topic, channel.name)
+        topic = self.topics.get(channel.topic.name)
+        if channel.ephemeral and not channel.consumers and not channel.deleted and topic:
+            self.delete_channel(topic, channel.name)
         else:
             channel.pump(self.clock())
 
@@ -382,10 +417,6 @@ class Broker(Saving):
         """Append plain bodies (partition chosen in turn); returns the last offset (in its
         partition). See ``append`` for ``source``, ``trace_id`` and ``TopicFull``."""
         return self.append(topic, bodies, deliver_at, source=source, trace_id=trace_id).last
-
-    def mark_dirty(self, part: Partition, topic: Topic) -> None:
-        """``part`` of ``topic`` has pending records for the next ``flush``."""
-        self._dirty[part] = topic
 
     def has_dirty(self) -> bool:
         return bool(self._dirty)
@@ -471,8 +502,37 @@ class Broker(Saving):
                 log.error("TOPIC(%s): retention failed: %s", topic.name, exc)
         self.features.housekeeping(now)
 
-    def all_topics_created(self) -> list[Topic]:
-        return list(self.topics.values())
+    # -- health, metadata, retried saves (nsqpy.broker.saving) -----------------------
+
+    @property
+    def healthy(self) -> bool:
+        return not self.health_state.error
+
+    @property
+    def health(self) -> str:
+        """What /ping answers: OK, or NOK and the latest storage failure still unresolved."""
+        return "OK" if self.healthy else f"NOK - {self.health_state.error}"
+
+    def storage_failed(self, what: str, exc: BaseException) -> StorageFailed:
+        """Report a failure that nothing retries (a topic or channel not created, so nothing
+        was acknowledged) to the health state; returns the error for the caller."""
+        self.health_state.failed_once(what, exc)
+        return StorageFailed(str(exc))
+
+    def load_metadata(self) -> None:
+        """Recreate the topics and channels ``nsqd.dat`` names (at start)."""
+        self.persistence.load_metadata(self)
+
+    def save_metadata(self) -> None:
+        """Write ``nsqd.dat`` (a failure: reported, and written again by ``retry_saves``)."""
+        self.persistence.save_metadata()
+
+    def retry_saves(self) -> None:
+        """Timer: write again what a storage failure left unsaved (the metadata,
+        ``features.json``, deleted channels' deferred rows)."""
+        self.persistence.retry_metadata()
+        self.features.retry_saves()
+        self.persistence.retry_purges()
 
     # -- shutdown --------------------------------------------------------------------
 
@@ -486,4 +546,4 @@ class Broker(Saving):
                 topic.close()
             except OSError as exc:
                 log.error("TOPIC(%s): close failed: %s", topic.name, exc)
-        self.unlock()
+        self.persistence.unlock()

@@ -1,514 +1,345 @@
-"""A channel: a cursor over its topic's log, the in-flight table and the deferred set.
+"""A channel as NSQ and its users know it, over all partitions of its topic: ``Channel``.
 
-A channel copies nothing. It reads the topic log from ``cursor.next_read``, hands each
-message to one of its consumers (round robin among those whose RDY window has room),
-and remembers it in flight (offset -> owner, attempts, deadline) until FIN, REQ or the
-timeout. FIN confirms the offset in the cursor; out-of-order confirmations are kept as
-ranges. REQ without delay puts the message in a small in-memory requeue list; REQ with
-a delay and DPUB'd messages go to the deferred set (durable for durable topics), which
-takes them out of the cursor's window: a DPUB'd one as soon as it reaches the channel,
-consumers or not, so it counts in ``deferred_count`` and never in ``depth``, as in NSQ;
-those paths, the cursor file and what the delayed store or the cursor file refuse (a full
-disk) are ``broker.channel_deferral``'s, which ``Channel`` inherits. A channel reads up to
-its topic's ``readable_end`` (a paused topic holds what came after the pause). What reaches that end
-is counted as put into the channel (``message_count``, NSQ's count); an ephemeral channel,
-and every channel of an ephemeral topic, keeps at most ``mem_queue_size`` of it and drops
-the rest (the newest, as NSQ's full memory queue does) by confirming it unread. A channel
-of an ephemeral topic copies what it keeps into its own ``MemoryQueue`` and reads from
-there, so the topic can forget it at once. The paths beyond NSQ that the channel's
-``policy`` drives (dead letters, TTL expiry, a full topic's drops) are inherited from
-``broker.channel_policy``; ``reset_to`` is replay. Time is given, never read:
-every method that needs "now" takes it. Must not import asyncio, sockets or any server.
+A topic with N partitions has, for each of its channels, N ``ChannelPartition``s (one per
+partition log, ``nsqpy.broker.channel_partition``), in ``parts``. The channel is what
+clients subscribe to and what /stats, the HTTP actions and the metadata see: it fans
+consumers out to the partitions, routes FIN/REQ/TOUCH by the partition in the message ID,
+pumps the partitions in turn (starting one further each time so that no partition starves
+the others of RDY) and sums their counters. A consumer that subscribed to one partition
+(youzan's ``SUB <topic> <channel> <partition>``) is a consumer of that partition only. An
+ordered channel delivers through ``OrderedDelivery`` (``nsqpy.broker.ordered``): per
+partition one message in flight, one owner. A single-partition topic's channel has one
+part, and behaves exactly as NSQ's channel. The features beyond NSQ are the channel's too:
+one ``ChannelPolicy`` (dead letters, TTL, tracing) and one e2e ``LatencyWindow`` are shared
+by every part, the TTL sweep and replay (``reset``) run over the parts, their counts are
+summed. Must not import asyncio or any server, nor the topic that holds it (``TopicView``
+is what it knows of it).
 """
 
 from __future__ import annotations
 
-import heapq
-import logging
-import random
-from bisect import bisect_right
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from nsqpy.broker.channel_deferral import DeferralPaths
-from nsqpy.broker.channel_policy import FROM_DEFERRED, FROM_LOG
+from nsqpy.broker.channel_partition import ChannelPartition
 from nsqpy.broker.client import Client
-from nsqpy.broker.deferred import Deferred, MemoryDeferred
+from nsqpy.broker.deferred import Deferred
 from nsqpy.broker.e2e import LatencyWindow
-from nsqpy.broker.memqueue import MemoryQueue
+from nsqpy.broker.inflight import InFlight
+from nsqpy.broker.ordered import OrderedDelivery
 from nsqpy.broker.policy import ChannelPolicy
-from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
-from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
-from nsqpy.protocol.state import CLOSING, SUBSCRIBED
-from nsqpy.storage import CursorFile, CursorState, OffsetOutOfRange
-
-if TYPE_CHECKING:
-    from nsqpy.broker.partition import Partition
-
-log = logging.getLogger("nsqpy.broker")
-
-# How many records one pump pass reads from the log at most.
-READ_BATCH = 512
-# Stale timeout entries tolerated beyond twice the in-flight count before a rebuild.
-TIMEOUT_SLACK = 4096
+from nsqpy.errors import FinFailed, ReqFailed, TouchFailed
+from nsqpy.protocol.message import MAX_OFFSET, NO_EXT_VERSION, OFFSET_BITS
+from nsqpy.protocol.state import CLOSING
+from nsqpy.storage import CursorState
 
 
-@dataclass(slots=True)
-class InFlight:
-    client: Client
-    attempts: int
-    deadline: int
-    delivered: int
-    timestamp: int
-    body: bytes
-    source: int
+class TopicView(Protocol):
+    """The topic a channel belongs to (``broker.topic.Topic``), as the channel knows it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def ephemeral(self) -> bool: ...
 
 
-class Channel(DeferralPaths):
-    """One channel of a topic partition (``ChannelGroup`` joins a topic's partitions)."""
+class Channel:
+    """One channel of a topic: a ``ChannelPartition`` per partition, consumers shared."""
 
     def __init__(
-        self,
-        topic: Partition,
-        name: str,
-        cursor: CursorState,
-        cursor_file: CursorFile | None,
-        deferred: Deferred | None = None,
-        *,
-        counted_from: int | None = None,
+        self, topic: TopicView, name: str, parts: list[ChannelPartition], *, ordered: bool = False
     ) -> None:
         self.topic = topic
         self.name = name
-        self._id_base = topic.partition << OFFSET_BITS  # message ID = base | offset
+        self.parts = parts
         self.ephemeral = name.endswith("#ephemeral")
-        # NSQ's per-channel memory queue: an ephemeral channel, or any channel of an
-        # ephemeral topic, holds at most mem_queue_size; the latter in its own queue.
-        self.bounded = self.ephemeral or topic.ephemeral
-        self.queue = MemoryQueue() if topic.ephemeral else None
-        self.cursor = cursor
-        self.cursor_file = cursor_file
-        self.deferred: Deferred = deferred if deferred is not None else MemoryDeferred()
-        self.paused = False
         self.deleted = False
         self.consumers: list[Client] = []
-        self.in_flight: dict[int, InFlight] = {}
-        self._timeouts: list[tuple[int, int]] = []
-        self._requeued: deque[tuple[int, int, int, bytes]] = deque()
-        self._leased = 0  # deferred entries currently in flight
-        self._init_deferral()  # DPUBs deferred on arrival, the store's failures
-        self._rr = 0
-        self._unsaved = 0
-        self.message_count = 0
-        self.requeue_count = 0
-        self.timeout_count = 0
-        self.finish_count = 0
-        self.dropped_count = 0
-        # Beyond NSQ (broker.policy): dead letters, TTL expiry, the topic's depth bound.
-        self.policy = ChannelPolicy()
-        self.dead_letter_count = 0
-        self.expired_count = 0
-        self.depth_dropped_count = 0
-        # Set by the broker when --e2e-processing-latency-percentile is given.
-        self.e2e: LatencyWindow | None = None
-        # Offsets below this have been counted as put into the channel (or dropped).
-        self._arrived = cursor.next_read if counted_from is None else counted_from
+        self.pinned: dict[int, int] = {}  # client id -> the one partition it consumes
+        self.delivery: OrderedDelivery | None = None
+        self._start = 0
+        for part in parts[1:]:
+            part.policy = parts[0].policy  # one policy for the channel (Features sets it)
+        if ordered:
+            self.set_ordered(True)
 
     # -- consumers -------------------------------------------------------------------
 
-    def add_consumer(self, client: Client) -> None:
+    def consumes(self, client: Client, partition: int) -> bool:
+        """Whether ``client`` takes messages of ``partition`` (all, or the one it pinned)."""
+        return self.pinned.get(client.id, partition) == partition
+
+    def add_consumer(self, client: Client, partition: int = -1) -> None:
+        """Subscribe ``client`` to every partition, or to ``partition`` only when >= 0."""
         self.consumers.append(client)
         client.channel = self
+        if partition >= 0:
+            self.pinned[client.id] = partition
+        if self.delivery is not None:
+            self.delivery.assign()
+            return
+        for number, part in enumerate(self.parts):
+            if self.consumes(client, number):
+                part.consumers.append(client)
 
     def remove_consumer(self, client: Client, now: int) -> None:
-        """Forget a client; what it had in flight is requeued at once."""
+        """Forget a client; what it had in flight is requeued at once (in order)."""
         if client in self.consumers:
             self.consumers.remove(client)
-        for offset, item in list(self.in_flight.items()):
-            if item.client is client and not self._exhausted(offset, item, "disconnected", now):
-                self._back_to_queue(offset, item, now)
-        client.in_flight_count = 0
-
-    # -- delivery --------------------------------------------------------------------
-
-    @property
-    def depth(self) -> int:
-        """Messages waiting to be delivered (not in flight, not deferred, not dropped)."""
-        waiting = self._backlog(self.topic.readable_end) - self._ahead_count()
-        return max(0, waiting) + len(self._requeued)
-
-    def _backlog(self, end: int) -> int:
-        """Unread offsets below ``end`` that are still to be delivered."""
-        start = self.cursor.next_read
-        if self.queue is None:  # (an ephemeral topic forgets what its channels have taken)
-            start = max(start, self.topic.log.low_watermark)
-        backlog = end - start
-        if backlog <= 0:
-            return 0
-        ranges = self.cursor.ranges
-        if ranges:
-            i = max(0, bisect_right(ranges, (start, 1 << 64)) - 1)
-            for lo, hi in ranges[i:]:
-                if lo >= end:
-                    break
-                if hi > start:
-                    backlog -= min(hi, end) - max(lo, start)
-        return backlog
-
-    def _arrive(self) -> None:
-        """Count what reached the readable end since the last call; bound ephemeral backlogs;
-        defer the DPUBs among it (``DeferralPaths._defer_arrived``)."""
-        end = self.topic.readable_end
-        start = self._arrived
-        if end <= start:
-            if self._undeferred:  # the store refused them: try again
-                self._defer_arrived(start, start)
-            return
-        self._arrived = end
-        self.message_count += end - start
-        if self.bounded:
-            held = self._backlog(start) - self._ahead_count() + len(self._requeued)
-            room = max(0, self.topic.mem_queue_size - held)
-            keep = min(room, end - start)
-            if self.queue is not None:
-                self.queue.take(self.topic.log, start, start + keep)
-            if keep < end - start:
-                self.dropped_count += self.skip(start + keep, end)
-        if self.topic.dpubs or self._undeferred:
-            self._defer_arrived(start, end)
-
-    @property
-    def arrived(self) -> int:
-        """Offsets below this have reached the channel (counted, and taken or dropped)."""
-        return self._arrived
-
-    def skip(self, start: int, end: int) -> int:
-        """Drop the unread offsets in [start, end): confirmed, never delivered. Returns how many."""
-        done = self.cursor.confirm_range(max(start, self.cursor.next_read), end)
-        self._unsaved += done
-        if self._arrived < end:
-            self._arrived = end
-        return done
-
-    def pump(self, now: int) -> int:
-        """Deliver what the consumers' RDY windows admit; returns how many were sent."""
-        self._arrive()
-        if self.paused or not self.consumers:
-            return 0
-        ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
-        if not ready:
-            return 0
-        sent = 0
-        if self._requeued:
-            sent += self._pump_requeued(ready, now)
-        if ready:
-            sent += self._pump_log(ready, now)
-        return sent
-
-    def _next_client(self, ready: list[Client]) -> Client:
-        self._rr = (self._rr + 1) % len(ready)
-        return ready[self._rr]
-
-    def _pump_requeued(self, ready: list[Client], now: int) -> int:
-        sent = 0
-        while self._requeued and ready:
-            offset, attempts, timestamp, body = self._requeued.popleft()
-            client = self._next_client(ready)
-            self._deliver(client, offset, attempts + 1, timestamp, body, FROM_LOG, now)
-            sent += 1
-            if client.capacity <= 0:
-                ready.remove(client)
-        return sent
-
-    def _skip_confirmed(self) -> None:
-        """Move next_read past a confirmed range it stands on (dropped or skipped offsets)."""
-        cursor = self.cursor
-        ranges = cursor.ranges
-        i = bisect_right(ranges, (cursor.next_read, 1 << 64))
-        if i and ranges[i - 1][1] > cursor.next_read:
-            cursor.next_read = ranges[i - 1][1]
-
-    def _pump_log(self, ready: list[Client], now: int) -> int:
-        read_frames = self.topic.log.read_frames if self.queue is None else self.queue.read_frames
-        cursor = self.cursor
-        end = self.topic.readable_end
-        ttl = self.policy.ttl_ns
-        cutoff = now - ttl if ttl else 0
-        sent = 0
-        self._stalled = False
-        while ready and cursor.next_read < end:
-            if cursor.ranges:
-                self._skip_confirmed()
-                if cursor.next_read >= end:
-                    break
-            want = min(READ_BATCH, sum(c.capacity for c in ready), end - cursor.next_read)
-            try:
-                frames = read_frames(cursor.next_read, want)
-            except (OffsetOutOfRange, StorageError) as exc:
-                self._read_failed(exc)
-                continue
-            if not frames:
-                break
-            skip_at = self._ahead_next()  # a DPUB deferred on arrival: skipped, confirmed
-            for offset, timestamp, deliver_at, _flags, body in frames:
-                if offset != cursor.next_read:  # offsets the log lost (quarantined): skipped
-                    self._unsaved += cursor.confirm_range(cursor.next_read, offset)
-                cursor.next_read = offset + 1
-                if offset >= skip_at:
-                    hit = self._take_ahead(offset)
-                    skip_at = self._ahead_next()
-                    if hit:
-                        continue
-                if offset < cursor.confirmed or (cursor.ranges and cursor.is_confirmed(offset)):
-                    continue  # (confirmed since the batch was read: a range was absorbed)
-                if deliver_at > now:
-                    if not self._defer_read(offset, deliver_at, timestamp, body):
-                        return sent  # read again at the next pump (``scan`` pumps)
-                    continue
-                if cutoff and (deliver_at or timestamp) < cutoff:
-                    self._expire(offset, now)
-                    continue
-                client = self._next_client(ready)
-                if client.sample_rate and random.randint(0, 99) > client.sample_rate:
-                    self._confirm(offset)  # NSQ discards what sampling skips
-                    continue
-                self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now)
-                sent += 1
-                if client.capacity <= 0:
-                    ready.remove(client)
-                    if not ready:
-                        break
-        return sent
-
-    def _deliver(
-        self,
-        client: Client,
-        offset: int,
-        attempts: int,
-        timestamp: int,
-        body: bytes,
-        source: int,
-        now: int,
-    ) -> None:
-        deadline = now + client.msg_timeout_ns
-        self.in_flight[offset] = InFlight(client, attempts, deadline, now, timestamp, body, source)
-        self._push_timeout(deadline, offset)
-        client.in_flight_count += 1
-        client.message_count += 1
-        # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
-        msg_id = b"%016x" % (self._id_base | offset)
-        client.sink.send_message(
-            FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
-        )
-        tracer = self.policy.tracer
-        if tracer is not None:
-            tracer.channel_event(self, offset, "delivered", client, attempts, now)
-
-    def _push_timeout(self, deadline: int, offset: int) -> None:
-        """Remember the deadline the in-flight table already holds for ``offset``.
-
-        FIN, REQ and TOUCH leave their old entries in the heap (skipped when they come
-        due); when those outnumber the live ones the heap is rebuilt from the in-flight
-        table (which includes this deadline), so it stays proportional to what is in
-        flight rather than to what was delivered within one msg_timeout."""
-        heap = self._timeouts
-        if len(heap) > 2 * len(self.in_flight) + TIMEOUT_SLACK:
-            heap[:] = [(item.deadline, off) for off, item in self.in_flight.items()]
-            heapq.heapify(heap)
-            return
-        heapq.heappush(heap, (deadline, offset))
-
-    def _confirm(self, offset: int) -> None:
-        if self.cursor.confirm(offset):
-            self._unsaved += 1
-
-    # -- FIN / REQ / TOUCH -----------------------------------------------------------
-
-    def _owned(
-        self,
-        client: Client,
-        offset: int,
-        error: type[FinFailed | ReqFailed | TouchFailed],
-        verb: str,
-        msg_id: bytes,
-    ) -> InFlight:
-        item = self.in_flight.get(offset)
-        if item is None:
-            raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
-        if item.client is not client:
-            raise error(
-                f"{verb} {msg_id.decode(errors='replace')} failed client does not own message"
-            )
-        return item
-
-    def finish(self, client: Client, offset: int, msg_id: bytes, now: int) -> None:
-        item = self._owned(client, offset, FinFailed, "FIN", msg_id)
-        if item.source == FROM_DEFERRED:
-            try:
-                self.deferred.remove(offset)
-            except StorageError as exc:  # still in flight: delivered again at its timeout
-                self._storage_failed("failed to finish a deferred message", exc)
-                raise FinFailed(f"FIN {msg_id.decode(errors='replace')} failed {exc}") from exc
-            self._leased -= 1
-        del self.in_flight[offset]
-        client.in_flight_count -= 1
-        client.finish_count += 1
-        self.finish_count += 1
-        if item.source != FROM_DEFERRED:
-            self._confirm(offset)
-        if self.e2e is not None:
-            self.e2e.insert(now - item.timestamp, now)
-        if self.policy.tracer is not None:
-            self.policy.tracer.channel_event(self, offset, "finished", client, item.attempts, now)
-
-    def requeue(self, client: Client, offset: int, msg_id: bytes, delay_ms: int, now: int) -> None:
-        item = self._owned(client, offset, ReqFailed, "REQ", msg_id)
-        del self.in_flight[offset]
-        client.in_flight_count -= 1
-        client.requeue_count += 1
-        self.requeue_count += 1
-        if self.policy.tracer is not None:
-            self.policy.tracer.channel_event(
-                self, offset, "requeued", client, item.attempts, now, f"delay_ms={delay_ms}"
-            )
-        if self._exhausted(offset, item, "requeued", now):
-            return
-        if delay_ms <= 0:
-            self._back_to_queue(offset, item, now, in_flight_removed=True)
-            return
-        deliver_at = now + delay_ms * 1_000_000
-        try:
-            if item.source == FROM_DEFERRED:
-                self.deferred.put(offset, deliver_at, item.attempts, item.timestamp, item.body)
-                self._leased -= 1
-            else:
-                self._defer(offset, deliver_at, item.attempts, item.timestamp, item.body)
-        except StorageError as exc:  # it stays in flight: delivered again at its timeout
-            self._storage_failed("failed to defer a requeued message", exc)
-            self.in_flight[offset] = item
-            client.in_flight_count += 1
-            client.requeue_count -= 1
-            self.requeue_count -= 1
-            raise ReqFailed(f"REQ {msg_id.decode(errors='replace')} failed {exc}") from exc
-
-    def touch(
-        self, client: Client, offset: int, msg_id: bytes, now: int, max_msg_timeout_ns: int
-    ) -> None:
-        item = self._owned(client, offset, TouchFailed, "TOUCH", msg_id)
-        deadline = min(now + client.msg_timeout_ns, item.delivered + max_msg_timeout_ns)
-        if item.source == FROM_DEFERRED:  # its lease in the store must not end before it
-            try:
-                self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
-            except StorageError as exc:
-                self._storage_failed("failed to touch a deferred message", exc)
-                raise TouchFailed(f"TOUCH {msg_id.decode(errors='replace')} failed {exc}") from exc
-        item.deadline = deadline
-        self._push_timeout(deadline, offset)
-
-    def _back_to_queue(
-        self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False
-    ) -> None:
-        """Make an in-flight message deliverable again at once (timeout, REQ 0, client gone)."""
-        if not in_flight_removed:
-            self.in_flight.pop(offset, None)
-        if item.source == FROM_DEFERRED:
-            self._leased -= 1
-            try:
-                self.deferred.put(offset, now, item.attempts, item.timestamp, item.body)
-            except StorageError as exc:  # its lease stays: due again when the lease ends
-                self._storage_failed("failed to requeue a deferred message", exc)
-        else:
-            self._requeued.append((offset, item.attempts, item.timestamp, item.body))
-
-    # -- timers ----------------------------------------------------------------------
-
-    def scan(self, now: int) -> int:
-        """Time out expired in-flight messages and pull due deferred ones; returns work done."""
-        work = 0
-        heap = self._timeouts
-        while heap and heap[0][0] <= now:
-            deadline, offset = heapq.heappop(heap)
-            item = self.in_flight.get(offset)
-            if item is None or item.deadline != deadline:
-                continue
-            item.client.in_flight_count -= 1
-            self.timeout_count += 1
-            if self.policy.tracer is not None:
-                self.policy.tracer.channel_event(
-                    self, offset, "timed_out", item.client, item.attempts, now
-                )
-            if not self._exhausted(offset, item, "timeout", now):
-                self._back_to_queue(offset, item, now)
-            work += 1
-        work += self._pull_due(now)
-        if self._undeferred:
-            self._defer_arrived(self._arrived, self._arrived)  # the store refused them: again
-        if self._stalled:
-            if not any(c.capacity > 0 for c in self.consumers):
-                self._retry_stalled(now)  # no read will come to it
-            work += 1  # a delayed message the store refused: the pump tries it again
-        return work
-
-    def next_deadline(self) -> int | None:
-        candidates = []
-        if self._timeouts:
-            candidates.append(self._timeouts[0][0])
-        nd = self.deferred.next_due()
-        if nd is not None:
-            candidates.append(nd)
-        return min(candidates) if candidates else None
-
-    # -- empty, replay, stats --------------------------------------------------------
-
-    def empty(self, now: int) -> None:
-        """Drop everything: backlog, requeued, deferred and in flight (NSQ's /channel/empty).
-
-        What a paused topic holds is the topic's, not the channel's: it stays.
-        """
-        del now
-        self._arrive()
-        self.deferred.clear()  # first: a StorageError here leaves everything as it was
-        for item in self.in_flight.values():
-            item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
-        self.in_flight.clear()
-        self._timeouts.clear()
-        self._requeued.clear()
-        if self.queue is not None:
-            self.queue.clear()
-        self._leased = 0
-        self._clear_ahead()
-        self.cursor.reset(self.topic.readable_end)
-        self._unsaved += 1
-        self.maybe_save_cursor(force=True)
-
-    def reset_to(self, offset: int) -> None:
-        """Replay (or skip): everything below ``offset`` is done, delivery resumes there.
-
-        In-flight messages leave the window: their clients' counts go down, and a late
-        FIN/REQ/TOUCH for one answers "ID not in flight" as NSQ does for an unknown ID
-        (unless the replay has meanwhile delivered that offset again to the same client).
-        Deferred entries at or above ``offset`` are removed (the replay reads them from the
-        log again); those below stay deferred, a leased one due again at its old deadline.
-        """
-        self.deferred.remove_from(offset)  # first: a StorageError here changes nothing
-        for item in self.in_flight.values():
-            item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
-        self.in_flight.clear()
-        self._timeouts.clear()
-        self._requeued.clear()
-        self._leased = 0
-        self._clear_ahead()  # the store kept those below ``offset``: the reset confirms them
-        self.cursor.reset(offset)
-        self._arrived = max(self._arrived, offset)
-        self._unsaved += 1
-        self.maybe_save_cursor(force=True)
-
-    @property
-    def in_flight_count(self) -> int:
-        return len(self.in_flight)
+        for part in self.parts:
+            part.remove_consumer(client, now)
+        self.pinned.pop(client.id, None)
+        if self.delivery is not None:
+            self.delivery.assign()
 
     def close_consumers(self) -> None:
         for client in list(self.consumers):
             client.state = CLOSING
             client.sink.close_by_server()
         self.consumers.clear()
+        for part in self.parts:
+            part.consumers = []
+
+    # -- ordered delivery ------------------------------------------------------------
+
+    @property
+    def ordered(self) -> bool:
+        return self.delivery is not None
+
+    def set_ordered(self, ordered: bool) -> None:
+        """Switch ordered delivery on or off (SUB_ORDERED, /channel/setorder, topic flag)."""
+        if ordered == self.ordered:
+            return
+        if ordered:
+            self.delivery = OrderedDelivery(self)
+            self.delivery.assign()
+            return
+        self.delivery = None
+        for number, part in enumerate(self.parts):
+            part.consumers = [c for c in self.consumers if self.consumes(c, number)]
+
+    # -- delivery --------------------------------------------------------------------
+
+    def pump(self, now: int) -> int:
+        """Deliver what the consumers' RDY windows admit; returns how many were sent."""
+        if self.delivery is not None:
+            return self.delivery.pump(now)
+        parts = self.parts
+        count = len(parts)
+        if count == 1:
+            return parts[0].pump(now)
+        self._start = (self._start + 1) % count
+        sent = 0
+        for i in range(count):
+            if not self._room():
+                break  # the rest counts what arrived in ``arrive``, after each flush
+            sent += parts[(self._start + i) % count].pump(now)
+        return sent
+
+    def _room(self) -> bool:
+        """Whether any consumer's RDY window has room (else pumping can send nothing)."""
+        return any(client.capacity > 0 for client in self.consumers)
+
+    def arrive(self) -> None:
+        """Count what reached every partition's readable end (NSQ's message_count); also
+        bounds ephemeral backlogs. The broker calls it after each flush."""
+        for part in self.parts:
+            part._arrive()  # what ChannelPartition.pump does first; ``pump`` may skip one
+
+    def scan(self, now: int) -> int:
+        """In-flight timeouts and due deferred messages of every partition; work done."""
+        if self.delivery is not None:
+            return self.delivery.scan(now)
+        return sum(part.scan(now) for part in self.parts)
+
+    def maybe_save_cursor(self, force: bool = False) -> None:
+        for part in self.parts:
+            part.maybe_save_cursor(force)
+
+    def expire_head(self, now: int) -> int:
+        """The TTL sweep of every partition (``PolicyPaths.expire_head``)."""
+        return sum(part.policy_paths.expire_head(now) for part in self.parts)
+
+    def reset(self, targets: list[tuple[ChannelPartition, int]]) -> None:
+        """Replay: move each given part's cursor to its offset (``ChannelPartition.reset_to``);
+        an ordered channel forgets those partitions' requeue holds."""
+        for part, offset in targets:
+            part.reset_to(offset)
+            if self.delivery is not None:
+                self.delivery.holds.pop(self.parts.index(part), None)
+
+    def next_deadline(self) -> int | None:
+        found = [d for d in (part.next_deadline() for part in self.parts) if d is not None]
+        return min(found) if found else None
+
+    def extension(self, partition: int, offset: int) -> tuple[int, bytes]:
+        """The extension delivered with a message (``broker.extensions``); none for an ID
+        outside the topic's partitions."""
+        if not 0 <= partition < len(self.parts):
+            return NO_EXT_VERSION, b""
+        return self.parts[partition].topic.extension(offset)
+
+    # -- FIN / REQ / TOUCH -----------------------------------------------------------
+
+    def _part(
+        self,
+        partition: int,
+        msg_id: bytes,
+        verb: str,
+        error: type[FinFailed | ReqFailed | TouchFailed],
+    ) -> ChannelPartition:
+        if 0 <= partition < len(self.parts):
+            return self.parts[partition]
+        raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
+
+    def finish(self, client: Client, partition: int, offset: int, msg_id: bytes, now: int) -> None:
+        self._part(partition, msg_id, "FIN", FinFailed).finish(client, offset, msg_id, now)
+
+    def finish_ids(self, client: Client, ids: list[bytes], now: int) -> list[FinFailed]:
+        """FIN a burst of IDs (16 lowercase hex characters each) in order; the refusals,
+        each to be answered as ``finish`` would have answered it."""
+        errors: list[FinFailed] = []
+        parts = self.parts
+        count = len(parts)
+        for msg_id in ids:
+            value = int(msg_id, 16)
+            partition = value >> OFFSET_BITS
+            try:
+                if partition >= count:
+                    raise FinFailed(f"FIN {msg_id.decode()} failed ID not in flight")
+                parts[partition].finish(client, value & MAX_OFFSET, msg_id, now)
+            except FinFailed as err:  # kept without its traceback: no cycle through this frame
+                errors.append(err.with_traceback(None))
+        return errors
+
+    def requeue(
+        self,
+        client: Client,
+        partition: int,
+        offset: int,
+        msg_id: bytes,
+        delay_ms: int,
+        now: int,
+    ) -> None:
+        part = self._part(partition, msg_id, "REQ", ReqFailed)
+        if self.delivery is not None and delay_ms > 0:
+            # Ordered: the message stays first in its partition; nothing passes it (unless
+            # that was its last attempt and it went to the dead-letter topic).
+            paths = part.policy_paths
+            dead = paths.dead_letter_count
+            part.requeue(client, offset, msg_id, 0, now)
+            if paths.dead_letter_count == dead:
+                self.delivery.hold(partition, now + delay_ms * 1_000_000)
+            return
+        part.requeue(client, offset, msg_id, delay_ms, now)
+
+    def touch(
+        self,
+        client: Client,
+        partition: int,
+        offset: int,
+        msg_id: bytes,
+        now: int,
+        max_msg_timeout_ns: int,
+    ) -> None:
+        part = self._part(partition, msg_id, "TOUCH", TouchFailed)
+        part.touch(client, offset, msg_id, now, max_msg_timeout_ns)
+
+    # -- actions ---------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self.parts[0].paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        for part in self.parts:
+            part.paused = value
+
+    def empty(self, now: int) -> None:
+        """NSQ's /channel/empty on every partition."""
+        for part in self.parts:
+            part.empty(now)
+        if self.delivery is not None:
+            self.delivery.holds.clear()
+
+    # -- counters (sums over the partitions) -----------------------------------------
+
+    @property
+    def depth(self) -> int:
+        return sum(part.depth for part in self.parts)
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(len(part.in_flight) for part in self.parts)
+
+    @property
+    def deferred_count(self) -> int:
+        return sum(part.deferred_count for part in self.parts)
+
+    @property
+    def message_count(self) -> int:
+        return sum(part.message_count for part in self.parts)
+
+    @property
+    def requeue_count(self) -> int:
+        return sum(part.requeue_count for part in self.parts)
+
+    @property
+    def timeout_count(self) -> int:
+        return sum(part.timeout_count for part in self.parts)
+
+    @property
+    def finish_count(self) -> int:
+        return sum(part.finish_count for part in self.parts)
+
+    @property
+    def dropped_count(self) -> int:
+        return sum(part.dropped_count for part in self.parts)
+
+    @property
+    def dead_letter_count(self) -> int:
+        return sum(part.policy_paths.dead_letter_count for part in self.parts)
+
+    @property
+    def expired_count(self) -> int:
+        return sum(part.policy_paths.expired_count for part in self.parts)
+
+    @property
+    def depth_dropped_count(self) -> int:
+        return sum(part.policy_paths.depth_dropped_count for part in self.parts)
+
+    @property
+    def policy(self) -> ChannelPolicy:
+        """The policy every partition's cursor shares."""
+        return self.parts[0].policy
+
+    @property
+    def e2e(self) -> LatencyWindow | None:
+        """The e2e latency window every partition's cursor records into (None: off)."""
+        return self.parts[0].e2e
+
+    @e2e.setter
+    def e2e(self, window: LatencyWindow | None) -> None:
+        for part in self.parts:
+            part.e2e = window
+
+    @property
+    def in_flight(self) -> dict[int, InFlight]:
+        """Every partition's in-flight messages, keyed by message ID value."""
+        if len(self.parts) == 1:
+            return self.parts[0].in_flight
+        return {
+            (number << OFFSET_BITS) | offset: item
+            for number, part in enumerate(self.parts)
+            for offset, item in part.in_flight.items()
+        }
+
+    @property
+    def cursor(self) -> CursorState:
+        """Partition 0's cursor (the whole cursor of a single-partition topic)."""
+        return self.parts[0].cursor
+
+    @property
+    def deferred(self) -> Deferred:
+        """Partition 0's deferred set (all of it in a single-partition topic)."""
+        return self.parts[0].deferred

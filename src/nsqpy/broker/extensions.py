@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import TypeAlias
 
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client, Sink
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.protocol.extend import PARTITION_KEY_KEY, TRACE_ID_KEY
 from nsqpy.protocol.message import (
     JSON_HEADER_EXT_VERSION,
@@ -67,10 +67,10 @@ class ExtendSink:
 
     def send_message(self, frame: bytes) -> None:
         version, ext = NO_EXTENSION
-        group = self.client.channel
+        channel = self.client.channel
         decoded = try_decode_message_id(frame[_ID_AT : _ID_AT + 16])
-        if decoded is not None and isinstance(group, ChannelGroup):
-            version, ext = group.extension(*decoded)
+        if decoded is not None and isinstance(channel, Channel):
+            version, ext = channel.extension(*decoded)
         self.sink.send_message(extend_frame(frame, version, ext))
 
     def close_by_server(self) -> None:

@@ -1,7 +1,8 @@
 """The broker's features beyond NSQ: dead letters, TTL, depth bounds and tracing, wired in.
 
-Owns ``Features``, which the ``Broker`` creates and calls at a few points: when a topic or
-channel is created (``attach_topic``/``attach_channel`` give the channel its
+Owns ``Features``, which the ``Broker`` creates (giving it its settings, its health state,
+its topics to read and a ``Publisher`` for dead letters) and calls at a few points: when a
+topic or channel is created (``attach_topic``/``attach_channel`` give the channel its
 ``ChannelPolicy``), before and after a publish (``before_publish`` enforces a topic's
 maximum depth, ``after_publish`` records traced publishes), in housekeeping (the TTL
 sweep) and at close. It applies the settings of ``features.json`` (``broker.policy``),
@@ -12,27 +13,28 @@ again by ``retry_saves`` (the broker's timer) until it succeeds, so no change is
 the next restart and a deleted topic's settings are not inherited by a new one.
 
 Partitions: a channel's policy is one object shared by the cursors of all its partitions
-(``ChannelGroup``), so a setting applies to every partition at once; counts are summed for
+(``Channel``), so a setting applies to every partition at once; counts are summed for
 ``/stats``. A dead letter keeps the original record's trace id and partition key (the key
 picks its partition in the dead-letter topic). A depth bound counts the whole topic (all
 partitions); ``drop_oldest`` takes from the deepest partitions first (``spread``), and
 only past what they hold drops new messages of the partition they go to.
-Must not import asyncio or any server.
+Must not import asyncio or any server, nor the broker (``Publisher`` is what it needs of it).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-from nsqpy.broker.channel import Channel, InFlight
-from nsqpy.broker.health import StorageFailed
-from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.broker.channel import Channel
+from nsqpy.broker.health import Health, StorageFailed
 from nsqpy.broker.policy import (
     DEPTH_POLICIES,
     ChannelSettings,
+    PolicedChannel,
     PolicyFile,
     TopicFull,
     TopicSettings,
@@ -40,14 +42,14 @@ from nsqpy.broker.policy import (
     is_dead_letter_topic,
     valid_dead_letter_topic,
 )
-from nsqpy.broker.trace import Tracer
+from nsqpy.broker.trace import TracedPartition, Tracer
 from nsqpy.errors import StorageError
 from nsqpy.protocol.message import encode_message_id
 from nsqpy.storage import Entry
 
 if TYPE_CHECKING:
-    from nsqpy.broker.broker import Broker
     from nsqpy.broker.client import Client
+    from nsqpy.broker.inflight import InFlight
     from nsqpy.broker.partition import Partition
     from nsqpy.broker.topic import Topic
 
@@ -85,22 +87,45 @@ def spread(excess: int, depths: Sequence[int], target: int) -> list[int]:
     return take
 
 
-class Features:
-    """Settings, dead letters, depth bounds and tracing of one broker."""
+class Publisher(Protocol):
+    """Where dead letters are published (``Broker``)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.suffix = broker.opts.dead_letter_suffix
-        self.default_attempts = broker.opts.max_attempts
-        self.settings = PolicyFile(broker.data_path)
+    def topic(self, name: str) -> Topic: ...  # created when missing
+
+    def append_entries(
+        self, topic: Topic, entries: Sequence[Entry], partition: int = ..., *, source: str = ...
+    ) -> object: ...
+
+
+class Features:
+    """Settings, dead letters, depth bounds and tracing of one broker.
+
+    Given the data path (``features.json``, the trace store), the health state its saves
+    report to, the broker's topics by name (read only), the ``Publisher`` of dead letters,
+    and the flags' defaults. The broker calls ``topic_deleted``/``channel_deleted`` when it
+    deletes one."""
+
+    def __init__(
+        self,
+        data_path: Path,
+        health: Health,
+        topics: Mapping[str, Topic],
+        publisher: Publisher,
+        *,
+        dead_letter_suffix: str,
+        max_attempts: int,
+        trace_max_records: int,
+    ) -> None:
+        self.health = health
+        self.topics = topics
+        self.publisher = publisher
+        self.suffix = dead_letter_suffix
+        self.default_attempts = max_attempts
+        self.settings = PolicyFile(data_path)
         self.settings.load()
-        self.tracer = Tracer(
-            broker.data_path, broker.opts.trace_max_records, health=broker.health_state
-        )
+        self.tracer = Tracer(data_path, trace_max_records, health=health)
         self.topic_dropped: dict[str, int] = {}  # drop_oldest while a topic had no channel
         self.unsaved = False  # features.json failed to be written: retry_saves writes it
-        broker.on_topic_deleted.append(self._topic_deleted)
-        broker.on_channel_deleted.append(self._channel_deleted)
 
     # -- attaching settings ----------------------------------------------------------
 
@@ -111,7 +136,7 @@ class Features:
         for channel in topic.channels.values():
             self.attach_channel(topic, channel)
 
-    def attach_channel(self, topic: Topic, channel: ChannelGroup) -> None:
+    def attach_channel(self, topic: Topic, channel: Channel) -> None:
         """Give ``channel`` (all its partitions) the policy its settings, its topic's and
         the flags make."""
         ts = self._topic_settings(topic.name)
@@ -151,7 +176,7 @@ class Features:
     def _save(self) -> OSError | None:
         """Write ``features.json``; a failure is reported to the health state, the file
         left for ``retry_saves``, and returned."""
-        health = self.broker.health_state
+        health = self.health
         try:
             self.settings.save()
         except OSError as exc:
@@ -172,13 +197,13 @@ class Features:
         if self.unsaved:
             self._save()
 
-    def _topic_deleted(self, topic: Topic) -> None:
+    def topic_deleted(self, topic: Topic) -> None:
         self.topic_dropped.pop(topic.name, None)
         self.tracer.forget_topic(topic.name)
         if self.settings.forget_topic(topic.name):
             self._save_quietly()
 
-    def _channel_deleted(self, topic: Topic, channel: ChannelGroup) -> None:
+    def channel_deleted(self, topic: Topic, channel: Channel) -> None:
         if not topic.deleted and self.settings.forget_channel(topic.name, channel.name):
             self._save_quietly()
 
@@ -257,16 +282,16 @@ class Features:
             self.topic_dropped[topic.name] = self.topic_dropped.get(topic.name, 0) + excess
             return
         held = topic.depth
-        for group in topic.channels.values():
-            excess = held + group.depth + pending + count - max_depth
+        for channel in topic.channels.values():
+            excess = held + channel.depth + pending + count - max_depth
             if excess <= 0:
                 continue
-            takes = spread(excess, [c.depth for c in group.parts], target)
-            for number, (channel, n) in enumerate(zip(group.parts, takes, strict=True)):
+            takes = spread(excess, [c.depth for c in channel.parts], target)
+            for number, (cpart, n) in enumerate(zip(channel.parts, takes, strict=True)):
                 # the new messages (of the target partition) are dropped too past the bound
-                end = channel.topic.log.high_watermark + (count if number == target else 0)
+                end = cpart.topic.log.high_watermark + (count if number == target else 0)
                 if n:
-                    channel.drop_oldest(n, end)
+                    cpart.policy_paths.drop_oldest(n, end)
 
     def after_publish(
         self,
@@ -287,7 +312,7 @@ class Features:
     # -- dead letters ----------------------------------------------------------------
 
     @staticmethod
-    def _original(part: Partition, offset: int) -> tuple[dict[str, object], int, bytes]:
+    def _original(part: TracedPartition, offset: int) -> tuple[dict[str, object], int, bytes]:
         """The message's own JSON headers, trace ID and partition key, from its record."""
         trace_id, key, raw = part.extras(offset)
         headers: dict[str, object] = {}
@@ -301,7 +326,7 @@ class Features:
         return headers, trace_id, key
 
     def dead_letter(
-        self, channel: Channel, offset: int, item: InFlight, reason: str, now: int
+        self, channel: PolicedChannel, offset: int, item: InFlight, reason: str, now: int
     ) -> bool:
         """Publish a message that used its last attempt to the channel's dead-letter topic."""
         topic = channel.topic  # the partition the message is in
@@ -324,10 +349,10 @@ class Features:
         )
         source = f"dead letter of {topic.name}/{channel.name}"
         try:
-            target = self.broker.topic(name)
+            target = self.publisher.topic(name)
             if target.deleted:
                 return False
-            self.broker.append_entries(target, [entry], source=source)
+            self.publisher.append_entries(target, [entry], source=source)
         except (TopicFull, StorageError, OSError) as exc:
             log.error(
                 "channel %s/%s: message %d could not go to dead-letter topic %s (%s); requeued",
@@ -341,7 +366,7 @@ class Features:
     def housekeeping(self, now: int) -> None:
         """The TTL sweep of every channel of a topic with a TTL."""
         for name, settings in self.settings.topics.items():
-            topic = self.broker.topics.get(name)
+            topic = self.topics.get(name)
             if topic is None or not settings.ttl_ms:
                 continue
             for channel in topic.channels.values():
@@ -351,7 +376,7 @@ class Features:
         """Add the extra fields to the /stats documents of the topics and channels that use
         a feature (a setting or a non-zero count), after NSQ's: the others stay NSQ's."""
         for doc in topic_docs:
-            topic = self.broker.topics.get(str(doc["topic_name"]))
+            topic = self.topics.get(str(doc["topic_name"]))
             if topic is None:
                 continue
             extra = self.topic_stats(topic)
@@ -367,13 +392,14 @@ class Features:
                     for pdoc, part in zip(
                         cdoc.get("partitions") or (), channel.parts, strict=False
                     ):
+                        paths = part.policy_paths
                         pdoc.update(
-                            dead_letter_count=part.dead_letter_count,
-                            expired_count=part.expired_count,
-                            depth_dropped_count=part.depth_dropped_count,
+                            dead_letter_count=paths.dead_letter_count,
+                            expired_count=paths.expired_count,
+                            depth_dropped_count=paths.depth_dropped_count,
                         )
 
-    def channel_stats(self, channel: ChannelGroup) -> dict[str, object]:
+    def channel_stats(self, channel: Channel) -> dict[str, object]:
         policy = channel.policy
         return {
             "max_attempts": policy.max_attempts,

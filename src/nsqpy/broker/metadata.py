@@ -5,10 +5,11 @@ Owns the JSON document (NSQ's shape: ``topics`` with ``name``, ``paused`` and
 ``paused_at``; a topic with several partitions ``partition_num`` and each partition's
 ``buffer_start``/``paused_at`` in ``partitions``; an ordered topic or channel
 ``ordered``), its atomic write (temp file, fsync, rename) and the recreation of one
-topic's entry at start-up through the broker (invalid names and partition counts are
-skipped with a log line). Ephemeral topics and channels are never written. A damaged
-file is moved aside and the topics are found on disk (``discover``). Must not import
-asyncio or any server.
+topic's entry at start-up (``load_topic``, invalid names and partition counts skipped with a
+log line) through a ``Restorer`` (the broker) that creates without announcing or recording
+what it creates. Ephemeral topics and channels are never written. A damaged file is moved
+aside and the topics are found on disk (``discover``). Must not import asyncio or any
+server, nor the broker (``Restorer`` is what it needs of it).
 """
 
 from __future__ import annotations
@@ -17,22 +18,30 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nsqpy import NSQ_VERSION
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.partition import Partition
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
 from nsqpy.protocol.names import is_ephemeral, valid_channel_name, valid_topic_name
-
-if TYPE_CHECKING:
-    from nsqpy.broker.broker import Broker
 
 log = logging.getLogger("nsqpy.broker")
 
 METADATA_FILE = "nsqd.dat"
+
+
+class Restorer(Protocol):
+    """Creates what the metadata names (``Broker``), as it was: without announcing it
+    (lookupd hooks) or marking the metadata to be written again (it is what it says)."""
+
+    def restore_topic(
+        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+    ) -> Topic: ...
+
+    def restore_channel(self, topic: Topic, name: str) -> Channel: ...
 
 
 def document(topics: Iterable[Topic]) -> dict[str, object]:
@@ -165,7 +174,7 @@ def discover(data_path: Path) -> list[dict[str, Any]]:
     return entries
 
 
-def load_topic(broker: Broker, entry: object) -> None:
+def load_topic(restorer: Restorer, entry: object) -> None:
     """Recreate one topic of the metadata, with its partitions, pause and channels."""
     name = entry.get("name") if isinstance(entry, dict) else None
     if not isinstance(name, str) or not valid_topic_name(name) or is_ephemeral(name):
@@ -177,11 +186,8 @@ def load_topic(broker: Broker, entry: object) -> None:
         log.error("skipping topic %r: invalid partition_num %r", name, count)
         return
     parts = _partition_entries(entry, count)
-    topic = broker.topic(
-        name,
-        partitions=count,
-        buffer_starts=[_int(p.get("buffer_start")) for p in parts],
-        ordered=entry.get("ordered") is True,
+    topic = restorer.restore_topic(
+        name, count, [_int(p.get("buffer_start")) for p in parts], entry.get("ordered") is True
     )
     if entry.get("paused"):
         topic.pause()
@@ -194,7 +200,7 @@ def load_topic(broker: Broker, entry: object) -> None:
         if not isinstance(cname, str) or not valid_channel_name(cname) or is_ephemeral(cname):
             log.warning("skipping creation of invalid channel %r", cname)
             continue
-        channel = broker.channel(topic, cname, listed=True)
+        channel = restorer.restore_channel(topic, cname)
         channel.paused = bool(centry.get("paused"))
         if centry.get("ordered") is True:
             channel.set_ordered(True)
@@ -204,7 +210,7 @@ def _int(value: object) -> int | None:
     return value if type(value) is int else None
 
 
-def _channel_entry(channel: ChannelGroup) -> dict[str, object]:
+def _channel_entry(channel: Channel) -> dict[str, object]:
     entry: dict[str, object] = {"name": channel.name, "paused": channel.paused}
     if channel.ordered:
         entry["ordered"] = True

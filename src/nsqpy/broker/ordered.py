@@ -9,29 +9,36 @@ its in-flight message goes back to the head of the partition and the partition p
 another consumer, which gets that message first. A requeue keeps the order too: the
 message is the next one delivered, and a requeue with a delay holds the whole partition
 until the delay is over. Messages published with a delay (DPUB) leave the order, as they
-leave the cursor's window. Delivery reuses ``Channel.pump``/``Channel.scan`` with the
-owner's RDY window narrowed to one message for the call. Must not import asyncio or any
-server.
+leave the cursor's window. Delivery reuses ``ChannelPartition.pump``/``ChannelPartition.scan``
+with the owner's RDY window narrowed to one message for the call. Must not import asyncio
+or any server, nor the channel it serves (``OrderedChannel`` is what it needs of it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.channel_partition import ChannelPartition
 from nsqpy.broker.client import Client
 
-if TYPE_CHECKING:
-    from nsqpy.broker.partitioned import ChannelGroup
+
+class OrderedChannel(Protocol):
+    """The channel ordered delivery serves (``broker.channel.Channel``)."""
+
+    @property
+    def parts(self) -> list[ChannelPartition]: ...
+    @property
+    def consumers(self) -> list[Client]: ...
+    def consumes(self, client: Client, partition: int) -> bool: ...
 
 
 class OrderedDelivery:
-    """The owners and requeue holds of an ordered ``ChannelGroup``."""
+    """The owners and requeue holds of an ordered ``Channel``."""
 
-    def __init__(self, group: ChannelGroup) -> None:
-        self.group = group
-        self.owners: list[Client | None] = [None] * len(group.parts)
+    def __init__(self, channel: OrderedChannel) -> None:
+        self.channel = channel
+        self.owners: list[Client | None] = [None] * len(channel.parts)
         self.holds: dict[int, int] = {}  # partition -> no delivery before this time (ns)
 
     def owner_of(self, partition: int) -> Client | None:
@@ -43,18 +50,18 @@ class OrderedDelivery:
 
     def assign(self) -> None:
         """Give every partition an owner among the eligible consumers, balanced and sticky."""
-        group = self.group
+        channel = self.channel
         owners = self.owners
-        load = {c.id: 0 for c in group.consumers}
+        load = {c.id: 0 for c in channel.consumers}
         for number, owner in enumerate(owners):
             if owner is None:
                 continue
-            if owner.id not in load or not group.consumes(owner, number):
+            if owner.id not in load or not channel.consumes(owner, number):
                 owners[number] = None
             else:
                 load[owner.id] += 1
         for number in range(len(owners)):
-            eligible = [c for c in group.consumers if group.consumes(c, number)]
+            eligible = [c for c in channel.consumers if channel.consumes(c, number)]
             if not eligible:
                 continue
             least = min(eligible, key=lambda c: load[c.id])  # the earliest among equals
@@ -64,11 +71,11 @@ class OrderedDelivery:
                     load[owner.id] -= 1
                 owners[number] = least
                 load[least.id] += 1
-        for number, part in enumerate(group.parts):
+        for number, part in enumerate(channel.parts):
             owner = owners[number]
             part.consumers = [owner] if owner is not None else []
 
-    def _free(self, number: int, part: Channel, now: int) -> bool:
+    def _free(self, number: int, part: ChannelPartition, now: int) -> bool:
         until = self.holds.get(number)
         if until is not None:
             if until > now:
@@ -92,7 +99,7 @@ class OrderedDelivery:
 
     def pump(self, now: int) -> int:
         sent = 0
-        for number, part in enumerate(self.group.parts):
+        for number, part in enumerate(self.channel.parts):
             owner = self.owners[number]
             sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)
         return sent
@@ -100,7 +107,7 @@ class OrderedDelivery:
     def scan(self, now: int) -> int:
         """Timeouts and due deferred messages; an expired hold counts as work (pump after)."""
         work = 0
-        for number, part in enumerate(self.group.parts):
+        for number, part in enumerate(self.channel.parts):
             held = number in self.holds
             free = self._free(number, part, now)
             if held and number not in self.holds:

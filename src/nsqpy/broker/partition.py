@@ -1,17 +1,18 @@
-"""One partition of a topic: its log, delayed store, DPUB notes and one cursor per channel.
+"""One partition of a topic: its log, delayed store, DPUB notes and each channel's part.
 
 A ``Partition`` owns one log (``<topic dir>/p<N>``, or in memory when ephemeral), its
-delayed store and one ``Channel`` (cursor) per channel of its topic. Publishing appends to
-the log's pending buffer; the broker flushes every dirty log once per event-loop turn
-(group commit) and then lets the channels read, up to ``readable_end`` (the flushed end;
-the durable end under ``--sync-always``; where a pause began). A partition with no
-channels keeps what it receives from ``buffer_start`` on. An ephemeral partition keeps
-its messages in memory, at most ``mem_queue_size`` of them while it has no channel (or is
-paused), dropping the overflow and still counting it, as NSQ does; each channel takes what
-reaches it into its own bounded queue and the partition forgets it (``forget_taken``).
-Loading a channel from disk brings its cursor back inside the log the partition recovered
-(``_bound_by_log``, gaps confirmed) and hands what the delayed store holds to its read to
-skip (``_deferred_ahead``); a damaged delayed store makes its channels read the log again
+delayed store and one ``ChannelPartition`` (``nsqpy.broker.channel_partition``: cursor,
+in-flight, deferred) per channel of its topic. Publishing appends to the log's pending
+buffer; the broker flushes every dirty log once per event-loop turn (group commit) and then
+lets the channels read, up to ``readable_end`` (the flushed end; the durable end under
+``--sync-always``; where a pause began). A partition with no channels keeps what it
+receives from ``buffer_start`` on. An ephemeral partition keeps its messages in memory, at
+most ``mem_queue_size`` of them while it has no channel (or is paused), dropping the
+overflow and still counting it, as NSQ does; each channel takes what reaches it into its
+own bounded queue and the partition forgets it (``forget_taken``). Loading a channel from
+disk brings its cursor back inside the log the partition recovered (``_bound_by_log``, gaps
+confirmed) and hands what the delayed store holds to its read to skip
+(``_deferred_ahead``); a damaged delayed store makes its channels read the log again
 (``settle_lost_deferred``). A partition notes its delayed messages (``dpubs``) for its
 channels to defer as they reach them. Must not import asyncio or any server.
 """
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.channel_partition import ChannelPartition
 from nsqpy.broker.deferred import Deferred, DurableDeferred, MemoryDeferred
 from nsqpy.broker.dpubs import NoteBudget, PublishedDeferred
 from nsqpy.broker.extensions import NO_EXTENSION, Extension, extension_from, extension_of
@@ -87,7 +88,7 @@ class Partition:
         self.sync = settings.sync  # channel cursors are saved on the same schedule
         self.paused = False
         self.paused_at = 0  # while paused: channels read only below this offset
-        self.channels: dict[str, Channel] = {}
+        self.channels: dict[str, ChannelPartition] = {}
         self.message_count = 0
         self.message_bytes = 0
         self.dropped_count = 0  # ephemeral overflow (NSQ drops it silently)
@@ -116,7 +117,7 @@ class Partition:
 
     @property
     def partition(self) -> int:
-        """The partition number (what ``Channel`` puts in message IDs)."""
+        """The partition number (what ``ChannelPartition`` puts in message IDs)."""
         return self.number
 
     # -- channels --------------------------------------------------------------------
@@ -140,7 +141,7 @@ class Partition:
 
     def create_channel(
         self, name: str, *, start: int | None = None, listed: bool = False
-    ) -> Channel:
+    ) -> ChannelPartition:
         """Create (or load from disk) the cursor of channel ``name`` in this partition.
 
         ``listed``: the metadata names this channel, so its cursor should be on disk. When
@@ -206,9 +207,11 @@ class Partition:
                     raise  # not created: nothing would find it after a restart
                 cursor_file.note(1)  # left due: the periodic save writes it (a full disk)
                 self.health.failed(cursor_key(cursor_file.path), exc)
-        channel = Channel(self, name, cursor, cursor_file, deferred, counted_from=counted_from)
+        channel = ChannelPartition(
+            self, name, cursor, cursor_file, deferred, counted_from=counted_from
+        )
         if ahead:
-            channel.hold_ahead(ahead)
+            channel.deferral.hold_ahead(ahead)
         self.channels[name] = channel
         return channel
 
@@ -298,12 +301,12 @@ class Partition:
             )  # fmt: skip
         return ahead
 
-    def delete_channel(self, name: str) -> Channel | None:
+    def delete_channel(self, name: str) -> ChannelPartition | None:
         channel = self.channels.pop(name, None)
         if channel is None:
             return None
         channel.deleted = True
-        channel.forget_failures()
+        channel.deferral.forget_failures()
         try:
             channel.deferred.clear()
         except StorageError as exc:  # the channel goes all the same; retry_purges clears them

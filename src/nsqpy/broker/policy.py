@@ -4,8 +4,9 @@ Owns the settings as set over HTTP (``TopicSettings``, ``ChannelSettings``) and 
 ``features.json`` in the data path (``PolicyFile``: JSON, written atomically: temp file,
 fsync, rename), the runtime view a channel consults on its delivery paths
 (``ChannelPolicy``: plain attributes, so the checks cost one attribute read when a feature
-is off), dead-letter topic naming and ``TopicFull``, the error a publish gets from a topic
-at its maximum depth under the ``refuse`` policy. Must not import asyncio or any server.
+is off; ``PolicedChannel`` is the channel partition as its callbacks see it), dead-letter
+topic naming and ``TopicFull``, the error a publish gets from a topic at its maximum depth
+under the ``refuse`` policy. Must not import asyncio or any server, nor the channel modules.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nsqpy.errors import StorageError
 from nsqpy.protocol.names import valid_topic_name
 
 if TYPE_CHECKING:
-    from nsqpy.broker.channel import Channel, InFlight
-    from nsqpy.broker.trace import Tracer
+    from nsqpy.broker.inflight import InFlight
+    from nsqpy.broker.trace import TracedPartition, Tracer
 
 log = logging.getLogger("nsqpy.broker")
 
@@ -34,7 +35,7 @@ EPHEMERAL = "#ephemeral"
 MAX_ATTEMPTS = 65535
 
 # (channel, offset, in-flight item, reason, now) -> True when the message was dead-lettered.
-DeadLetterFn = Callable[["Channel", int, "InFlight", str, int], bool]
+DeadLetterFn = Callable[["PolicedChannel", int, "InFlight", str, int], bool]
 
 
 class TopicFull(StorageError):
@@ -70,6 +71,17 @@ class ChannelPolicy:
     dead_letter: DeadLetterFn | None = None
     ttl_ns: int = 0  # 0 = messages never expire (NSQ)
     tracer: Tracer | None = None  # None = not traced
+
+
+class PolicedChannel(Protocol):
+    """A channel partition as its policy's callbacks see it (``ChannelPartition``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic(self) -> TracedPartition: ...  # the partition it reads
+    @property
+    def policy(self) -> ChannelPolicy: ...
 
 
 def dead_letter_name(topic: str, suffix: str) -> str:

@@ -1,9 +1,9 @@
 """Replay: move a channel's cursor to an offset, a time, or either end of the retained log.
 
 Owns the consume-position form of Youzan's ``/channel/setoffset`` body (``type:value``)
-and what it means here (``parse_position``), the choice of the channels a reset applies
-to (``channel_partitions``: the channel's cursor in each partition of the topic, or in
-the one partition asked for), the resolution of a position against a partition's log
+and what it means here (``parse_position``), the choice of the channel's parts a reset
+applies to (``channel_partitions``: its ``ChannelPartition`` in each partition of the
+topic, or in the one partition asked for), the resolution of a position against a partition's log
 (``resolve``) and the reset itself (``set_offset``: every check first, then every cursor
 is reset, so a bad request changes nothing). Must not import asyncio or any server.
 
@@ -30,10 +30,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.broker.channel import Channel
+from nsqpy.broker.channel_partition import ChannelPartition
 
 if TYPE_CHECKING:
-    from nsqpy.broker.partitioned import ChannelGroup
+    from nsqpy.broker.channel import Channel
     from nsqpy.broker.topic import Topic
 
 NEWEST, OLDEST = -1, -2
@@ -72,10 +72,11 @@ def parse_position(body: bytes) -> Position:
     return position
 
 
-def channel_partitions(topic: Topic, channel: str, partition: int | None) -> list[Channel]:
-    """The channel's per-partition cursors a reset applies to (all when ``partition`` is None)."""
-    group = topic.channels.get(channel)
-    parts = list(group.parts) if group is not None else []
+def channel_partitions(topic: Topic, channel: str, partition: int | None) -> list[ChannelPartition]:
+    """The channel's parts (one cursor each) a reset applies to (all when ``partition`` is
+    None)."""
+    found = topic.channels.get(channel)
+    parts = list(found.parts) if found is not None else []
     if partition is None:
         return parts
     if not 0 <= partition < len(parts):
@@ -85,10 +86,10 @@ def channel_partitions(topic: Topic, channel: str, partition: int | None) -> lis
     return [parts[partition]]
 
 
-def resolve(channel: Channel, position: Position) -> int:
-    """The offset ``position`` names in the channel's partition log."""
-    log_ = channel.topic.log
-    low, end = log_.low_watermark, channel.topic.readable_end
+def resolve(part: ChannelPartition, position: Position) -> int:
+    """The offset ``position`` names in the log of the channel part's partition."""
+    log_ = part.topic.log
+    low, end = log_.low_watermark, part.topic.readable_end
     if position.kind == "special":
         return end if position.value == NEWEST else low
     if position.kind == "timestamp":
@@ -103,10 +104,10 @@ def resolve(channel: Channel, position: Position) -> int:
 
 
 def set_offset(
-    group: ChannelGroup, channels: list[Channel], position: Position
-) -> list[tuple[Channel, int]]:
-    """Reset each of ``channels`` (cursors of ``group``) to ``position`` in its partition;
-    returns (cursor, offset) pairs. Checks every one first."""
-    targets = [(channel, resolve(channel, position)) for channel in channels]
-    group.reset(targets)
+    channel: Channel, parts: list[ChannelPartition], position: Position
+) -> list[tuple[ChannelPartition, int]]:
+    """Reset each of ``parts`` (of ``channel``) to ``position`` in its partition; returns
+    (part, offset) pairs. Checks every one first."""
+    targets = [(part, resolve(part, position)) for part in parts]
+    channel.reset(targets)
     return targets

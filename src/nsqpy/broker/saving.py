@@ -1,15 +1,18 @@
-"""What the broker writes besides the logs and cursors: the data path's lock, ``nsqd.dat``
-and ``features.json`` again after a failure, and the health those failures set.
+"""What the broker writes besides the logs and cursors: the data path's lock, ``nsqd.dat``,
+and what a failure left unsaved.
 
-Owns ``Saving``, the part of ``Broker`` that keeps the metadata (``nsqpy.broker.metadata``
-writes and reads the file) and the health state (``nsqpy.broker.health``, what /ping
-answers), and ``lock_data_path``: the data path is locked (``flock`` on ``nsqd.lock``,
-exclusive, non-blocking) for as long as the broker is open, as NSQ locks its data path: two
-nsqd on one data path would overwrite each other's logs and cursors. A metadata or
-``features.json`` save that failed, and the deferred rows of a deleted channel the delayed
-store refused to clear, are written again by ``retry_saves`` (the server's ticker) until
-they succeed, each reported under its own key until then. ``Broker`` inherits it and
-provides the attributes declared below. Must not import asyncio or any server.
+Owns ``Persistence``, which the ``Broker`` creates first and keeps as ``persistence``, given
+the data path, the broker's topics by name (read only) and its health state
+(``nsqpy.broker.health``, what /ping answers, where every failure here is reported). It
+takes the data path's lock (``lock_data_path``: ``flock`` on ``nsqd.lock``, exclusive,
+non-blocking) for as long as the broker is open, as NSQ locks its data path: two nsqd on
+one data path would overwrite each other's logs and cursors. It writes ``nsqd.dat``
+(``nsqpy.broker.metadata`` makes and reads the document), at once or at the next timer
+tick after a creation, and loads it at start through a ``Restorer`` (the broker). A
+metadata save that failed, and the deferred rows of a deleted channel the delayed store
+refused to clear, are written again by ``retry_metadata``/``retry_purges`` (the server's
+ticker, through ``Broker.retry_saves``) until they succeed, each reported under its own key
+until then. Must not import asyncio or any server, nor the broker.
 """
 
 from __future__ import annotations
@@ -17,16 +20,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from nsqpy.broker import metadata
-from nsqpy.broker.health import Health, StorageFailed
+from nsqpy.broker.health import Health
 from nsqpy.errors import StorageError
 
 if TYPE_CHECKING:
-    from nsqpy.broker.broker import Broker
-    from nsqpy.broker.features import Features
     from nsqpy.broker.partition import Partition
     from nsqpy.broker.topic import Topic
 
@@ -58,61 +60,35 @@ def lock_data_path(path: Path) -> int:
     return fd
 
 
-class Saving:
-    """Mixed into ``Broker``: metadata, retried saves, health, the data path's lock."""
+class Persistence:
+    """The data path's lock, ``nsqd.dat`` and the saves retried after a failure."""
 
-    data_path: Path
-    topics: dict[str, Topic]
-    health_state: Health
-    features: Features
-    _loading: bool
-    _lock_fd: int | None
-
-    def _init_saving(self) -> None:
-        self._metadata_unsaved = False  # nsqd.dat failed to be written: retry_saves writes it
-        self._metadata_due = False  # topics or channels were created: retry_saves writes it
+    def __init__(self, data_path: Path, topics: Mapping[str, Topic], health: Health) -> None:
+        self.data_path = data_path
+        self.topics = topics
+        self.health = health
+        self._lock_fd: int | None = lock_data_path(data_path)
+        self._metadata_unsaved = False  # nsqd.dat failed to be written: retry writes it
+        self._metadata_due = False  # topics or channels were created: retry writes it
         self._purging: set[Partition] = set()  # deleted channels' deferred rows left behind
-
-    # -- health ----------------------------------------------------------------------
-
-    @property
-    def health_error(self) -> str:
-        """The latest storage failure still unresolved ("" while healthy)."""
-        return self.health_state.error
-
-    @property
-    def healthy(self) -> bool:
-        return not self.health_state.error
-
-    @property
-    def health(self) -> str:
-        return "OK" if self.healthy else f"NOK - {self.health_error}"
-
-    def storage_failed(self, what: str, exc: BaseException) -> StorageFailed:
-        """Report a failure that nothing retries (a topic or channel not created, so nothing
-        was acknowledged) to the health state; returns the error for the caller."""
-        self.health_state.failed_once(what, exc)
-        return StorageFailed(str(exc))
 
     # -- metadata (nsqpy.broker.metadata) --------------------------------------------
 
-    def metadata(self) -> dict[str, object]:
+    def document(self) -> dict[str, object]:
         return metadata.document(self.topics.values())
 
     def save_metadata(self) -> None:
         """Write ``nsqd.dat``; a failure is reported to the health state and the file is
-        written again by ``retry_saves`` until it succeeds."""
-        if self._loading:
-            return
+        written again by ``retry_metadata`` until it succeeds."""
         try:
             self.write_metadata()
         except OSError as exc:
             self._metadata_unsaved = True
-            self.health_state.failed(METADATA_FAILED, exc)
+            self.health.failed(METADATA_FAILED, exc)
 
     def metadata_changed(self) -> None:
         """A topic or channel was created: ``nsqd.dat`` is written by the next timer tick
-        (``retry_saves``), once for all created meanwhile. Each one's own files (a topic's
+        (``retry_metadata``), once for all created meanwhile. Each one's own files (a topic's
         log and offset reservation, a channel's cursor) are already on disk, and the start
         finds them even if the metadata did not name them yet (``metadata.read``); writing
         the whole file at each creation made creating N topics take time in N squared."""
@@ -121,21 +97,19 @@ class Saving:
     def write_metadata(self) -> None:
         """Write ``nsqd.dat`` now (OSError when it cannot be written)."""
         self._metadata_due = False
-        metadata.write(self.data_path, self.metadata())
+        metadata.write(self.data_path, self.document())
         self._metadata_unsaved = False
-        if self.health_state.error:
-            self.health_state.ok(METADATA_FAILED)
+        if self.health.error:
+            self.health.ok(METADATA_FAILED)
 
-    def load_metadata(self) -> None:
+    def load_metadata(self, restorer: metadata.Restorer) -> None:
+        """Recreate what ``nsqd.dat`` (reconciled with the disk) names, through ``restorer``,
+        then write it as it now is."""
         topics = metadata.read(self.data_path)
         if topics is None:
             return
-        self._loading = True
-        try:
-            for entry in topics:
-                metadata.load_topic(cast("Broker", self), entry)
-        finally:
-            self._loading = False
+        for entry in topics:
+            metadata.load_topic(restorer, entry)
         self.save_metadata()
         for topic in self.topics.values():
             for part in topic.partitions:
@@ -143,17 +117,18 @@ class Saving:
 
     # -- retried saves ---------------------------------------------------------------
 
-    def purge_later(self, topic: Topic) -> None:
-        """A channel of ``topic`` was deleted: its partitions that could not clear its
-        deferred rows clear them in ``retry_saves``."""
-        self._purging.update(p for p in topic.partitions if p.purges)
-
-    def retry_saves(self) -> None:
-        """Timer: write again what a storage failure left unsaved (the metadata,
-        ``features.json``, deleted channels' deferred rows)."""
+    def retry_metadata(self) -> None:
+        """Timer: write ``nsqd.dat`` if a save failed or a creation is not in it yet."""
         if self._metadata_unsaved or self._metadata_due:
             self.save_metadata()
-        self.features.retry_saves()
+
+    def purge_later(self, topic: Topic) -> None:
+        """A channel of ``topic`` was deleted: its partitions that could not clear its
+        deferred rows clear them in ``retry_purges``."""
+        self._purging.update(p for p in topic.partitions if p.purges)
+
+    def retry_purges(self) -> None:
+        """Timer: clear again the deferred rows of deleted channels a failure left behind."""
         for part in list(self._purging):
             part.retry_purges()
             if not part.purges:

@@ -19,16 +19,16 @@ from datetime import UTC, datetime
 
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.e2e import LatencyWindow, latency_result
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.broker.topic import Topic
 
 
-def _windows(channels: Iterable[ChannelGroup]) -> list[LatencyWindow]:
+def _windows(channels: Iterable[Channel]) -> list[LatencyWindow]:
     return [c.e2e for c in channels if c.e2e is not None]
 
 
-def _channel_partitions(channel: ChannelGroup) -> list[dict[str, object]]:
+def _channel_partitions(channel: Channel) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for number, part in enumerate(channel.parts):
         entry: dict[str, object] = {
@@ -62,7 +62,7 @@ def _topic_partitions(topic: Topic) -> list[dict[str, object]]:
 
 
 def channel_stats(
-    channel: ChannelGroup,
+    channel: Channel,
     include_clients: bool,
     percentiles: list[float],
     topic_filter: str | None = None,

@@ -1,7 +1,7 @@
 """A topic: its partitions (``nsqpy.broker.partition``) and its channels.
 
-A topic has 1 to ``MAX_PARTITIONS`` partitions, fixed when it is created; the user-visible
-channel over all partitions is a ``ChannelGroup`` (``nsqpy.broker.partitioned``). A
+A topic has 1 to ``MAX_PARTITIONS`` partitions, fixed when it is created; a channel is a
+``Channel`` (``nsqpy.broker.channel``) over one ``ChannelPartition`` per partition. A
 publish goes to one partition: the one asked for, else the one a partition key hashes to
 (CRC-32 of the key modulo the partition count: stable across restarts), else the next in
 turn. A topic with no channels keeps what it receives, and the first channel created
@@ -20,8 +20,8 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.partition import LogSettings, Partition
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.errors import StorageError
 from nsqpy.protocol.names import is_ephemeral
 from nsqpy.storage import (
@@ -40,7 +40,7 @@ MAX_PARTITIONS = 255  # as youzan's nsqlookupd allows; message IDs could address
 
 
 class Topic:
-    """One topic: its partitions and its user-visible channels (``ChannelGroup``)."""
+    """One topic: its partitions and its user-visible channels (``Channel``)."""
 
     def __init__(
         self,
@@ -64,7 +64,7 @@ class Topic:
         self.paused = False
         self.deleted = False
         self.ordered = ordered  # new channels are ordered
-        self.channels: dict[str, ChannelGroup] = {}
+        self.channels: dict[str, Channel] = {}
         starts = list(buffer_starts) + [None] * partitions
         self.partitions = [
             Partition(name, n, self.directory, settings, starts[n], ephemeral_start)
@@ -107,16 +107,16 @@ class Topic:
 
     def create_channel(
         self, name: str, *, start: int | None = None, listed: bool = False
-    ) -> ChannelGroup:
+    ) -> Channel:
         """Create (or load from disk) channel ``name``; see the module doc for where it
         starts, and ``Partition.create_channel`` for ``listed``."""
         existing = self.channels.get(name)
         if existing is not None:
             return existing
         parts = [p.create_channel(name, start=start, listed=listed) for p in self.partitions]
-        group = ChannelGroup(self, name, parts, ordered=self.ordered)
-        self.channels[name] = group
-        return group
+        channel = Channel(self, name, parts, ordered=self.ordered)
+        self.channels[name] = channel
+        return channel
 
     def forget_channel(self, name: str) -> None:
         """Undo the creation of channel ``name``, which failed to be stored: no partition
@@ -125,22 +125,22 @@ class Topic:
         for partition in self.partitions:
             channel = partition.channels.pop(name, None)
             if channel is not None:
-                channel.forget_failures()
+                channel.deferral.forget_failures()
             if channel is not None and channel.cursor_file is not None:
                 try:
                     channel.cursor_file.remove()
                 except OSError:
                     pass  # a new channel's file: its next creation writes it again
 
-    def delete_channel(self, name: str) -> ChannelGroup | None:
-        group = self.channels.pop(name, None)
-        if group is None:
+    def delete_channel(self, name: str) -> Channel | None:
+        channel = self.channels.pop(name, None)
+        if channel is None:
             return None
-        group.deleted = True
-        group.close_consumers()
+        channel.deleted = True
+        channel.close_consumers()
         for partition in self.partitions:
             partition.delete_channel(name)
-        return group
+        return channel
 
     # -- counters (sums over the partitions) -----------------------------------------
 

@@ -9,8 +9,10 @@ traced (the channel's ``policy.tracer`` is None). The trace ID of an event is th
 the message's log record (read once per message and remembered in a bounded map), so a
 trace ID given at publish time and one a later reader finds in the log are the same.
 Offsets are per partition: the ``topic`` an event is about is a topic's ``Partition``
-(its name, number and log), and a message is known by (topic name, partition, offset).
-Must not import asyncio or any server.
+(its name, number and log: ``TracedPartition``, as the channel's is in ``TracedChannel``),
+and a message is known by (topic name, partition, offset). Must not import asyncio or any
+server, nor the topic, partition and channel modules it traces (those Protocols are what
+it reads of them).
 """
 
 from __future__ import annotations
@@ -20,24 +22,45 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nsqpy.broker.health import Health
 from nsqpy.errors import StorageError
 from nsqpy.protocol.message import encode_message_id
-from nsqpy.storage import OffsetOutOfRange
+from nsqpy.storage import MemoryLog, OffsetOutOfRange, PartitionLog
 from nsqpy.storage.tracestore import TraceEvent, TraceStore
 
 if TYPE_CHECKING:
-    from nsqpy.broker.channel import Channel
     from nsqpy.broker.client import Client
-    from nsqpy.broker.partition import Partition
 
 log = logging.getLogger("nsqpy.broker")
 
 TRACE_FILE = "trace.sqlite"
 _TRACE_ID_CACHE = 100_000
 _READ_AHEAD = 256
+
+
+class TracedPartition(Protocol):
+    """A topic partition as the tracer reads it (``broker.partition.Partition``)."""
+
+    @property
+    def name(self) -> str: ...  # the topic's
+    @property
+    def partition(self) -> int: ...
+    @property
+    def ephemeral(self) -> bool: ...
+    @property
+    def log(self) -> PartitionLog | MemoryLog: ...
+    def extras(self, offset: int) -> tuple[int, bytes, bytes]: ...
+
+
+class TracedChannel(Protocol):
+    """A channel's part over one partition (``broker.channel_partition.ChannelPartition``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def topic(self) -> TracedPartition: ...  # the partition it reads
 
 
 def client_label(client: Client | str | None) -> str:
@@ -109,7 +132,7 @@ class Tracer:
         self._pending.append(event)
         self._queued += 1
 
-    def trace_id_of(self, topic: Partition, offset: int) -> int:
+    def trace_id_of(self, topic: TracedPartition, offset: int) -> int:
         """The trace ID in the record at ``offset`` (0 when none or unreadable)."""
         key = (topic.name, topic.partition, offset)
         tid = self._trace_ids.get(key)
@@ -140,7 +163,7 @@ class Tracer:
 
     def published(
         self,
-        topic: Partition,
+        topic: TracedPartition,
         first: int,
         count: int,
         source: Client | str | None,
@@ -159,7 +182,7 @@ class Tracer:
 
     def channel_event(
         self,
-        channel: Channel,
+        channel: TracedChannel,
         offset: int,
         event: str,
         client: Client | None,

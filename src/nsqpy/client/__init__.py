@@ -14,8 +14,9 @@ Works against any nsqd speaking protocol V2 (NSQ 1.x or nsqpy). Quick start::
                         lookupd_http_addresses=["127.0.0.1:4161"], max_in_flight=10):
         await asyncio.Event().wait()
 
-Layers: ``_codec`` (bytes, via ``nsqpy.protocol``) < ``conn`` (one socket) < ``producer`` /
-``consumer``; ``rdy`` and ``backoff`` are pure policies, ``lookup`` is the lookupd HTTP poller.
+Layers: ``nsqpy.protocol`` (every byte sent or parsed) < ``secure`` (TLS, compression, AUTH
+on any ``secure.Upgradable``) < ``conn`` (one socket) < ``producer`` / ``consumer``; ``rdy``
+and ``backoff`` are pure policies, ``lookup`` is the lookupd HTTP poller.
 This package never imports the servers (``nsqd``, ``lookupd``, ``broker``) or ``testing``.
 """
 

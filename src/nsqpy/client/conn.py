@@ -7,10 +7,12 @@ match them), except ``_heartbeat_`` (answered with NOP here) and the non-fatal
 E_FIN_FAILED/E_REQ_FAILED/E_TOUCH_FAILED, which answer no waiting command and go to
 ``on_error``. Message frames go to ``on_message``. Commands written in one loop turn leave
 in one ``writelines``. The byte stream enters through ``data_received`` only: after the
-IDENTIFY reply ``secure.negotiate`` upgrades it (TLS with ``loop.start_tls``, then a
-snappy/deflate codec in front of the frame decoder) and sends AUTH when nsqd asks for it.
+IDENTIFY reply ``secure.negotiate`` upgrades it through the ``secure.Upgradable`` methods
+here (``start_tls``, then a snappy/deflate codec in front of the frame decoder) and sends
+AUTH when nsqd asks for it.
 
-Owns sockets (asyncio); uses ``_codec`` for bytes. Must not import the consumer or producer.
+Owns sockets (asyncio); uses ``nsqpy.protocol`` for every byte it sends or parses. Must not
+import the consumer or producer.
 """
 
 from __future__ import annotations
@@ -26,16 +28,25 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from nsqpy import __version__
-from nsqpy.client import _codec as codec
 from nsqpy.client.errors import ConnectionClosedError, UnexpectedResponseError
 from nsqpy.client.secure import negotiate
 from nsqpy.errors import ConfigError, ProtocolError, from_wire
+from nsqpy.protocol.client_codec import encode_identify, encode_magic, encode_nop, encode_rdy
 from nsqpy.protocol.compress import CorruptStream, StreamDecoder, StreamEncoder
+from nsqpy.protocol.frames import (
+    FRAME_MESSAGE,
+    FRAME_RESPONSE,
+    HEARTBEAT,
+    BadFrame,
+    FrameDecoder,
+)
+from nsqpy.protocol.identify import parse_identify_response
+from nsqpy.protocol.message import Message as WireMessage
+from nsqpy.protocol.message import decode_message
 
 log = logging.getLogger("nsqpy.client")
 
-HEARTBEAT = b"_heartbeat_"
-CLOSE_WAIT = b"CLOSE_WAIT"
+NOP = encode_nop()
 
 
 def _default_hostname() -> str:
@@ -111,7 +122,7 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-MessageCallback = Callable[["Connection", codec.WireMessage], None]
+MessageCallback = Callable[["Connection", WireMessage], None]
 ConnCallback = Callable[["Connection"], None]
 ErrorCallback = Callable[["Connection", ProtocolError], None]
 
@@ -144,7 +155,7 @@ class Connection(asyncio.Protocol):
         self.last_message_at = clock()
         self.rdy_changed_at = clock()
         self._transport: asyncio.Transport | None = None
-        self._decoder = codec.FrameDecoder()
+        self._decoder = FrameDecoder()
         self._waiting: deque[asyncio.Future[bytes]] = deque()
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
@@ -179,9 +190,9 @@ class Connection(asyncio.Protocol):
         try:
             async with asyncio.timeout(timeout):
                 await loop.create_connection(lambda: conn, host, port)
-                conn.write(codec.MAGIC_V2)
+                conn.write(encode_magic())
                 conn._negotiating = True
-                reply = await conn.command(codec.identify(options.fields()))
+                reply = await conn.command(encode_identify(options.fields()))
                 conn._negotiated(reply)
                 await negotiate(conn, host)
         except BaseException:
@@ -191,7 +202,7 @@ class Connection(asyncio.Protocol):
 
     def _negotiated(self, reply: bytes) -> None:
         try:
-            self.settings = codec.parse_identify_reply(reply)
+            self.settings = parse_identify_response(reply)
         except ValueError as exc:
             self.close()
             raise UnexpectedResponseError(str(exc)) from None
@@ -241,31 +252,21 @@ class Connection(asyncio.Protocol):
         while not self._hold:
             try:
                 frame = self._decoder.pop()
-            except ValueError as exc:
+            except BadFrame as exc:
                 log.error("nsqd %s sent a bad frame: %s", self.key, exc)
                 self.close()
                 return
             if frame is None:
                 return
             frame_type, body = frame
-            if frame_type == codec.FRAME_MESSAGE:
+            if frame_type == FRAME_MESSAGE:
                 self._got_message(body)
-            elif frame_type == codec.FRAME_RESPONSE:
+            elif frame_type == FRAME_RESPONSE:
                 # While negotiating, each reply may switch the stream's encoding: stop here.
                 self._hold = self._negotiating
                 self._got_response(body)
-            elif frame_type == codec.FRAME_ERROR:
+            else:  # FRAME_ERROR: the decoder lets no other type through
                 self._got_error(body)
-            else:
-                log.error("nsqd %s sent unknown frame type %s", self.key, frame_type)
-                self.close()
-                return
-
-    def _release_frames(self) -> None:
-        """Negotiation is over: frames flow again."""
-        self._negotiating = False
-        self._hold = False
-        self._drain_frames()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -294,9 +295,9 @@ class Connection(asyncio.Protocol):
         self._can_write.set()
 
     # ---- incoming --------------------------------------------------------------------------
-    def _got_message(self, body: bytes | memoryview) -> None:
+    def _got_message(self, body: bytes) -> None:
         try:
-            msg = codec.decode_message(bytes(body))
+            msg = decode_message(body)
         except Exception as exc:
             log.error("nsqd %s sent a bad message frame: %s", self.key, exc)
             self.close()
@@ -308,7 +309,7 @@ class Connection(asyncio.Protocol):
 
     def _got_response(self, body: bytes) -> None:
         if body == HEARTBEAT:
-            self.write(codec.nop())
+            self.write(NOP)
             return
         if not self._waiting:
             log.warning("nsqd %s sent an unexpected response %r", self.key, body[:64])
@@ -382,7 +383,47 @@ class Connection(asyncio.Protocol):
             return
         self.rdy = count
         self.rdy_changed_at = self.clock()
-        self.write(codec.rdy(count))
+        self.write(encode_rdy(count))
+
+    # ---- stream upgrades (secure.Upgradable) -----------------------------------------------
+    def take_unread(self) -> bytes:
+        """The bytes read past the last frame handed out; the decoder is left empty."""
+        return self._decoder.take_rest()
+
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> None:
+        """Upgrade the socket to TLS in place (``loop.start_tls``)."""
+        transport = self._transport
+        if transport is None:
+            raise UnexpectedResponseError(f"connection to {self.key} closed during IDENTIFY")
+        loop = asyncio.get_running_loop()
+        secure = await loop.start_tls(transport, self, context, server_hostname=server_hostname)
+        if secure is None:
+            raise UnexpectedResponseError(
+                f"connection to {self.key} closed during the TLS handshake"
+            )
+        self._transport = secure
+
+    def compress(self, encoder: StreamEncoder, decoder: StreamDecoder) -> None:
+        """From now on every write goes through ``encoder`` and every read through ``decoder``."""
+        self._encoder = encoder
+        self._inflate = decoder
+
+    def expect_reply(self, unread: bytes) -> asyncio.Future[bytes]:
+        """The next response (an upgrade's ``OK``), read from ``unread`` then the socket."""
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)
+        self._hold = False
+        if unread:
+            self._received(unread)
+        else:
+            self._drain_frames()
+        return fut
+
+    def release_frames(self) -> None:
+        """Negotiation is over: frames flow again."""
+        self._negotiating = False
+        self._hold = False
+        self._drain_frames()
 
     # ---- closing ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -27,7 +27,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from nsqpy.client import _codec as codec
 from nsqpy.client.backoff import Backoff
 from nsqpy.client.conn import Connection, IdentifyOptions, split_address
 from nsqpy.client.lookup import LookupdPoller
@@ -35,6 +34,9 @@ from nsqpy.client.message import Message
 from nsqpy.client.rdy import RdyMode, RdyTimeouts, changes, plan_rdy
 from nsqpy.errors import BadChannel, BadTopic, ConfigError, ProtocolError
 from nsqpy.errors import NsqError as _NsqError
+from nsqpy.protocol.client_codec import encode_cls, encode_fin, encode_req, encode_sub, encode_touch
+from nsqpy.protocol.message import Message as WireMessage
+from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
 log = logging.getLogger("nsqpy.client")
 
@@ -63,18 +65,18 @@ class _ConnResponder:
         self.conn = conn
 
     def _finish(self, message: Message) -> None:
-        self.consumer._answered(self.conn, codec.fin(message.id), success=True)
+        self.consumer._answered(self.conn, encode_fin(message.id), success=True)
         self.consumer.stats.finished += 1
 
     def _requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         if delay is None:
             delay = self.consumer.requeue_delay_for(message.attempts)
-        data = codec.req(message.id, round(delay * 1000))
+        data = encode_req(message.id, round(delay * 1000))
         self.consumer._answered(self.conn, data, success=False if backoff else None)
         self.consumer.stats.requeued += 1
 
     def _touch(self, message: Message) -> None:
-        self.conn.write(codec.touch(message.id))
+        self.conn.write(encode_touch(message.id))
 
 
 class Consumer:
@@ -108,9 +110,9 @@ class Consumer:
         connect_timeout: float = 1.0,
         identify: IdentifyOptions | None = None,
     ) -> None:
-        if not codec.valid_topic_name(topic):
+        if not valid_topic_name(topic):
             raise BadTopic(f"invalid topic name {topic!r}")
-        if not codec.valid_channel_name(channel):
+        if not valid_channel_name(channel):
             raise BadChannel(f"invalid channel name {channel!r}")
         if not nsqd_tcp_addresses and not lookupd_http_addresses:
             raise ConfigError("Consumer needs nsqd_tcp_addresses or lookupd_http_addresses")
@@ -188,7 +190,7 @@ class Consumer:
             self._backoff_timer.cancel()
         conns = list(self._conns.values())
         if conns:
-            acks = [c.command(codec.cls()) for c in conns]
+            acks = [c.command(encode_cls()) for c in conns]
             await asyncio.wait(acks, timeout=min(timeout, 5.0))
             for fut in acks:
                 if fut.done() and not fut.cancelled():
@@ -268,7 +270,7 @@ class Consumer:
             )
             try:
                 async with asyncio.timeout(self.connect_timeout):
-                    await conn.command(codec.sub(self.topic, self.channel))
+                    await conn.command(encode_sub(self.topic, self.channel))
             except BaseException:
                 conn.close()
                 raise
@@ -339,7 +341,7 @@ class Consumer:
                 pass
 
     # ---- messages --------------------------------------------------------------------------
-    def _on_message(self, conn: Connection, wire: codec.WireMessage) -> None:
+    def _on_message(self, conn: Connection, wire: WireMessage) -> None:
         responder = self._responders.get(conn)
         if responder is None:
             return

@@ -21,10 +21,11 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
-from nsqpy.client import _codec as codec
 from nsqpy.client.conn import Connection, IdentifyOptions, split_address
 from nsqpy.client.errors import ConnectionClosedError, NoConnectionsError
 from nsqpy.errors import BadBody, BadMessage, BadTopic, ConfigError, InvalidError
+from nsqpy.protocol.client_codec import encode_dpub, encode_mpub, encode_pub
+from nsqpy.protocol.names import valid_topic_name
 
 log = logging.getLogger("nsqpy.client")
 
@@ -87,7 +88,7 @@ class Producer:
         """PUB one message; returns when nsqd answered OK."""
         _check_topic(topic)
         _check_body(body)
-        await self._send(codec.pub(topic, body))
+        await self._send(encode_pub(topic, body))
 
     async def mpub(self, topic: str, bodies: Sequence[bytes]) -> None:
         """MPUB several messages atomically; returns when nsqd answered OK."""
@@ -96,7 +97,7 @@ class Producer:
             raise BadBody("MPUB needs at least one message")
         for body in bodies:
             _check_body(body)
-        await self._send(codec.mpub(topic, list(bodies)))
+        await self._send(encode_mpub(topic, bodies))
 
     async def dpub(self, topic: str, delay: float, body: bytes) -> None:
         """DPUB: deliver the message after ``delay`` seconds (nsqd allows up to 1 h)."""
@@ -104,7 +105,7 @@ class Producer:
         _check_body(body)
         if delay < 0:
             raise InvalidError(f"DPUB delay {delay} must be >= 0")
-        await self._send(codec.dpub(topic, round(delay * 1000), body))
+        await self._send(encode_dpub(topic, round(delay * 1000), body))
 
     @property
     def connections(self) -> list[Connection]:
@@ -189,7 +190,7 @@ class Producer:
 
 
 def _check_topic(topic: str) -> None:
-    if not codec.valid_topic_name(topic):
+    if not valid_topic_name(topic):
         raise BadTopic(f"invalid topic name {topic!r}")
 
 

@@ -7,7 +7,9 @@ transport), then snappy or deflate, reading the ``OK`` that follows each; then A
 requires it. A TLS upgrade that was asked for and that nsqd declines is an error, never a
 silent fall back to plain text; compression nsqd declines is simply not used.
 
-Uses ``conn``'s connection internals and ``nsqpy.codecs``; never the servers.
+``negotiate`` works on any ``Upgradable``, the protocol this module owns for the few stream
+operations it needs (``client.conn.Connection`` is the one in use), so it never imports
+``conn``. Uses ``nsqpy.protocol`` for bytes and ``nsqpy.codecs``; never the servers.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from nsqpy.client import _codec as codec
 from nsqpy.client.errors import UnexpectedResponseError
 from nsqpy.codecs import stream_codec
 from nsqpy.errors import ConfigError
-
-if TYPE_CHECKING:
-    from nsqpy.client.conn import Connection
+from nsqpy.protocol.client_codec import encode_auth
+from nsqpy.protocol.compress import StreamDecoder, StreamEncoder
 
 TLS_VERSIONS = {
     "ssl3.0": ssl.TLSVersion.TLSv1,
@@ -66,7 +66,46 @@ class AuthRequiredError(ConfigError):
     """nsqd requires AUTH and no ``auth_secret`` was configured (go-nsq: "Auth Required")."""
 
 
-async def negotiate(conn: Connection, host: str) -> None:
+class UpgradeOptions(Protocol):
+    """The IDENTIFY options negotiation reads (``client.conn.IdentifyOptions`` is one)."""
+
+    @property
+    def tls_v1(self) -> bool: ...
+    @property
+    def tls_context(self) -> ssl.SSLContext | None: ...
+    @property
+    def tls_server_hostname(self) -> str | None: ...
+    @property
+    def snappy(self) -> bool: ...
+    @property
+    def deflate(self) -> bool: ...
+    @property
+    def deflate_level(self) -> int: ...
+    @property
+    def auth_secret(self) -> str | None: ...
+
+
+class Upgradable(Protocol):
+    """A connection that has read the IDENTIFY reply and holds its frames until
+    ``release_frames`` (``client.conn.Connection`` is one)."""
+
+    auth_reply: dict[str, Any]
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def options(self) -> UpgradeOptions: ...
+    @property
+    def settings(self) -> dict[str, Any]: ...
+    def command(self, data: bytes) -> asyncio.Future[bytes]: ...
+    def take_unread(self) -> bytes: ...
+    async def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> None: ...
+    def compress(self, encoder: StreamEncoder, decoder: StreamDecoder) -> None: ...
+    def expect_reply(self, unread: bytes) -> asyncio.Future[bytes]: ...
+    def release_frames(self) -> None: ...
+
+
+async def negotiate(conn: Upgradable, host: str) -> None:
     """The upgrades and AUTH that follow the IDENTIFY reply; the connection is held meanwhile."""
     options = conn.options
     settings = conn.settings
@@ -78,49 +117,29 @@ async def negotiate(conn: Connection, host: str) -> None:
         if getattr(options, kind) and settings.get(kind):
             level = int(settings.get("deflate_level", options.deflate_level))
             encoder, decoder = stream_codec(kind, level)
-            rest = conn._decoder.take_rest()
-            conn._encoder = encoder
-            conn._inflate = decoder
-            await _expect_ok(conn, rest)
-    conn._release_frames()
+            unread = conn.take_unread()
+            conn.compress(encoder, decoder)
+            await _expect_ok(conn, unread)
+    conn.release_frames()
     if settings.get("auth_required"):
         if options.auth_secret is None:
             raise AuthRequiredError(f"nsqd {conn.key} requires AUTH: set auth_secret")
-        reply = await conn.command(codec.auth(options.auth_secret.encode()))
+        reply = await conn.command(encode_auth(options.auth_secret))
         try:
             conn.auth_reply = cast(dict[str, Any], json.loads(reply))
         except ValueError:
             raise UnexpectedResponseError(f"bad AUTH reply {reply[:64]!r}") from None
 
 
-async def _start_tls(conn: Connection, context: ssl.SSLContext, host: str) -> None:
-    if conn._decoder.take_rest():
+async def _start_tls(conn: Upgradable, context: ssl.SSLContext, host: str) -> None:
+    if conn.take_unread():
         raise UnexpectedResponseError(f"nsqd {conn.key} sent data before the TLS handshake")
-    transport = conn._transport
-    if transport is None:
-        raise UnexpectedResponseError(f"connection to {conn.key} closed during IDENTIFY")
-    loop = asyncio.get_running_loop()
-    secure = await loop.start_tls(
-        transport,
-        conn,
-        context,
-        server_hostname=conn.options.tls_server_hostname or host,
-    )
-    if secure is None:
-        raise UnexpectedResponseError(f"connection to {conn.key} closed during the TLS handshake")
-    conn._transport = secure
+    await conn.start_tls(context, conn.options.tls_server_hostname or host)
     await _expect_ok(conn, b"")
 
 
-async def _expect_ok(conn: Connection, rest: bytes) -> None:
-    """Wait for the OK that follows an upgrade (``rest``: bytes already read past it)."""
-    fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-    conn._waiting.append(fut)
-    conn._hold = False
-    if rest:
-        conn._received(rest)
-    else:
-        conn._drain_frames()
-    reply = await fut
+async def _expect_ok(conn: Upgradable, unread: bytes) -> None:
+    """Wait for the OK that follows an upgrade (``unread``: bytes already read past it)."""
+    reply = await conn.expect_reply(unread)
     if reply != b"OK":
         raise UnexpectedResponseError(f"nsqd {conn.key} answered an upgrade with {reply[:64]!r}")

@@ -1,9 +1,9 @@
 """The ``nsqlookupd`` program: flags -> NsqLookupdOptions -> NsqLookupd, until SIGTERM/SIGINT.
 
-A thin shell: flag parsing (SPEC 5.2, Go style, ``--config`` TOML), logging set-up, the
-event loop (uvloop when installed) and a clean exit with status 0 on a signal. Bad flags
-exit with status 2 and a message, a listener that cannot bind with status 1; never a
-traceback. Re-exports ``NsqLookupd`` and ``NsqLookupdOptions`` for callers.
+A thin shell: flag parsing (SPEC 5.2, Go style, ``--config`` TOML; the flags are declared
+on ``NsqLookupdOptions``), logging set-up, the event loop (uvloop when installed) and a
+clean exit with status 0 on a signal. Bad flags exit with status 2 and a message, a
+listener that cannot bind with status 1; never a traceback. Re-exports ``NsqLookupd`` and ``NsqLookupdOptions`` for callers.
 """
 
 from __future__ import annotations
@@ -14,47 +14,13 @@ from collections.abc import Sequence
 
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.daemon import run, serve_until_signal
-from nsqpy.flags import Flag, parse_flags
+from nsqpy.flags import declared, parse_flags
 from nsqpy.logs import setup_daemon_logging
 from nsqpy.lookupd.daemon import NsqLookupd
 from nsqpy.lookupd.options import NsqLookupdOptions, validate
 
-FLAGS = [
-    Flag("log-level", "log_level", help="set log verbosity: debug, info, warn, error, or fatal"),
-    Flag("log-prefix", "log_prefix", help="log message prefix"),
-    Flag("verbose", "verbose", "bool", help="[deprecated] has no effect, use --log-level"),
-    Flag("tcp-address", "tcp_address", help="<addr>:<port> to listen on for TCP clients"),
-    Flag("http-address", "http_address", help="<addr>:<port> to listen on for HTTP clients"),
-    Flag(
-        "broadcast-address",
-        "broadcast_address",
-        help="address of this lookupd node (default: the OS hostname)",
-    ),
-    Flag(
-        "broadcast-tcp-port",
-        "broadcast_tcp_port",
-        "int",
-        help="nsqpy: TCP port announced in IDENTIFY replies (0 = the TCP listener's)",
-    ),
-    Flag(
-        "broadcast-http-port",
-        "broadcast_http_port",
-        "int",
-        help="nsqpy: HTTP port announced in IDENTIFY replies (0 = the HTTP listener's)",
-    ),
-    Flag(
-        "inactive-producer-timeout",
-        "inactive_producer_timeout_ms",
-        "duration",
-        help="duration of time a producer will remain in the active list since its last ping",
-    ),
-    Flag(
-        "tombstone-lifetime",
-        "tombstone_lifetime_ms",
-        "duration",
-        help="duration of time a producer will remain tombstoned if registration remains",
-    ),
-]
+FLAGS = declared(NsqLookupdOptions)  # every flag, declared on NsqLookupdOptions
+DESCRIPTION = "nsqlookupd (nsqpy): the discovery daemon that knows which nsqd has which topic"
 
 VERSION_LINE = f"nsqlookupd v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
 
@@ -63,16 +29,14 @@ __all__ = ["FLAGS", "NsqLookupd", "NsqLookupdOptions", "main", "parse_args"]
 
 def parse_args(argv: Sequence[str]) -> NsqLookupdOptions:
     """Flags (and ``--config``) into options; exits 2 with a message when one is bad."""
-    opts: NsqLookupdOptions = parse_flags(
+    return parse_flags(
         NsqLookupdOptions,
-        FLAGS,
         argv,
         prog="nsqlookupd",
-        description="nsqlookupd (nsqpy): the discovery daemon that knows which nsqd has which topic",
+        description=DESCRIPTION,
         version=VERSION_LINE,
         validate=validate,
     )
-    return opts
 
 
 def setup_logging(level: str, prefix: str) -> None:

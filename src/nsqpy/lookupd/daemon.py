@@ -19,8 +19,9 @@ from collections.abc import Callable
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
+from nsqpy.flags import listen_host_port
 from nsqpy.lookupd.http import make_app
-from nsqpy.lookupd.options import NsqLookupdOptions, split_host_port
+from nsqpy.lookupd.options import NsqLookupdOptions
 from nsqpy.lookupd.registry import Registry
 from nsqpy.lookupd.tcp import V1Connection
 
@@ -77,8 +78,8 @@ class NsqLookupd:
     async def start(self) -> None:
         """Bind TCP then HTTP; on failure nothing stays bound."""
         loop = asyncio.get_running_loop()
-        tcp_host, tcp_port = split_host_port(self.opts.tcp_address, "tcp-address")
-        http_host, http_port = split_host_port(self.opts.http_address, "http-address")
+        tcp_host, tcp_port = listen_host_port("tcp-address", self.opts.tcp_address)
+        http_host, http_port = listen_host_port("http-address", self.opts.http_address)
         self._tcp_server = await loop.create_server(
             lambda: V1Connection(self), tcp_host, tcp_port, reuse_address=True
         )

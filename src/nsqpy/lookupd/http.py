@@ -12,18 +12,15 @@ order). Imports aiohttp, nsqpy.httpapi and the registry; never the TCP side.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
 from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json
 from nsqpy.lookupd.registry import PeerInfo, Registry
-from nsqpy.metrics.lookupd_metrics import add_lookupd_metrics
+from nsqpy.metrics.lookupd_metrics import LookupdView, add_lookupd_metrics
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
-
-if TYPE_CHECKING:
-    from nsqpy.lookupd.daemon import NsqLookupd
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -32,7 +29,7 @@ GO_ZERO_TIME_NS = -6795364578871345152
 _HEX = "0123456789abcdefABCDEF"
 
 
-def make_app(daemon: NsqLookupd) -> web.Application:
+def make_app(daemon: LookupdView) -> web.Application:
     api = HttpApi(daemon.registry)
     app = web.Application(middlewares=[nsq_middleware])
     routes: list[tuple[str, str, Handler]] = [

@@ -1,58 +1,77 @@
-"""nsqlookupd's options (SPEC 5.2): one flat dataclass whose fields mirror the flags.
+"""nsqlookupd's options (SPEC 5.2): one flat dataclass whose fields are its flags.
 
-Defaults live here. Durations are kept in milliseconds (``*_ms``). Also owns the check of
-an options object and the ``host:port`` splitting of listen addresses. Imports only the
-standard library and nsqpy.errors.
+Each field is declared once with ``nsqpy.flags.option`` (flag name, default, help, kind,
+check); that declaration drives ``nsqlookupd``'s parser, ``--help``, ``--config`` files and
+docs/flags.md. Durations are kept in milliseconds (``*_ms``). ``validate`` runs the checks.
+Imports only the standard library, nsqpy.errors and nsqpy.flags.
 """
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from nsqpy.errors import ConfigError
+from nsqpy.flags import check_host_port, check_options, log_level_check, must, option
 
-LOG_LEVELS = {"debug": 10, "info": 20, "warn": 30, "error": 40, "fatal": 50}
+_PORT = must(lambda v: 0 <= v <= 65535, "--{flag} {value} out of range 0-65535")
 
 
 @dataclass
 class NsqLookupdOptions:
     """nsqlookupd's flags with NSQ v1.3.0's defaults (ports 0 = pick a free port)."""
 
-    tcp_address: str = "0.0.0.0:4160"
-    http_address: str = "0.0.0.0:4161"
-    broadcast_address: str = field(default_factory=socket.gethostname)
+    tcp_address: str = option(
+        "tcp-address",
+        "0.0.0.0:4160",
+        "<addr>:<port> to listen on for TCP clients",
+        check=check_host_port,
+    )
+    http_address: str = option(
+        "http-address",
+        "0.0.0.0:4161",
+        "<addr>:<port> to listen on for HTTP clients",
+        check=check_host_port,
+    )
+    broadcast_address: str = option(
+        "broadcast-address",
+        factory=socket.gethostname,
+        help="address of this lookupd node (default: the OS hostname)",
+    )
     # nsqpy: the ports announced in the IDENTIFY reply (0 = the listeners' own ports).
-    broadcast_tcp_port: int = 0
-    broadcast_http_port: int = 0
-    inactive_producer_timeout_ms: int = 300_000
-    tombstone_lifetime_ms: int = 45_000
-    log_level: str = "info"
-    log_prefix: str = "[nsqlookupd] "
-    verbose: bool = False  # deprecated in NSQ, no effect
-
-
-def split_host_port(address: str, flag: str = "address") -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` too) -> (host, port); an empty host means all interfaces."""
-    host, sep, port_text = address.rpartition(":")
-    if not sep or not port_text.isdigit():
-        raise ConfigError(f"--{flag} {address!r} is not <addr>:<port>")
-    port = int(port_text)
-    if port > 65535:
-        raise ConfigError(f"--{flag} {address!r}: port {port} out of range 0-65535")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or "0.0.0.0", port
+    broadcast_tcp_port: int = option(
+        "broadcast-tcp-port",
+        0,
+        "nsqpy: TCP port announced in IDENTIFY replies (0 = the TCP listener's)",
+        check=_PORT,
+    )
+    broadcast_http_port: int = option(
+        "broadcast-http-port",
+        0,
+        "nsqpy: HTTP port announced in IDENTIFY replies (0 = the HTTP listener's)",
+        check=_PORT,
+    )
+    inactive_producer_timeout_ms: int = option(
+        "inactive-producer-timeout",
+        300_000,
+        "duration of time a producer will remain in the active list since its last ping",
+        kind="duration_ms",
+    )
+    tombstone_lifetime_ms: int = option(
+        "tombstone-lifetime",
+        45_000,
+        "duration of time a producer will remain tombstoned if registration remains",
+        kind="duration_ms",
+    )
+    log_level: str = option(
+        "log-level",
+        "info",
+        "set log verbosity: debug, info, warn, error, or fatal",
+        check=log_level_check(),
+    )
+    log_prefix: str = option("log-prefix", "[nsqlookupd] ", "log message prefix")
+    verbose: bool = option("verbose", False, "[deprecated] has no effect, use --log-level")
 
 
 def validate(opts: NsqLookupdOptions) -> None:
     """Raise ConfigError naming the first bad option."""
-    split_host_port(opts.tcp_address, "tcp-address")
-    split_host_port(opts.http_address, "http-address")
-    for name in ("broadcast_tcp_port", "broadcast_http_port"):
-        port = getattr(opts, name)
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"--{name.replace('_', '-')} {port} out of range 0-65535")
-    if opts.log_level.lower() not in LOG_LEVELS:
-        raise ConfigError(
-            f"invalid --log-level {opts.log_level!r} (debug, info, warn, error or fatal)"
-        )
+    check_options(opts)

@@ -9,19 +9,39 @@ lookupd's HTTP module. Reads the registry; never changes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
+from nsqpy.lookupd.registry import Registry
 from nsqpy.metrics.exposition import Family
 from nsqpy.metrics.routes import add_metrics_route
 
-if TYPE_CHECKING:
-    from nsqpy.lookupd.daemon import NsqLookupd
+
+class Peer(Protocol):
+    """A TCP connection of an nsqd: ``peer`` is set once it identified."""
+
+    @property
+    def peer(self) -> object: ...
 
 
-def lookupd_families(daemon: NsqLookupd) -> list[Family]:
+class LookupdView(Protocol):
+    """What the exporter (and lookupd's HTTP app) read of nsqlookupd: its registry and
+    traffic. ``NsqLookupd`` is one; this module never names it."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    @property
+    def command_counts(self) -> Mapping[str, int]: ...
+
+    @property
+    def connections(self) -> Collection[Peer]: ...
+
+
+def lookupd_families(daemon: LookupdView) -> list[Family]:
     registry = daemon.registry
     topics = sorted(registry.topics())
     per_topic = Family(
@@ -50,6 +70,6 @@ def lookupd_families(daemon: NsqLookupd) -> list[Family]:
     ]
 
 
-def add_lookupd_metrics(app: web.Application, daemon: NsqLookupd) -> None:
+def add_lookupd_metrics(app: web.Application, daemon: LookupdView) -> None:
     """Register nsqlookupd's ``GET /metrics``."""
     add_metrics_route(app, "nsqlookupd", lambda: lookupd_families(daemon))

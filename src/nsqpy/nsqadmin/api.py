@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from nsqpy.errors import ConfigError
+from nsqpy.flags import LOG_LEVELS
 from nsqpy.httpapi import query_arg, v1_error, v1_json, v1_text
 from nsqpy.nsqadmin import queries
 from nsqpy.nsqadmin.cluster import AllFailed, Cluster, Errors, find_producer
 from nsqpy.nsqadmin.graphite import fetch_rate
-from nsqpy.nsqadmin.options import FLAGS, LOG_LEVELS, split_host_port
+from nsqpy.nsqadmin.options import check_upstream, config_value
 from nsqpy.nsqadmin.upstream import UpstreamError
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
@@ -283,21 +285,15 @@ class Api:
     async def config(self, request: web.Request) -> web.StreamResponse:
         self._config_allowed(request)
         opt = request.match_info["opt"]
-        by_key = {(f.config_key or f.name.replace("-", "_")): f for f in FLAGS}
-        flag = by_key.get(opt)
         if request.method == "PUT":
             raw = await request.content.read(MAX_BODY + 1)
             if not raw or len(raw) > MAX_BODY:
                 raise BadRequest("INVALID_VALUE", 413)
             self._config_put(opt, raw)
-        if flag is None:
-            raise BadRequest("INVALID_OPTION")
-        value = getattr(self.opts, flag.field)
-        if flag.kind == "duration":
-            value = value * 1_000_000
-        elif flag.field == "log_level":
-            value = LOG_LEVELS[value.lower()] // 10
-        return v1_json(value)
+        try:
+            return v1_json(config_value(self.opts, opt))
+        except KeyError:
+            raise BadRequest("INVALID_OPTION") from None
 
     def _config_allowed(self, request: web.Request) -> None:
         cidr = self.opts.allow_config_from_cidr
@@ -333,8 +329,8 @@ class Api:
             raise BadRequest("INVALID_VALUE")  # exactly one of lookupd / nsqd lists is in use
         try:
             for a in addresses:
-                split_host_port(a, "lookupd-http-address")
-        except Exception:
+                check_upstream("lookupd-http-address", a)  # what the flag accepts
+        except ConfigError:
             raise BadRequest("INVALID_VALUE") from None
         self.opts.lookupd_http_addresses = list(addresses)
         self.cluster.lookupd = list(addresses)

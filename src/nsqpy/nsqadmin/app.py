@@ -22,6 +22,7 @@ from nsqpy.logs import setup_daemon_logging
 from nsqpy.nsqadmin.options import FLAGS, NsqAdminOptions, validate
 from nsqpy.nsqadmin.server import NsqAdmin
 
+DESCRIPTION = "nsqadmin (nsqpy): web UI and JSON API to administer an NSQ cluster"
 VERSION_LINE = f"nsqadmin v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
 
 __all__ = ["FLAGS", "NsqAdmin", "NsqAdminOptions", "main", "parse_args"]
@@ -29,16 +30,14 @@ __all__ = ["FLAGS", "NsqAdmin", "NsqAdminOptions", "main", "parse_args"]
 
 def parse_args(argv: Sequence[str]) -> NsqAdminOptions:
     """Flags (and ``--config``) into options; exits 2 with a message when one is bad."""
-    opts: NsqAdminOptions = parse_flags(
+    return parse_flags(
         NsqAdminOptions,
-        FLAGS,
         argv,
         prog="nsqadmin",
-        description="nsqadmin (nsqpy): web UI and JSON API to administer an NSQ cluster",
+        description=DESCRIPTION,
         version=VERSION_LINE,
         validate=validate,
     )
-    return opts
 
 
 async def serve(opts: NsqAdminOptions) -> None:

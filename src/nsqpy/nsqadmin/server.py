@@ -18,13 +18,14 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nsqpy.flags import listen_host_port
 from nsqpy.httpapi import nsq_middleware, v1_error
 from nsqpy.nsqadmin.api import Api, guarded
 from nsqpy.nsqadmin.api import routes as api_routes
 from nsqpy.nsqadmin.cluster import Cluster, Errors, NotFound
 from nsqpy.nsqadmin.history import History, samples_from_stats
 from nsqpy.nsqadmin.notify import Notifier
-from nsqpy.nsqadmin.options import NsqAdminOptions, split_host_port, validate
+from nsqpy.nsqadmin.options import NsqAdminOptions, validate
 from nsqpy.nsqadmin.pages import Pages
 from nsqpy.nsqadmin.pages import routes as page_routes
 from nsqpy.nsqadmin.trace import Trace
@@ -78,7 +79,7 @@ class NsqAdmin:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        host, port = split_host_port(self.opts.http_address)
+        host, port = listen_host_port("http-address", self.opts.http_address)
         self._runner = web.AppRunner(self.make_app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_address=True)

@@ -25,13 +25,14 @@ from nsqpy.broker.health import StorageFailed
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import ProtocolError, PubFailed, StorageError
+from nsqpy.flags import LOG_LEVELS
 from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json, v1_text
 from nsqpy.metrics.nsqd_metrics import add_nsqd_metrics
 from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_features import http_source, parse_trace_id
 from nsqpy.nsqd.http_limits import body_deadline
 from nsqpy.nsqd.params import BOOL_PARAMS, BadQuery, parse_int64, parse_query
-from nsqpy.options import LOG_LEVELS, config_value
+from nsqpy.options import config_value
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 from nsqpy.storage import Entry
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from nsqpy.flags import listen_host_port
 from nsqpy.httpapi import V1_HEADER, Handler
 from nsqpy.nsqd.http_limits import runner_options
 
@@ -40,12 +41,11 @@ def plain_http_app(server: NsqdServer, app: web.Application) -> web.Application:
 async def start_https(server: NsqdServer) -> None:
     """Listen on --https-address when a certificate is configured."""
     from nsqpy.nsqd.http import make_app
-    from nsqpy.nsqd.server import split_host_port
 
     context = server.tls.context
     if context is None or not server.opts.https_address:
         return
-    host, port = split_host_port(server.opts.https_address)
+    host, port = listen_host_port("https-address", server.opts.https_address)
     runner = web.AppRunner(make_app(server), **runner_options(server.opts))
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=context, reuse_address=True)

@@ -1,11 +1,12 @@
 """nsqd's log-read API: read a partition's log by offset, its watermarks, seek by time.
 
 Owns three read-only HTTP routes that Spark (``nsqpy.spark``) and other offset-keeping
-readers use, and the binary layout of a read's reply (``encode_records``; the reader side
-decodes it in ``nsqpy.spark.wire``). Reads go straight to the topic's partition log and
-never touch a channel: no cursor moves, nothing is delivered, confirmed or counted.
-Imports aiohttp, ``nsqpy.httpapi``, ``nsqpy.protocol.names`` and ``nsqpy.storage``; the
-server only for typing. ``add_logread_routes(app, server)`` is called by ``make_app``.
+readers use; the binary layout of a read's reply is ``nsqpy.protocol.logread``'s (written
+here with its ``encode_columns``, or cut from the log's own batches). Reads go straight to
+the topic's partition log and never touch a channel: no cursor moves, nothing is
+delivered, confirmed or counted. Imports aiohttp, ``nsqpy.httpapi``, ``nsqpy.protocol``
+and ``nsqpy.storage``; the server only for typing. ``add_logread_routes(app, server)`` is
+called by ``make_app``.
 
 Routes (all GET; errors are NSQ V1 JSON ``{"message": CODE}``)::
 
@@ -22,16 +23,16 @@ Routes (all GET; errors are NSQ V1 JSON ``{"message": CODE}``)::
         O is the first offset whose publish time is at or after MS (ms since the epoch);
         H when there is none, L when every kept message is that recent.
     /log/read?topic=T&partition=P&offset=O&max_count=N&max_bytes=B[&format=F]
-        200 with the binary body below and the headers X-NSQ-Next-Offset (the offset to ask
+        200 with a binary body in format F and the headers X-NSQ-Next-Offset (the offset to ask
         for next), X-NSQ-Record-Count, X-NSQ-Low-Watermark and X-NSQ-High-Watermark.
         O == high gives zero records. At least one record comes back when there is one,
         even if it alone is larger than B. The offsets are normally O, O+1, ...; a first
         offset above O (or a jump) means those offsets are gone (a quarantined segment).
-        format=columns (the default) is the columnar body below; format=batches is the
-        log's own batches as stored (``nsqpy.storage.log`` documents the layout), read
-        with one ``read_raw`` and sent as they are: no record is decoded or encoded on
-        nsqd, so it is the cheap form for bulk readers. Its offsets are dense (a gap
-        ends a reply), and the last batch is cut (resealed) to honour N.
+        format=columns (the default) is the columnar body; format=batches is the log's
+        own batches as stored, read with one ``read_raw`` and sent as they are: no record
+        is decoded or encoded on nsqd, so it is the cheap form for bulk readers. Its
+        offsets are dense (a gap ends a reply), and the last batch is cut (resealed) to
+        honour N. Both layouts: ``nsqpy.protocol.logread``.
 
     partition defaults to 0; max_count to 10000 (at most 1000000), max_bytes to 1 MiB (at
     most 16 MiB); larger values are lowered to the limit.
@@ -45,20 +46,6 @@ Routes (all GET; errors are NSQ V1 JSON ``{"message": CODE}``)::
         retention: data loss for the reader) or offset > high
     500 CORRUPT_RECORD: the log failed a CRC check at that offset
 
-Body of a read (all integers little-endian; n records; positions are n+1 u32 starting at
-0, so item i is ``data[pos[i]:pos[i+1]]``)::
-
-    magic "NQLR" | version u16 (1) | reserved u16 | n u32 | reserved u32     16 bytes
-    offset      u64[n]
-    timestamp   i64[n]    publish time, ns since the Unix epoch
-    deliver_at  i64[n]    ns since the Unix epoch when deferred, else 0
-    trace_id    u64[n]    0 = none
-    key_pos     u32[n+1]  partition keys
-    headers_pos u32[n+1]  headers: a UTF-8 JSON object per record, empty = none
-    body_pos    u32[n+1]
-    flags       u16[n]
-    keys | headers | bodies                                                  the data
-
 A message's NSQ ID is ``nsqpy.protocol.message.encode_message_id(partition, offset)``.
 """
 
@@ -66,19 +53,27 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
-from collections.abc import Sequence
-from itertools import accumulate
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from crc32c import crc32c
 
 from nsqpy.errors import StorageError
 from nsqpy.httpapi import V1_HEADER, query_arg, v1_error, v1_json
+from nsqpy.protocol.logread import (
+    BATCHES,
+    BATCHES_CONTENT_TYPE,
+    CONTENT_TYPE,
+    FORMATS,
+    HIGH_WATERMARK_HEADER,
+    LOW_WATERMARK_HEADER,
+    NEXT_OFFSET_HEADER,
+    RECORD_COUNT_HEADER,
+    encode_columns,
+)
+from nsqpy.protocol.message import MAX_OFFSET, MAX_PARTITION
 from nsqpy.protocol.names import valid_topic_name
-from nsqpy.storage import MemoryLog, OffsetOutOfRange, PartitionLog, RawBatch, Record
+from nsqpy.storage import MemoryLog, OffsetOutOfRange, PartitionLog, RawBatch
 from nsqpy.storage.records import BATCH, BATCH_SIZE, batch_header, scan_records
 
 if TYPE_CHECKING:
@@ -87,62 +82,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqpy.nsqd")
 
-MAGIC = b"NQLR"
-VERSION = 1
-HEAD = struct.Struct("<4sHHII")
-CONTENT_TYPE = "application/x-nsqpy-log; version=1"
-BATCHES_CONTENT_TYPE = "application/x-nsqpy-log-batches; version=2"
-FORMATS = ("columns", "batches")
 DEFAULT_MAX_COUNT = 10_000
 LIMIT_MAX_COUNT = 1_000_000
 DEFAULT_MAX_BYTES = 1 << 20
 LIMIT_MAX_BYTES = 16 << 20
-MAX_PARTITION = 1023
-MAX_OFFSET = (1 << 54) - 1
 MAX_TS_MS = (1 << 63) // 1_000_000
 
 _DIGITS = re.compile(r"[0-9]{1,19}")
-# Record's fields by position (it is a named tuple: itemgetter is its fastest accessor).
-_OFFSET, _TIMESTAMP, _DELIVER_AT, _FLAGS, _BODY, _TRACE_ID, _KEY, _HEADERS = range(8)
 
 Log = PartitionLog | MemoryLog
-
-
-def _positions(items: list[bytes]) -> bytes:
-    """u32 positions (n+1, from 0) of ``items`` laid end to end."""
-    if not any(items):
-        return bytes(4 * (len(items) + 1))
-    return struct.pack(f"<{len(items) + 1}I", *accumulate(map(len, items), initial=0))
-
-
-def encode_records(records: Sequence[Record]) -> bytes:
-    """The body of a read reply holding ``records`` (layout in the module docstring)."""
-    n = len(records)
-    head = HEAD.pack(MAGIC, VERSION, 0, n, 0)
-    if not n:
-        return head + bytes(12)
-
-    def column(field: int) -> list[Any]:
-        return list(map(itemgetter(field), records))
-
-    keys, headers, bodies = column(_KEY), column(_HEADERS), column(_BODY)
-    u64, i64 = f"<{n}Q", f"<{n}q"
-    return b"".join(
-        (
-            head,
-            struct.pack(u64, *column(_OFFSET)),
-            struct.pack(i64, *column(_TIMESTAMP)),
-            struct.pack(i64, *column(_DELIVER_AT)),
-            struct.pack(u64, *column(_TRACE_ID)),
-            _positions(keys),
-            _positions(headers),
-            _positions(bodies),
-            struct.pack(f"<{n}H", *column(_FLAGS)),
-            *keys,
-            *headers,
-            *bodies,
-        )
-    )
 
 
 def cut_batches(raw: RawBatch, max_count: int) -> tuple[bytes, int]:
@@ -289,11 +237,11 @@ class LogReadApi:
         if not low <= offset <= high:
             return _out_of_range(offset, low, high)
         try:
-            if fmt == "batches":
+            if fmt == BATCHES:
                 body, count, nxt = self._batches(plog, offset, high, max_count, max_bytes)
             else:
                 records = plog.read(offset, max_count, max_bytes) if offset < high else []
-                body, count = encode_records(records), len(records)
+                body, count = encode_columns(records), len(records)
                 nxt = records[-1].offset + 1 if records else offset
         except OffsetOutOfRange as exc:
             return _out_of_range(offset, exc.low, exc.high)
@@ -302,11 +250,11 @@ class LogReadApi:
             return v1_error("CORRUPT_RECORD", 500)
         headers = {
             **V1_HEADER,
-            "Content-Type": BATCHES_CONTENT_TYPE if fmt == "batches" else CONTENT_TYPE,
-            "X-NSQ-Next-Offset": str(nxt),
-            "X-NSQ-Record-Count": str(count),
-            "X-NSQ-Low-Watermark": str(low),
-            "X-NSQ-High-Watermark": str(high),
+            "Content-Type": BATCHES_CONTENT_TYPE if fmt == BATCHES else CONTENT_TYPE,
+            NEXT_OFFSET_HEADER: str(nxt),
+            RECORD_COUNT_HEADER: str(count),
+            LOW_WATERMARK_HEADER: str(low),
+            HIGH_WATERMARK_HEADER: str(high),
         }
         return web.Response(body=body, headers=headers)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from nsqpy import NSQ_VERSION
-from nsqpy.broker.partitioned import ChannelGroup
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import StorageError
 from nsqpy.protocol.lookupd import (
@@ -244,10 +244,10 @@ class LookupClient:
     def _topic_deleted(self, topic: Topic) -> None:
         self._send(encode_unregister(topic.name))
 
-    def _channel_created(self, topic: Topic, channel: ChannelGroup) -> None:
+    def _channel_created(self, topic: Topic, channel: Channel) -> None:
         self._send(encode_register(topic.name, channel.name))
 
-    def _channel_deleted(self, topic: Topic, channel: ChannelGroup) -> None:
+    def _channel_deleted(self, topic: Topic, channel: Channel) -> None:
         self._send(encode_unregister(topic.name, channel.name))
 
     async def _precreate_channels(self, topic: Topic) -> None:

@@ -29,7 +29,8 @@ from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.health import cursor_key, fsync_key
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import ConfigError, ProtocolError
+from nsqpy.errors import ProtocolError
+from nsqpy.flags import LOG_LEVELS
 from nsqpy.nsqd.auth import AuthClient
 from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
@@ -68,14 +69,6 @@ class Ack:
                 fut.set_result(None)
             else:
                 fut.set_exception(error)
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """(host, port) of a TCP address (ConfigError for anything else)."""
-    parsed = listen_address("address", address)
-    if isinstance(parsed, str):
-        raise ConfigError(f"{address!r} is not host:port")
-    return parsed
 
 
 def set_storage_budget() -> int:
@@ -459,5 +452,4 @@ class NsqdServer:
         self.lookup.set_addresses(self.opts.lookupd_tcp_addresses)
 
     def apply_log_level(self) -> None:
-        levels = {"debug": 10, "info": 20, "warn": 30, "error": 40, "fatal": 50}
-        logging.getLogger("nsqpy").setLevel(levels.get(self.opts.log_level, 20))
+        logging.getLogger("nsqpy").setLevel(LOG_LEVELS.get(self.opts.log_level, logging.INFO))

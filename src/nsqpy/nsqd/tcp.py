@@ -35,9 +35,9 @@ from collections import deque
 from typing import TYPE_CHECKING, cast
 
 from nsqpy.broker.broker import Placement
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import ExtendSink
-from nsqpy.broker.partitioned import ChannelGroup
 from nsqpy.errors import (
     AuthDisabled,
     AuthFirst,
@@ -148,7 +148,7 @@ class V2Connection(asyncio.Protocol):
         self._stalled_since = 0  # when the transport's buffer passed its high-water mark
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
-        self._pump_due: ChannelGroup | None = None
+        self._pump_due: Channel | None = None
         self.auth = ConnectionAuth(self, server.auth) if server.auth is not None else None
         self._pre_auth_left = pre_auth_budget(server.limits) if self.auth is not None else -1
 
@@ -234,7 +234,7 @@ class V2Connection(asyncio.Protocol):
         channel = client.channel
         if (
             self.auth is not None
-            or not isinstance(channel, ChannelGroup)
+            or not isinstance(channel, Channel)
             or client.state != SUBSCRIBED
             or (self.server.tls_required and not client.tls)
         ):
@@ -337,7 +337,7 @@ class V2Connection(asyncio.Protocol):
         self.client.write_paused = False
         self._stalled_since = 0
         channel = self.client.channel
-        if isinstance(channel, ChannelGroup):
+        if isinstance(channel, Channel):
             channel.pump(self.broker.clock())
         self.server.touch_connection(self)
         self._maybe_unthrottle()
@@ -400,7 +400,7 @@ class V2Connection(asyncio.Protocol):
         channel = client.channel
         if client.capacity <= 0 or client.state != SUBSCRIBED:
             return True  # not ready for more: nsqd flushes
-        if isinstance(channel, ChannelGroup) and (channel.paused or channel.ordered):
+        if isinstance(channel, Channel) and (channel.paused or channel.ordered):
             return True  # an ordered channel sends the next only after a FIN: no batch to wait for
         return self.server.clock() - self._buffered_since >= self._buf_timeout_ns
 
@@ -559,7 +559,7 @@ class V2Connection(asyncio.Protocol):
             return
         self.client.ready_count = cmd.count
         channel = self.client.channel
-        if isinstance(channel, ChannelGroup):
+        if isinstance(channel, Channel):
             self._pump_due = channel
 
     @staticmethod
@@ -571,9 +571,9 @@ class V2Connection(asyncio.Protocol):
             raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
         return decoded
 
-    def _channel(self) -> ChannelGroup:
+    def _channel(self) -> Channel:
         channel = self.client.channel
-        assert isinstance(channel, ChannelGroup)
+        assert isinstance(channel, Channel)
         return channel
 
     def fin(self, cmd: Fin) -> None:

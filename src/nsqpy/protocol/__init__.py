@@ -3,9 +3,10 @@
 Bytes in, values out; values in, bytes out. Modules: ``limits`` (server limits), ``names``
 (topic/channel rule), ``frames`` (V2 frames, client FrameDecoder), ``message`` (message
 frames and IDs), ``commands`` (command objects, server CommandParser), ``client_codec``
-(client encoders), ``identify`` (IDENTIFY body, negotiation, reply), ``state`` (connection
-state table). This package imports only the standard library and nsqpy.errors: never
-asyncio, sockets or any layer above it.
+(client encoders: every byte nsqpy.client sends), ``identify`` (IDENTIFY body, negotiation,
+reply), ``state`` (connection state table), ``logread`` (the body of nsqd's HTTP log-read
+API, written by nsqd and read by Spark). This package imports only the standard library
+and nsqpy.errors: never asyncio, sockets or any layer above it.
 """
 
 from nsqpy.protocol.commands import (

@@ -2,7 +2,9 @@
 
 Used by nsqpy.client, the tools and the tests; ``CommandParser`` reads exactly these bytes.
 Names and message IDs are checked so that a caller cannot inject a second command into a
-line. Imports only the standard library and sibling protocol modules.
+line; FIN/REQ/TOUCH check a real ID (16 ASCII letters or digits) on a fast path and anything
+else in full, and topic names are remembered once checked, so the checks cost little on a
+client's hot paths. Imports only the standard library and sibling protocol modules.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from nsqpy.protocol.frames import MAGIC_V2
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
@@ -18,13 +21,16 @@ _I32 = struct.Struct(">i")
 _BytesLike = bytes | bytearray | memoryview
 
 
+@lru_cache(maxsize=1024)
 def _topic(topic: str) -> bytes:
+    """The name as bytes; ValueError (never cached) when it is not a valid topic name."""
     if not valid_topic_name(topic):
         raise ValueError(f"invalid topic name {topic!r}")
     return topic.encode("ascii")
 
 
 def _msg_id(msg_id: bytes) -> bytes:
+    """The slow path of the ID check: any 16 bytes without space or newline."""
     if len(msg_id) != 16 or b" " in msg_id or b"\n" in msg_id:
         raise ValueError(f"message ID must be 16 bytes without space or newline: {msg_id!r}")
     return bytes(msg_id)
@@ -91,21 +97,29 @@ def encode_dpub(topic: str, defer_ms: int, body: _BytesLike) -> bytes:
 
 def encode_rdy(count: int) -> bytes:
     """``RDY <count>\\n``."""
+    if count >= 0:
+        return b"RDY %d\n" % count
     return b"RDY " + _count(count, "RDY count") + b"\n"
 
 
 def encode_fin(msg_id: bytes) -> bytes:
     """``FIN <id>\\n``."""
+    if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
+        return b"FIN " + msg_id + b"\n"
     return b"FIN " + _msg_id(msg_id) + b"\n"
 
 
 def encode_req(msg_id: bytes, timeout_ms: int) -> bytes:
     """``REQ <id> <timeout_ms>\\n``."""
+    if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum() and timeout_ms >= 0:
+        return b"REQ %s %d\n" % (msg_id, timeout_ms)
     return b"REQ " + _msg_id(msg_id) + b" " + _count(timeout_ms, "timeout_ms") + b"\n"
 
 
 def encode_touch(msg_id: bytes) -> bytes:
     """``TOUCH <id>\\n``."""
+    if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
+        return b"TOUCH " + msg_id + b"\n"
     return b"TOUCH " + _msg_id(msg_id) + b"\n"
 
 

@@ -1,7 +1,8 @@
 """V2 frames (SPEC 1.3): ``[int32 size][int32 type][data]`` with size = 4 + len(data).
 
 Owns the frame constants, the server-side encoders (responses, errors, the precomputed
-``OK``/heartbeat/``CLOSE_WAIT`` frames) and the client-side incremental ``FrameDecoder``.
+``OK``/heartbeat/``CLOSE_WAIT`` frames) and the client-side incremental ``FrameDecoder``
+(``feed`` for every frame a read completes, ``append``/``pop`` for one frame at a time).
 Imports only the standard library and nsqpy.errors: no sockets, no asyncio.
 """
 
@@ -99,3 +100,48 @@ class FrameDecoder:
             pos = stop
         self._pos = pos
         return out
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        """Add ``data`` without decoding it: ``pop`` then returns the frames one at a time."""
+        buf = self._buf
+        pos = self._pos
+        if pos and (pos >= _COMPACT_AT or pos == len(buf)):
+            del buf[:pos]
+            self._pos = 0
+        buf += data
+
+    def pop(self) -> tuple[int, bytes] | None:
+        """The next whole ``(frame_type, data)``, or None until more bytes come.
+
+        For a reader that may stop between frames (a client whose stream is upgraded to TLS
+        or compression right after a reply); raises as ``feed`` does.
+        """
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        pos = self._pos
+        if len(buf) - pos < 8:
+            return None
+        size, frame_type = _HEADER.unpack_from(buf, pos)
+        if size < 4 or size > self.max_frame_size:
+            self._error = BadFrame(f"invalid frame size {size}")
+            raise self._error
+        if frame_type not in FRAME_TYPES:
+            self._error = BadFrame(f"invalid frame type {frame_type}")
+            raise self._error
+        stop = pos + 4 + size
+        if stop > len(buf):
+            return None
+        self._pos = stop
+        return frame_type, bytes(buf[pos + 8 : stop])
+
+    def take_rest(self) -> bytes:
+        """Every byte not yet returned as a frame; the decoder is left empty.
+
+        After a stream upgrade (TLS, snappy, deflate) those bytes belong to the new
+        encoding and are decoded anew.
+        """
+        rest = bytes(self._buf[self._pos :])
+        self._buf.clear()
+        self._pos = 0
+        return rest

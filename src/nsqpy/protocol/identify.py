@@ -1,4 +1,5 @@
-"""IDENTIFY (SPEC 1.6): the request body, its validation, the negotiated values, the reply.
+"""IDENTIFY (SPEC 1.6): the request body, its validation, the negotiated values, the reply
+(``identify_response`` on the server, ``parse_identify_response`` on the client).
 
 nsqd decodes the body with Go's encoding/json into a typed struct; ``parse_identify``
 reproduces that: keys matched case-insensitively (Go's simple folding), unknown keys and
@@ -219,6 +220,17 @@ def identify_response(neg: Negotiated, limits: Limits, *, version: str = "1.3.0"
     if neg.extend_support:  # only when asked: plain NSQ replies stay byte-identical
         reply["extend_support"] = True
     return json.dumps(reply, separators=(",", ":")).encode()
+
+
+def parse_identify_response(data: bytes) -> dict[str, Any]:
+    """The client side of the IDENTIFY reply: ``{}`` for ``OK`` (nsqd did not negotiate),
+    else the JSON object; ValueError for anything else."""
+    if data == b"OK":
+        return {}
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError(f"IDENTIFY reply is not a JSON object: {data[:64]!r}")
+    return value
 
 
 def auth_response(identity: str, identity_url: str, permission_count: int) -> bytes:

@@ -7,7 +7,7 @@ returns a record at or past ``end``, and handles offsets that are gone: removed 
 retention (416 below the low watermark), skipped by the log (a quarantined segment) or
 beyond the log's end (the topic was recreated). With ``failOnDataLoss`` those raise
 ``DataLoss``; without, they are logged as warnings and skipped. Imports the standard
-library, pyarrow and the pure ``nsqpy.spark`` modules; never pyspark.
+library, pyarrow, ``nsqpy.protocol`` and the pure ``nsqpy.spark`` modules; never pyspark.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from nsqpy.protocol.logread import BATCHES
 from nsqpy.spark.nsqhttp import NsqdHttp, NsqHttpError
 from nsqpy.spark.options import EARLIEST
 from nsqpy.spark.plan import DataLoss, OffsetRange
@@ -54,7 +55,7 @@ def read_range(r: OffsetRange, settings: FetchSettings) -> Iterator[pa.RecordBat
             want = min(r.end - offset, settings.max_count)
             try:
                 reply = conn.read(
-                    r.topic, r.partition, offset, want, settings.max_bytes, fmt="batches"
+                    r.topic, r.partition, offset, want, settings.max_bytes, fmt=BATCHES
                 )
             except NsqHttpError as exc:
                 if exc.code != "OFFSET_OUT_OF_RANGE" or not isinstance(exc.doc, dict):

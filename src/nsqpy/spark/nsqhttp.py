@@ -4,8 +4,9 @@ Owns one keep-alive connection per nsqd (``NsqdHttp``): the log-read API (waterm
 offset for a time, a read), publishing (``/mpub?binary=true``, ``/pub?defer=``) and
 discovery through nsqlookupd's ``/lookup`` and ``/nodes``. Spark workers run plain
 Python processes without an event loop, so this uses ``http.client`` from the standard
-library only; no aiohttp, no asyncio, no pyspark. Errors are ``NsqHttpError`` with the
-status and NSQ's V1 error code.
+library (the log-read API's format and header names from ``nsqpy.protocol.logread``); no
+aiohttp, no asyncio, no pyspark. Errors are ``NsqHttpError`` with the status and NSQ's V1
+error code.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from nsqpy.errors import NsqError
+from nsqpy.protocol.logread import (
+    COLUMNS,
+    HIGH_WATERMARK_HEADER,
+    LOW_WATERMARK_HEADER,
+    NEXT_OFFSET_HEADER,
+)
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
@@ -163,7 +170,7 @@ class NsqdHttp:
         offset: int,
         max_count: int,
         max_bytes: int,
-        fmt: str = "columns",
+        fmt: str = COLUMNS,
     ) -> ReadReply:
         """Records from ``offset`` in the ``format`` asked for (``columns`` or ``batches``);
         NsqHttpError OFFSET_OUT_OF_RANGE carries low/high in its doc."""
@@ -174,7 +181,7 @@ class NsqdHttp:
             "max_count": max_count,
             "max_bytes": max_bytes,
         }
-        if fmt != "columns":
+        if fmt != COLUMNS:
             query["format"] = fmt
         status, headers, data = self.request("GET", "/log/read", query)
         if status != 200:
@@ -186,9 +193,9 @@ class NsqdHttp:
         try:
             return ReadReply(
                 data,
-                int(headers["x-nsq-next-offset"]),
-                int(headers["x-nsq-low-watermark"]),
-                int(headers["x-nsq-high-watermark"]),
+                int(headers[NEXT_OFFSET_HEADER.lower()]),
+                int(headers[LOW_WATERMARK_HEADER.lower()]),
+                int(headers[HIGH_WATERMARK_HEADER.lower()]),
             )
         except (KeyError, ValueError):
             raise self._fail("/log/read", status, None) from None

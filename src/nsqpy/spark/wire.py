@@ -1,14 +1,14 @@
 """The reader side of nsqd's log-read bodies: bytes -> columns -> an Arrow record batch.
 
-Owns ``decode_chunk`` (checks and slices a ``/log/read`` body in the columnar layout
-documented in ``nsqpy.nsqd.logread``), ``decode_batches`` (the same for
-``format=batches``: the log's own batches, laid out as ``nsqpy.storage.log`` documents,
-checked by their CRC32Cs) and ``to_record_batch``, which builds the source's Arrow batch
-without a Python loop per record: fixed-size fields are gathered with numpy, bodies are
-cut out of the reply by Arrow in C, and the hex IDs are formed with numpy. Also owns the
-Arrow form of the output schema. Imports the standard library, crc32c, numpy, pyarrow,
-``nsqpy.protocol.message`` and the record layout of ``nsqpy.storage.records``; never
-pyspark (Spark's types live in ``nsqpy.spark.source``).
+Owns ``decode_chunk`` (checks and slices a ``/log/read`` body in the columnar layout),
+``decode_batches`` (the same for ``format=batches``: the log's own batches, checked by their
+CRC32Cs) and ``to_record_batch``, which builds the source's Arrow batch without a Python
+loop per record: fixed-size fields are gathered with numpy, bodies are cut out of the reply
+by Arrow in C, and the hex IDs are formed with numpy. They are the numpy twins of
+``nsqpy.protocol.logread``'s ``decode_columns``/``decode_batches``, and take every position
+and field size from that module. Also owns the Arrow form of the output schema. Imports
+the standard library, numpy, pyarrow and ``nsqpy.protocol``; never pyspark (Spark's types
+live in ``nsqpy.spark.source``).
 """
 
 from __future__ import annotations
@@ -21,23 +21,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
-from crc32c import crc32c
 
-from nsqpy.errors import NsqError
+from nsqpy.protocol.logread import (
+    EXT_FIELDS,
+    EXT_SIZE,
+    FLAGS,
+    POSITION,
+    RECORD_FIELDS,
+    RECORD_SIZE,
+    RECORD_TAIL,
+    VALUE_COLUMNS,
+    BadLogReply,
+    batch_spans,
+    columns_layout,
+)
 from nsqpy.protocol.message import OFFSET_BITS
 
-MAGIC = b"NQLR"
-VERSION = 1
-HEAD = struct.Struct("<4sHHII")
-_U32 = struct.Struct("<I")
-# format=batches: the log's batches (nsqpy.storage.log documents them; a reader has its own
-# copy of the layout so Spark's workers need not import the storage engine)
-BATCH = struct.Struct("<IIQIIIIQ")  # magic crc base epoch count length records_crc max_ts
-BATCH_SIZE = BATCH.size
-BATCH_MAGIC = 0x3242514E  # b"NQB2"
-BATCH_CRC_FROM = 8
-RECORD_SIZE = 38  # length u32 crc u32 offset u64 ts u64 deliver_at u64 flags u16 ext_len u32
-RECORD_TAIL = RECORD_SIZE - 4
+# a record starts with its length (the bytes after that field)
+_LENGTH = RECORD_FIELDS["length"]
+_RECORD_LENGTH = struct.Struct("<" + _LENGTH[1])
+_UNCOUNTED = RECORD_SIZE - RECORD_TAIL  # the length field does not count itself
 
 HEADERS_TYPE = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema(
@@ -58,10 +61,24 @@ _HEX_PAIRS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.u
     256, 2
 )
 _FIXED = np.arange(RECORD_SIZE, dtype=np.int64)
+_EXT_HEAD = np.arange(EXT_SIZE)
+_LENGTH_BYTES = np.arange(_LENGTH[0], _LENGTH[0] + _RECORD_LENGTH.size)
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "HEADERS_TYPE",
+    "BadLogReply",
+    "Chunk",
+    "decode_batches",
+    "decode_chunk",
+    "hex_ids",
+    "to_record_batch",
+]
 
 
-class BadLogReply(NsqError):
-    """A /log/read body does not follow the documented layout."""
+def _dtype(code: str) -> np.dtype[Any]:
+    """The little-endian numpy type of a struct code of ``nsqpy.protocol.logread``."""
+    return np.dtype("<" + code)
 
 
 @dataclass(frozen=True)
@@ -88,35 +105,25 @@ def _binary(n: int, positions: np.ndarray | memoryview, data: object) -> pa.Arra
 
 def decode_chunk(data: bytes) -> Chunk:
     """Check and slice a columnar read body; BadLogReply when lengths or magic do not add up."""
-    if len(data) < HEAD.size:
-        raise BadLogReply(f"log reply of {len(data)} bytes is shorter than its header")
-    magic, version, _, n, _ = HEAD.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise BadLogReply(f"log reply has magic {magic!r} version {version}")
-    fixed = HEAD.size + 32 * n + 12 * (n + 1) + 2 * n
-    if len(data) < fixed:
-        raise BadLogReply(f"log reply of {len(data)} bytes is too short for {n} records")
+    lay = columns_layout(data)
+    n = lay.count
     buf = memoryview(data)
-    at = HEAD.size
 
-    def column(dtype: str, count: int) -> np.ndarray:
-        nonlocal at
-        arr = np.frombuffer(buf, dtype=np.dtype(dtype), count=count, offset=at)
-        at += arr.nbytes
-        return arr
+    def column(at: int, code: str, count: int) -> np.ndarray:
+        return np.frombuffer(buf, dtype=_dtype(code), count=count, offset=at)
 
-    offsets, timestamps = column("<u8", n), column("<i8", n)
-    deliver_at, trace_ids = column("<i8", n), column("<u8", n)
-    key_pos, header_pos, body_pos = column("<u4", n + 1), column("<u4", n + 1), column("<u4", n + 1)
-    flags = column("<u2", n)
-    sizes = (int(key_pos[-1]), int(header_pos[-1]), int(body_pos[-1]))
-    if len(data) != fixed + sum(sizes) or not all(
+    offsets, timestamps, deliver_at, trace_ids = (
+        column(lay.values[name], code, n) for name, code in VALUE_COLUMNS
+    )
+    header_pos, body_pos = (
+        column(lay.positions[name], POSITION, n + 1) for name in ("headers", "body")
+    )
+    flags = column(lay.flags, FLAGS, n)
+    if not all(
         p[0] == 0 and bool(np.all(p[1:] >= p[:-1])) and int(p[-1]) < 1 << 31
-        for p in (key_pos, header_pos, body_pos)
+        for p in (column(lay.positions["key"], POSITION, n + 1), header_pos, body_pos)
     ):
         raise BadLogReply(f"log reply positions do not match its {len(data)} bytes")
-    headers_at = fixed + sizes[0]
-    bodies_at = headers_at + sizes[1]
     return Chunk(
         n,
         offsets,
@@ -124,8 +131,8 @@ def decode_chunk(data: bytes) -> Chunk:
         deliver_at,
         trace_ids,
         flags,
-        _binary(n, header_pos, buf[headers_at:bodies_at]),
-        _binary(n, body_pos, buf[bodies_at : bodies_at + sizes[2]]),
+        _binary(n, header_pos, buf[lay.data["headers"] : lay.data["body"]]),
+        _binary(n, body_pos, buf[lay.data["body"] : lay.end]),
     )
 
 
@@ -142,27 +149,11 @@ class _Span:
 
 
 def _spans(data: bytes) -> list[_Span]:
-    """Every batch of a reply; headers, records CRCs and sizes checked."""
+    """Every batch of a reply (checked by ``batch_spans``), with its stride."""
     out: list[_Span] = []
-    pos, size = 0, len(data)
-    view = memoryview(data)
-    while pos < size:
-        if pos + BATCH_SIZE > size:
-            raise BadLogReply(f"log reply ends inside a batch header at byte {pos}")
-        magic, hcrc, base, _epoch, n, length, rcrc, _ = BATCH.unpack_from(data, pos)
-        start, end = pos + BATCH_SIZE, pos + BATCH_SIZE + length
-        if (
-            magic != BATCH_MAGIC
-            or crc32c(view[pos + BATCH_CRC_FROM : start]) != hcrc
-            or end > size
-            or crc32c(view[start:end]) != rcrc
-            or n == 0
-            or length < RECORD_SIZE * n
-        ):
-            raise BadLogReply(f"log reply has a bad batch at byte {pos}")
-        stride = _U32.unpack_from(data, start)[0] + 4
-        out.append(_Span(start, end, n, base, stride if stride * n == length else 0))
-        pos = end
+    for start, end, n, base in batch_spans(data):
+        stride = _RECORD_LENGTH.unpack_from(data, start)[0] + _UNCOUNTED
+        out.append(_Span(start, end, n, base, stride if stride * n == end - start else 0))
     return out
 
 
@@ -171,16 +162,16 @@ def _positions(data: bytes, raw: np.ndarray, span: _Span) -> np.ndarray:
     else found by following the lengths. BadLogReply unless they tile the batch."""
     if span.stride:
         pos = np.arange(span.start, span.end, span.stride, dtype=np.int64)
-        lengths = raw[pos[:, None] + np.arange(4)].view("<u4").ravel()
-        if bool(np.all(lengths == span.stride - 4)):
+        lengths = _field(raw[pos[:, None] + _LENGTH_BYTES], (0, _LENGTH[1]))
+        if bool(np.all(lengths == span.stride - _UNCOUNTED)):
             return pos
     out = []
     p = span.start
     for _ in range(span.n):
-        if p + 4 > span.end:
+        if p + _UNCOUNTED > span.end:
             break
         out.append(p)
-        p += 4 + _U32.unpack_from(data, p)[0]
+        p += _UNCOUNTED + _RECORD_LENGTH.unpack_from(data, p)[0]
     if p != span.end or len(out) != span.n:
         raise BadLogReply("log reply batch records do not fill their batch")
     return np.array(out, dtype=np.int64)
@@ -188,13 +179,13 @@ def _positions(data: bytes, raw: np.ndarray, span: _Span) -> np.ndarray:
 
 def _fixed_fields(data: bytes, raw: np.ndarray, spans: list[_Span]) -> tuple[np.ndarray, Any]:
     """(n x stride array of whole records, None) when every record of the reply has the
-    same length; else (n x 38 array of their fixed fields, their positions)."""
+    same length; else (n x RECORD_SIZE array of their fixed fields, their positions)."""
     strides = {span.stride for span in spans}
     if len(strides) == 1 and 0 not in strides:
         stride = strides.pop()
         parts = [raw[span.start : span.end] for span in spans]
         whole = (parts[0] if len(parts) == 1 else np.concatenate(parts)).reshape(-1, stride)
-        if bool(np.all(_column(whole, 0, "<u4") == stride - 4)):
+        if bool(np.all(_field(whole, _LENGTH) == stride - _UNCOUNTED)):
             return whole, None
     pos = np.concatenate([_positions(data, raw, span) for span in spans])
     return raw[pos[:, None] + _FIXED], pos
@@ -206,9 +197,11 @@ def _empty_chunk() -> Chunk:
     return Chunk(0, empty.view("<u8"), empty, empty, empty.view("<u8"), empty, binary, binary)
 
 
-def _column(fixed: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    width = np.dtype(dtype).itemsize
-    return fixed[:, at : at + width].copy().view(dtype).ravel()
+def _field(fixed: np.ndarray, field: tuple[int, str]) -> np.ndarray:
+    """One field (position, struct code) of every row of ``fixed``, as a numpy column."""
+    at, code = field
+    dtype = _dtype(code)
+    return fixed[:, at : at + dtype.itemsize].copy().view(dtype).ravel()
 
 
 def decode_batches(data: bytes) -> Chunk:
@@ -222,12 +215,12 @@ def decode_batches(data: bytes) -> Chunk:
     if not spans:
         return _empty_chunk()
     raw = np.frombuffer(data, np.uint8)
-    # length crc offset ts deliver_at flags ext_len: the first 38 columns of ``fixed``
+    # a record's fixed fields (RECORD_FIELDS): the first RECORD_SIZE columns of ``fixed``
     fixed, pos = _fixed_fields(data, raw, spans)
     n = len(fixed)
-    lengths = _column(fixed, 0, "<u4").astype(np.int64)
-    ext = _column(fixed, 34, "<u4").astype(np.int64)
-    offsets = _column(fixed, 8, "<u8")
+    lengths = _field(fixed, _LENGTH).astype(np.int64)
+    ext = _field(fixed, RECORD_FIELDS["ext_length"]).astype(np.int64)
+    offsets = _field(fixed, RECORD_FIELDS["offset"])
     if bool(np.any(lengths < RECORD_TAIL)) or bool(np.any(ext > lengths - RECORD_TAIL)):
         raise BadLogReply("log reply has a record shorter than its own fields")
     expected = np.concatenate([np.arange(s.base, s.base + s.n, dtype=np.uint64) for s in spans])
@@ -244,17 +237,17 @@ def decode_batches(data: bytes) -> Chunk:
         if pos is None:
             pos = np.concatenate([np.arange(s.start, s.end, s.stride) for s in spans])
         assert pos is not None
-        bodies = _pick(data, pos + RECORD_SIZE + ext, pos + 4 + lengths)
+        bodies = _pick(data, pos + RECORD_SIZE + ext, pos + _UNCOUNTED + lengths)
         has_ext = np.nonzero(ext)[0]
         if len(has_ext):
             trace_ids, headers = _extensions(data, raw, pos, ext, has_ext, n)
     return Chunk(
         n,
         offsets,
-        _column(fixed, 16, "<i8"),
-        _column(fixed, 24, "<i8"),
+        _field(fixed, RECORD_FIELDS["timestamp"]),
+        _field(fixed, RECORD_FIELDS["deliver_at"]),
         trace_ids,
-        _column(fixed, 32, "<u2"),
+        _field(fixed, RECORD_FIELDS["flags"]),
         headers,
         bodies,
     )
@@ -279,14 +272,14 @@ def _extensions(
     data: bytes, raw: np.ndarray, pos: np.ndarray, ext: np.ndarray, has: np.ndarray, n: int
 ) -> tuple[np.ndarray, pa.Array]:
     """Trace IDs and header JSON texts of the records with an extension (the others: 0, "")."""
-    at = pos[has] + RECORD_SIZE  # trace_id u64 | key_len u16 | key | headers
-    if bool(np.any(ext[has] < 10)):
+    at = pos[has] + RECORD_SIZE  # the extension's fields (EXT_FIELDS), key, headers
+    if bool(np.any(ext[has] < EXT_SIZE)):
         raise BadLogReply("log reply has a record extension shorter than its fields")
-    head = raw[at[:, None] + np.arange(10)]
+    head = raw[at[:, None] + _EXT_HEAD]
     trace_ids = np.zeros(n, dtype=np.uint64)
-    trace_ids[has] = head[:, 0:8].copy().view("<u8").ravel()
-    key_len = head[:, 8:10].copy().view("<u2").ravel().astype(np.int64)
-    starts, ends = at + 10 + key_len, at + ext[has]
+    trace_ids[has] = _field(head, EXT_FIELDS["trace_id"])
+    key_len = _field(head, EXT_FIELDS["key_length"]).astype(np.int64)
+    starts, ends = at + EXT_SIZE + key_len, at + ext[has]
     if bool(np.any(starts > ends)):
         raise BadLogReply("log reply has a partition key longer than its extension")
     starts_all = pos + RECORD_SIZE  # records without one get an empty slice

@@ -27,6 +27,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from nsqpy.errors import CorruptRecord
+from nsqpy.storage.files import write_atomic
 
 _HEAD = struct.Struct("<4sIQQI")
 _MAGIC = b"NQCU"
@@ -242,19 +243,7 @@ class CursorFile:
             if self._removed or snap.seq <= self._written:
                 return False
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, snap.data)
-                fsync_file(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                fsync_file(dfd)
-            finally:
-                os.close(dfd)
+            write_atomic(self.path, snap.data, fsync=fsync_file)
             self._written = snap.seq
             self.saves += 1
             return True

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from nsqpy.errors import StorageError
 from nsqpy.storage.budget import OPEN_FILES
+from nsqpy.storage.files import write_atomic
 
 _log = logging.getLogger("nsqpy.storage")
 FILES_PER_STORE = 3  # the database, its WAL and its shared-memory index
@@ -154,12 +155,7 @@ class DelayedStore:
         """Rename the damaged file (and its WAL and shared-memory files) aside, logged. The
         ``.lost`` marker is made durable first: until ``settled``, a restart still knows
         that the channels must read the log again."""
-        tmp = self._lost.with_name(self._lost.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(why)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._lost)
+        write_atomic(self._lost, why.encode())
         self.damaged = why
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
         for suffix in ("", "-wal", "-shm"):

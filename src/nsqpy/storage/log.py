@@ -56,6 +56,7 @@ from pathlib import Path
 from nsqpy.errors import StorageError
 from nsqpy.storage.budget import LOADED_INDEXES
 from nsqpy.storage.encode import Buf, encode_bodies, encode_entries
+from nsqpy.storage.files import write_atomic
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.storage.raw import RawBatch
 from nsqpy.storage.reader import LogReader
@@ -277,10 +278,8 @@ class PartitionLog:
             self._write_epochs()
 
     def _write_epochs(self) -> None:
-        path = self.directory / EPOCHS_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{e} {first}\n" for e, first in self._epochs))
-        os.replace(tmp, path)
+        text = "".join(f"{e} {first}\n" for e, first in self._epochs)
+        write_atomic(self.directory / EPOCHS_FILE, text.encode(), durable=False)  # (synced by sync)
         self._epochs_dirty = False
         self._epochs_unsynced = True
         self._dir_dirty = True

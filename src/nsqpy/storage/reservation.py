@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nsqpy.errors import StorageError
+from nsqpy.storage.files import write_atomic
 
 RESERVED_FILE = "reserved"
 RESERVE_MIN = 1 << 16  # offsets reserved at a time, at first
@@ -40,14 +41,6 @@ def boot_id() -> str:
             return f.read().strip()
     except OSError:
         return ""
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Reservation:
@@ -93,16 +86,8 @@ class Reservation:
 
     def write(self, reserved: int) -> None:
         """Make ``reserved`` (with ``handed`` and this boot's id) the durable reservation."""
-        tmp = self.path.with_name(RESERVED_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
-        try:
-            line = f"handed {self.handed} reserved {reserved} boot {boot_id() or '-'}\n"
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        line = f"handed {self.handed} reserved {reserved} boot {boot_id() or '-'}\n"
+        write_atomic(self.path, line.encode())
         self.reserved = reserved
 
     def extend(self, end: int) -> None:

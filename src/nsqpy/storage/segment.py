@@ -24,6 +24,7 @@ from crc32c import crc32c
 
 from nsqpy.errors import CorruptRecord, StorageError
 from nsqpy.storage.budget import LOADED_INDEXES, OPEN_FILES
+from nsqpy.storage.files import write_atomic
 from nsqpy.storage.records import (
     BATCH,
     BATCH_MAGIC,
@@ -237,10 +238,7 @@ class Segment:
         head = INDEX_HEADER.pack(
             INDEX_MAGIC, INDEX_VERSION, self.size, self.end, self.max_ts, n, crc32c(body)
         )
-        tmp = self.index_path.with_suffix(INDEX_SUFFIX + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(head + body)
-        os.replace(tmp, self.index_path)
+        write_atomic(self.index_path, head + body, durable=False)  # (rebuilt if lost)
         self.index_dirty = False
 
     def load_index(self, file_size: int) -> bool:

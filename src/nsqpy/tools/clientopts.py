@@ -8,7 +8,7 @@ mapped (``max_in_flight``, ``max_attempts``, ``default_requeue_delay``, ``heartb
 ``deflate_level``, ``auth_secret``, ...); a key that only tunes go-nsq's socket timeouts is
 accepted and ignored with a warning; ``tls_config`` (a Go struct) is refused.
 
-Pure parsing (standard library, ``durations``, ``flagset``): it must stay cheap to import,
+Pure parsing (standard library, ``durations``, ``flags``): it must stay cheap to import,
 so it never imports ``nsqpy.client`` (which pulls in aiohttp).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from nsqpy.durations import parse_duration
 from nsqpy.errors import ConfigError
-from nsqpy.tools.flagset import FlagError, parse_bool
+from nsqpy.flags import FlagError, parse_bool
 
 log = logging.getLogger("nsqpy.tools")
 
@@ -133,6 +133,11 @@ def parse_client_opts(items: Sequence[str], flag: str) -> ClientConfig:
     if config.identify.get("snappy") and config.identify.get("deflate"):
         raise FlagError(f"--{flag}: cannot enable both deflate and snappy compression")
     return config
+
+
+def check_client_opts(flag: str, items: Sequence[str]) -> None:
+    """The declared check of ``--consumer-opt``/``--producer-opt`` (``parse_client_opts``)."""
+    parse_client_opts(items, flag)
 
 
 def opt_help(who: str) -> str:

@@ -1,17 +1,17 @@
 """What every NSQ utility shares: the program shell, version line, logging and signals.
 
-``run_tool(spec, argv)`` is each tool's ``main``: it parses the Go-style flags into the
-tool's options dataclass (``flagset``), answers ``--help`` and ``--version``, validates,
-sets up logging and runs the tool's coroutine on uvloop with SIGINT/SIGTERM (and SIGHUP
-where the tool wants it) delivered through a ``Signals`` object. Exit codes: 0 success,
+``run_tool(spec, argv)`` is each tool's ``main``: it parses the Go-style flags declared on
+the tool's options dataclass (``nsqpy.flags``), answers ``--help`` and ``--version``,
+validates, sets up logging and runs the tool's coroutine on uvloop with SIGINT/SIGTERM (and
+SIGHUP where the tool wants it) delivered through a ``Signals`` object. Exit codes: 0 success,
 1 a runtime or validation error (NSQ's ``log.Fatal``), 2 a malformed command line. Every
 error leaves as one line on stderr; tracebacks are shown only at ``--log-level=debug``.
 
-Also here: the ephemeral channel name NSQ's tools pick, user agents, the shared source
-flags check (``--nsqd-tcp-address`` xor ``--lookupd-http-address``), and a one-line
-description of an exception. Imports only the standard library and light nsqpy modules
-(never aiohttp or ``nsqpy.client``, so ``--help`` and flag errors stay instant); must not
-import the servers (``nsqd``, ``lookupd``, ``broker``) or ``testing``.
+Also here: the ephemeral channel name NSQ's tools pick, user agents, the checks the tools
+share (``--nsqd-tcp-address`` xor ``--lookupd-http-address``, addresses, names, positive
+values), and a one-line description of an exception. Imports only the standard library and
+light nsqpy modules (never aiohttp or ``nsqpy.client``, so ``--help`` and flag errors stay
+instant); must not import the servers (``nsqd``, ``lookupd``, ``broker``) or ``testing``.
 """
 
 from __future__ import annotations
@@ -27,12 +27,10 @@ from typing import Any
 
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.errors import ConfigError, NsqError
+from nsqpy.flags import LOG_LEVELS, FlagError, check_host_port, declared, format_help, parse_into
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
-from nsqpy.tools.flagset import FlagError, Opt, format_help, parse_into
 
 log = logging.getLogger("nsqpy.tools")
-
-LOG_LEVELS = {"debug": 10, "info": 20, "warn": 30, "warning": 30, "error": 40, "fatal": 50}
 
 
 class ToolError(NsqError):
@@ -73,11 +71,14 @@ def check_sources(
         raise ToolError(f"use --{nsqd_flag} or --lookupd-http-address not both")
 
 
-def check_tcp_addresses(flag: str, addresses: Sequence[str]) -> None:
-    for address in addresses:
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise FlagError(f'invalid value "{address}" for flag --{flag}: expected host:port')
+def check_tcp_address(flag: str, address: str) -> None:
+    """An nsqd TCP address to dial: ``<host>:<port>`` (a FlagError, exit status 2)."""
+    try:
+        check_host_port(flag, address, need_host=True)
+    except ConfigError:
+        raise FlagError(
+            f'invalid value "{address}" for flag --{flag}: expected host:port'
+        ) from None
 
 
 def check_topic(flag: str, name: str) -> None:
@@ -116,7 +117,7 @@ class _OneLineFormatter(logging.Formatter):
 
 def setup_logging(level: str = "info", prefix: str = "") -> None:
     """Log to stderr as ``<prefix>2024-01-01 12:00:00,000 INFO: text`` for every library."""
-    numeric = LOG_LEVELS.get(level.lower(), 20)
+    numeric = LOG_LEVELS.get(level.lower(), logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         _OneLineFormatter(f"{prefix}%(asctime)s %(levelname)s: %(message)s", numeric <= 10)
@@ -158,17 +159,18 @@ ToolMain = Callable[[Any, Signals], Awaitable[int]]
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool: name, one-line summary, options dataclass, flags, validation and coroutine.
+    """A tool: name, one-line summary, options dataclass (its fields declare the flags),
+    validation and coroutine.
 
-    ``validate(opts, given)`` may raise ``FlagError`` (exit 2) or ``ToolError`` (exit 1).
+    ``validate(opts, given)`` (the declared checks, ``check_options``, then those across
+    options) may raise ``FlagError`` (exit 2) or ``ToolError`` (exit 1).
     ``hup_stops``: SIGHUP stops the tool (nsq_tail, nsq_stat) instead of being offered to
     ``Signals.on_hup``.
     """
 
     name: str
     summary: str
-    options: Callable[[], Any]
-    flags: Sequence[Opt]
+    options: type[Any]
     validate: Callable[[Any, set[str]], None]
     main: ToolMain
     hup_stops: bool = False
@@ -181,12 +183,14 @@ def run_tool(spec: ToolSpec, argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     opts = spec.options()
     try:
-        parsed = parse_into(opts, spec.flags, args)
+        parsed = parse_into(opts, declared(spec.options), args)
     except FlagError as exc:
         print(f"{spec.name}: {exc}", file=sys.stderr)
         return 2
     if parsed.action == "help":
-        sys.stdout.write(format_help(spec.name, spec.summary, spec.options(), spec.flags))
+        sys.stdout.write(
+            format_help(spec.name, spec.summary, spec.options(), declared(spec.options))
+        )
         return 0
     if parsed.action == "version":
         print(version_line(spec.name))

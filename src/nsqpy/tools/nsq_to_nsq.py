@@ -23,23 +23,23 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nsqpy.errors import NsqError
-from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, must, option, unless_empty
+from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
     check_channel,
     check_sources,
-    check_tcp_addresses,
+    check_tcp_address,
     check_topic,
     describe,
     run_tool,
 )
-from nsqpy.tools.flagset import Opt
 from nsqpy.tools.hostpool import MODES, Selector
 from nsqpy.tools.metrics import TimerMetrics
 
@@ -51,61 +51,86 @@ log = logging.getLogger("nsqpy.tools")
 TOOL = "nsq_to_nsq"
 
 
+_NOT_NEGATIVE = must(lambda v: v >= 0, "--max-in-flight and --status-every must be >= 0", ToolError)
+
+
 @dataclass
 class ToNsqdOptions:
-    topics: list[str] = field(default_factory=list)
-    channel: str = "nsq_to_nsq"
-    destination_topic: str = ""
-    max_in_flight: int = 200
-    status_every: int = 250
-    mode: str = "hostpool"
-    nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    lookupd_http_addresses: list[str] = field(default_factory=list)
-    destination_nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    whitelist_json_fields: list[str] = field(default_factory=list)
-    require_json_field: str = ""
-    require_json_value: str = ""
-    consumer_opts: list[str] = field(default_factory=list)
-    producer_opts: list[str] = field(default_factory=list)
-
-
-FLAGS = [
-    Opt("topic", "topics", "list", "nsq topic (may be given multiple times)"),
-    Opt("channel", "channel", "str", "nsq channel"),
-    Opt("destination-topic", "destination_topic", "str", "use this destination topic for all consumed topics", default_text="the consumed topic name"),
-    Opt("max-in-flight", "max_in_flight", "int", "max number of messages to allow in flight"),
-    Opt("status-every", "status_every", "int", "the # of requests between logging status (per destination), 0 disables"),
-    Opt("mode", "mode", "str", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy"),
-    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "nsqd TCP address (may be given multiple times)"),
-    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
-    Opt("destination-nsqd-tcp-address", "destination_nsqd_tcp_addresses", "list", "destination nsqd TCP address (may be given multiple times)"),
-    Opt("whitelist-json-field", "whitelist_json_fields", "list", "for JSON messages: pass this field (may be given multiple times)"),
-    Opt("require-json-field", "require_json_field", "str", "for JSON messages: only pass messages that contain this field"),
-    Opt("require-json-value", "require_json_value", "str", "for JSON messages: only pass messages in which the required field has this value"),
-    Opt("consumer-opt", "consumer_opts", "list", opt_help("consumer"), metavar="key,value"),
-    Opt("producer-opt", "producer_opts", "list", opt_help("producer"), metavar="key,value"),
-]  # fmt: skip
+    topics: list[str] = option(
+        "topic", [], "nsq topic (may be given multiple times)", check=each(check_topic)
+    )
+    channel: str = option("channel", "nsq_to_nsq", "nsq channel", check=unless_empty(check_channel))
+    destination_topic: str = option(
+        "destination-topic",
+        "",
+        "use this destination topic for all consumed topics",
+        default_text="the consumed topic name",
+        check=unless_empty(check_topic),
+    )
+    max_in_flight: int = option(
+        "max-in-flight", 200, "max number of messages to allow in flight", check=_NOT_NEGATIVE
+    )
+    status_every: int = option(
+        "status-every",
+        250,
+        "the # of requests between logging status (per destination), 0 disables",
+        check=_NOT_NEGATIVE,
+    )
+    mode: str = option(
+        "mode",
+        "hostpool",
+        "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy",
+        check=must(
+            lambda v: v in MODES,
+            f"--{{flag}} must be one of {', '.join(MODES)} (got {{value!r}})",
+            ToolError,
+        ),
+    )
+    nsqd_tcp_addresses: list[str] = option(
+        "nsqd-tcp-address",
+        [],
+        "nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    lookupd_http_addresses: list[str] = option(
+        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
+    )
+    destination_nsqd_tcp_addresses: list[str] = option(
+        "destination-nsqd-tcp-address",
+        [],
+        "destination nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    whitelist_json_fields: list[str] = option(
+        "whitelist-json-field",
+        [],
+        "for JSON messages: pass this field (may be given multiple times)",
+    )
+    require_json_field: str = option(
+        "require-json-field",
+        "",
+        "for JSON messages: only pass messages that contain this field",
+    )
+    require_json_value: str = option(
+        "require-json-value",
+        "",
+        "for JSON messages: only pass messages in which the required field has this value",
+    )
+    consumer_opts: list[str] = option(
+        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
+    )
+    producer_opts: list[str] = option(
+        "producer-opt", [], opt_help("producer"), metavar="key,value", check=check_client_opts
+    )
 
 
 def validate(opts: ToNsqdOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.topics or not opts.channel:
         raise ToolError("--topic and --channel are required")
-    for topic in opts.topics:
-        check_topic("topic", topic)
-    if opts.destination_topic:
-        check_topic("destination-topic", opts.destination_topic)
-    check_channel("channel", opts.channel)
     check_sources(opts.nsqd_tcp_addresses, opts.lookupd_http_addresses)
-    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
     if not opts.destination_nsqd_tcp_addresses:
         raise ToolError("--destination-nsqd-tcp-address required")
-    check_tcp_addresses("destination-nsqd-tcp-address", opts.destination_nsqd_tcp_addresses)
-    if opts.mode not in MODES:
-        raise ToolError(f"--mode must be one of {', '.join(MODES)} (got {opts.mode!r})")
-    if opts.max_in_flight < 0 or opts.status_every < 0:
-        raise ToolError("--max-in-flight and --status-every must be >= 0")
-    parse_client_opts(opts.consumer_opts, "consumer-opt")
-    parse_client_opts(opts.producer_opts, "producer-opt")
 
 
 class JsonFilter:
@@ -266,7 +291,6 @@ SPEC = ToolSpec(
     summary="Consume topics and re-publish their messages to destination nsqd via TCP; a "
     "message is FIN'd only once a destination acknowledged it.",
     options=ToNsqdOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
 )

@@ -17,9 +17,9 @@ from typing import Any
 from nsqpy.client import Connection, Consumer, IdentifyOptions, Message, Producer
 from nsqpy.client.secure import tls_context
 from nsqpy.errors import ConfigError, NsqError
+from nsqpy.flags import FlagError
 from nsqpy.tools.clientopts import ClientConfig
 from nsqpy.tools.common import ToolError, describe, user_agent
-from nsqpy.tools.flagset import FlagError
 
 log = logging.getLogger("nsqpy.tools")
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from nsqpy.flags import check_options, each, option
 from nsqpy.tools.common import (
     Signals,
     ToolError,
@@ -30,7 +31,6 @@ from nsqpy.tools.common import (
     log,
     run_tool,
 )
-from nsqpy.tools.flagset import Opt
 
 if TYPE_CHECKING:
     from nsqpy.tools.discovery import HttpLookups
@@ -49,51 +49,61 @@ FIELDS = (
 )
 
 
+def _check_no_scheme(flag: str, address: str) -> None:
+    if address.startswith("http"):
+        raise ToolError(f"--{flag} error - address should not contain scheme")
+
+
 @dataclass
 class StatOptions:
-    topic: str = ""
-    channel: str = ""
-    interval: float = 2.0
-    status_every: float = -1.0
-    count: int = 0
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
-    nsqd_http_addresses: list[str] = field(default_factory=list)
-    lookupd_http_addresses: list[str] = field(default_factory=list)
-
-
-FLAGS = [
-    Opt("topic", "topic", "str", "NSQ topic"),
-    Opt("channel", "channel", "str", "NSQ channel"),
-    Opt("interval", "interval", "duration", "duration of time between polling/printing output"),
-    Opt("status-every", "status_every", "duration", "(deprecated) use --interval", default_text=""),
-    Opt("count", "count", "int", "number of reports", default_text="", metavar="N"),
-    Opt("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
-    Opt("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
-    Opt("nsqd-http-address", "nsqd_http_addresses", "list", "nsqd HTTP address (may be given multiple times)"),
-    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
-]  # fmt: skip
+    topic: str = option("topic", "", "NSQ topic")
+    channel: str = option("channel", "", "NSQ channel")
+    interval: float = option(
+        "interval", 2.0, "duration of time between polling/printing output", kind="duration"
+    )
+    status_every: float = option(
+        "status-every", -1.0, "(deprecated) use --interval", kind="duration", default_text=""
+    )
+    count: int = option("count", 0, "number of reports", default_text="", metavar="N")
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout",
+        2.0,
+        "timeout for HTTP connect",
+        kind="duration",
+        check=check_positive,
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout",
+        5.0,
+        "timeout for HTTP request",
+        kind="duration",
+        check=check_positive,
+    )
+    nsqd_http_addresses: list[str] = option(
+        "nsqd-http-address",
+        [],
+        "nsqd HTTP address (may be given multiple times)",
+        check=each(_check_no_scheme),
+    )
+    lookupd_http_addresses: list[str] = option(
+        "lookupd-http-address",
+        [],
+        "lookupd HTTP address (may be given multiple times)",
+        check=each(_check_no_scheme),
+    )
 
 
 def validate(opts: StatOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.topic or not opts.channel:
         raise ToolError("--topic and --channel are required")
     if "status-every" in given:
         log.warning("--status-every is deprecated, use --interval")
         opts.interval = opts.status_every
-    check_positive("interval", opts.interval)
-    check_positive("http-client-connect-timeout", opts.http_client_connect_timeout)
-    check_positive("http-client-request-timeout", opts.http_client_request_timeout)
+    check_positive("interval", opts.interval)  # after --status-every, which may replace it
     if "count" in given and opts.count <= 0:
         raise ToolError("--count should be positive")
     check_sources(opts.nsqd_http_addresses, opts.lookupd_http_addresses, "nsqd-http-address")
-    for flag, addresses in (
-        ("nsqd-http-address", opts.nsqd_http_addresses),
-        ("lookupd-http-address", opts.lookupd_http_addresses),
-    ):
-        for address in addresses:
-            if address.startswith("http"):
-                raise ToolError(f"--{flag} error - address should not contain scheme")
 
 
 @dataclass
@@ -197,7 +207,6 @@ SPEC = ToolSpec(
     summary="Poll /stats of every nsqd that has --topic and print --channel's aggregate "
     "depth, rates and counters every --interval.",
     options=StatOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
     hup_stops=True,

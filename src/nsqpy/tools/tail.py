@@ -16,22 +16,22 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
-from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, must, option, unless_empty
+from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
     check_channel,
     check_sources,
-    check_tcp_addresses,
+    check_tcp_address,
     check_topic,
     ephemeral_channel,
     run_tool,
 )
-from nsqpy.tools.flagset import Opt
 
 if TYPE_CHECKING:
     from nsqpy.client import Consumer, Message
@@ -43,46 +43,48 @@ TOOL = "nsq_tail"
 
 @dataclass
 class TailOptions:
-    topics: list[str] = field(default_factory=list)
-    channel: str = ""
-    nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    lookupd_http_addresses: list[str] = field(default_factory=list)
-    max_in_flight: int = 200
-    total_messages: int = 0
-    print_topic: bool = False
-    consumer_opts: list[str] = field(default_factory=list)
-
-
-FLAGS = [
-    Opt("topic", "topics", "list", "NSQ topic (may be given multiple times)"),
-    Opt("channel", "channel", "str", "NSQ channel", default_text='a random "tail<6 digits>#ephemeral"'),
-    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "nsqd TCP address (may be given multiple times)"),
-    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
-    Opt("max-in-flight", "max_in_flight", "int", "max number of messages to allow in flight"),
-    Opt("n", "total_messages", "int", "total messages to show (will wait if starved); 0 = no limit"),
-    Opt("print-topic", "print_topic", "bool", "print topic name where message was received"),
-    Opt(
-        "consumer-opt", "consumer_opts", "list",
-        opt_help("consumer"),
-        metavar="key,value",
-    ),
-]  # fmt: skip
+    topics: list[str] = option(
+        "topic", [], "NSQ topic (may be given multiple times)", check=each(check_topic)
+    )
+    channel: str = option(
+        "channel",
+        "",
+        "NSQ channel",
+        default_text='a random "tail<6 digits>#ephemeral"',
+        check=unless_empty(check_channel),
+    )
+    nsqd_tcp_addresses: list[str] = option(
+        "nsqd-tcp-address",
+        [],
+        "nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    lookupd_http_addresses: list[str] = option(
+        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
+    )
+    max_in_flight: int = option(
+        "max-in-flight",
+        200,
+        "max number of messages to allow in flight",
+        check=must(lambda v: v >= 0, "--{flag} must be >= 0", ToolError),
+    )
+    total_messages: int = option(
+        "n",
+        0,
+        "total messages to show (will wait if starved); 0 = no limit",
+        check=must(lambda v: v >= 0, "-{flag} must be >= 0", ToolError),
+    )
+    print_topic: bool = option("print-topic", False, "print topic name where message was received")
+    consumer_opts: list[str] = option(
+        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
+    )
 
 
 def validate(opts: TailOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.topics:
         raise ToolError("--topic is required")
-    for topic in opts.topics:
-        check_topic("topic", topic)
-    if opts.channel:
-        check_channel("channel", opts.channel)
     check_sources(opts.nsqd_tcp_addresses, opts.lookupd_http_addresses)
-    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
-    if opts.max_in_flight < 0:
-        raise ToolError("--max-in-flight must be >= 0")
-    if opts.total_messages < 0:
-        raise ToolError("-n must be >= 0")
-    parse_client_opts(opts.consumer_opts, "consumer-opt")
 
 
 class Printer:
@@ -181,7 +183,6 @@ SPEC = ToolSpec(
     summary="Consume the given topic(s) and write each message body to stdout, one per line "
     "(in the spirit of tail(1)).",
     options=TailOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
     hup_stops=True,

@@ -24,25 +24,24 @@ import logging
 import os
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, log_level_check, must, option, unless_empty
+from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
 from nsqpy.tools.common import (
-    LOG_LEVELS,
     Signals,
     ToolError,
     ToolSpec,
     check_channel,
     check_positive,
     check_sources,
-    check_tcp_addresses,
+    check_tcp_address,
     check_topic,
     describe,
     run_tool,
 )
 from nsqpy.tools.filelogger import FileConfig, FileLogger, filename_template, host_identifier
-from nsqpy.tools.flagset import Opt
 
 if TYPE_CHECKING:
     from nsqpy.client import Consumer, Message
@@ -52,99 +51,146 @@ log = logging.getLogger("nsqpy.tools")
 TOOL = "nsq_to_file"
 
 
+_NOT_NEGATIVE = must(
+    lambda v: v >= 0, "--rotate-size and --rotate-interval must be >= 0", ToolError
+)
+
+
+def _check_pattern(flag: str, pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ToolError(f"--{flag} is invalid: {pattern!r}: {exc}") from None
+
+
 @dataclass
 class ToFileOptions:
-    topics: list[str] = field(default_factory=list)
-    topic_pattern: str = ""
-    topic_refresh: float = 60.0
-    channel: str = "nsq_to_file"
-    nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    lookupd_http_addresses: list[str] = field(default_factory=list)
-    consumer_opts: list[str] = field(default_factory=list)
-    max_in_flight: int = 200
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 5.0
-    log_prefix: str = "[nsq_to_file] "
-    log_level: str = "info"
-    output_dir: str = "/tmp"
-    work_dir: str = ""
-    datetime_format: str = "%Y-%m-%d_%H"
-    filename_format: str = "<TOPIC>.<HOST><REV>.<DATETIME>.log"
-    host_identifier: str = ""
-    gzip_level: int = 6
-    gzip: bool = False
-    skip_empty_files: bool = False
-    rotate_size: int = 0
-    rotate_interval: float = 0.0
-    sync_interval: float = 30.0
-
-
-FLAGS = [
-    Opt("topic", "topics", "list", "nsq topic (may be given multiple times)"),
-    Opt("topic-pattern", "topic_pattern", "str", "only log topics matching the following pattern (a regular expression)"),
-    Opt("topic-refresh", "topic_refresh", "duration", "how frequently the topic list should be refreshed"),
-    Opt("channel", "channel", "str", "nsq channel"),
-    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "nsqd TCP address (may be given multiple times)"),
-    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
-    Opt(
-        "consumer-opt", "consumer_opts", "list",
-        opt_help("consumer"),
-        metavar="key,value",
-    ),
-    Opt("max-in-flight", "max_in_flight", "int", "max number of messages to allow in flight"),
-    Opt("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
-    Opt("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
-    Opt("log-prefix", "log_prefix", "str", "log message prefix"),
-    Opt("log-level", "log_level", "str", "set log verbosity: debug, info, warn, error, or fatal"),
-    Opt("output-dir", "output_dir", "str", "directory to write output files to"),
-    Opt("work-dir", "work_dir", "str", "directory for in-progress files before moving to output-dir", default_text="the output-dir"),
-    Opt("datetime-format", "datetime_format", "str", "strftime compatible format for <DATETIME> in filename format"),
-    Opt(
-        "filename-format", "filename_format", "str",
+    topics: list[str] = option(
+        "topic", [], "nsq topic (may be given multiple times)", check=each(check_topic)
+    )
+    topic_pattern: str = option(
+        "topic-pattern",
+        "",
+        "only log topics matching the following pattern (a regular expression)",
+        check=_check_pattern,
+    )
+    topic_refresh: float = option(
+        "topic-refresh",
+        60.0,
+        "how frequently the topic list should be refreshed",
+        kind="duration",
+        check=check_positive,
+    )
+    channel: str = option(
+        "channel", "nsq_to_file", "nsq channel", check=unless_empty(check_channel)
+    )
+    nsqd_tcp_addresses: list[str] = option(
+        "nsqd-tcp-address",
+        [],
+        "nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    lookupd_http_addresses: list[str] = option(
+        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
+    )
+    consumer_opts: list[str] = option(
+        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
+    )
+    max_in_flight: int = option(
+        "max-in-flight",
+        200,
+        "max number of messages to allow in flight",
+        check=must(lambda v: v >= 1, "--{flag} must be >= 1", ToolError),
+    )
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout",
+        2.0,
+        "timeout for HTTP connect",
+        kind="duration",
+        check=check_positive,
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout",
+        5.0,
+        "timeout for HTTP request",
+        kind="duration",
+        check=check_positive,
+    )
+    log_prefix: str = option("log-prefix", "[nsq_to_file] ", "log message prefix")
+    log_level: str = option(
+        "log-level",
+        "info",
+        "set log verbosity: debug, info, warn, error, or fatal",
+        check=log_level_check(ToolError),
+    )
+    output_dir: str = option("output-dir", "/tmp", "directory to write output files to")
+    work_dir: str = option(
+        "work-dir",
+        "",
+        "directory for in-progress files before moving to output-dir",
+        default_text="the output-dir",
+    )
+    datetime_format: str = option(
+        "datetime-format",
+        "%Y-%m-%d_%H",
+        "strftime compatible format for <DATETIME> in filename format",
+    )
+    filename_format: str = option(
+        "filename-format",
+        "<TOPIC>.<HOST><REV>.<DATETIME>.log",
         "output filename format (<TOPIC>, <HOST>, <PID>, <DATETIME>, <REV> are replaced. "
         "<REV> is increased when file already exists)",
-    ),
-    Opt("host-identifier", "host_identifier", "str", "value to output in log filename in place of hostname. <SHORT_HOST> and <HOSTNAME> are valid replacement tokens"),
-    Opt("gzip-level", "gzip_level", "int", "gzip compression level (1-9, 1=BestSpeed, 9=BestCompression)"),
-    Opt("gzip", "gzip", "bool", "gzip output files."),
-    Opt("skip-empty-files", "skip_empty_files", "bool", "skip writing empty files"),
-    Opt("rotate-size", "rotate_size", "int", "rotate the file when it grows bigger than rotate-size bytes (0 = off)", metavar="bytes"),
-    Opt("rotate-interval", "rotate_interval", "duration", "rotate the file every duration (0 = off)"),
-    Opt("sync-interval", "sync_interval", "duration", "sync file to disk every duration"),
-]  # fmt: skip
+    )
+    host_identifier: str = option(
+        "host-identifier",
+        "",
+        "value to output in log filename in place of hostname. <SHORT_HOST> and <HOSTNAME> "
+        "are valid replacement tokens",
+    )
+    gzip_level: int = option(
+        "gzip-level",
+        6,
+        "gzip compression level (1-9, 1=BestSpeed, 9=BestCompression)",
+        check=must(
+            lambda v: 1 <= v <= 9, "invalid --{flag} value ({value}), should be 1-9", ToolError
+        ),
+    )
+    gzip: bool = option("gzip", False, "gzip output files.")
+    skip_empty_files: bool = option("skip-empty-files", False, "skip writing empty files")
+    rotate_size: int = option(
+        "rotate-size",
+        0,
+        "rotate the file when it grows bigger than rotate-size bytes (0 = off)",
+        metavar="bytes",
+        check=_NOT_NEGATIVE,
+    )
+    rotate_interval: float = option(
+        "rotate-interval",
+        0.0,
+        "rotate the file every duration (0 = off)",
+        kind="duration",
+        check=_NOT_NEGATIVE,
+    )
+    sync_interval: float = option(
+        "sync-interval",
+        30.0,
+        "sync file to disk every duration",
+        kind="duration",
+        check=check_positive,
+    )
 
 
 def validate(opts: ToFileOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.channel:
         raise ToolError("--channel is required")
-    check_channel("channel", opts.channel)
-    check_positive("http-client-connect-timeout", opts.http_client_connect_timeout)
-    check_positive("http-client-request-timeout", opts.http_client_request_timeout)
     check_sources(opts.nsqd_tcp_addresses, opts.lookupd_http_addresses)
-    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
-    if not 1 <= opts.gzip_level <= 9:
-        raise ToolError(f"invalid --gzip-level value ({opts.gzip_level}), should be 1-9")
     if not opts.topics and not opts.topic_pattern:
         raise ToolError("--topic or --topic-pattern required")
     if not opts.topics and not opts.lookupd_http_addresses:
         raise ToolError("--lookupd-http-address must be specified when no --topic specified")
-    for topic in opts.topics:
-        check_topic("topic", topic)
-    try:
-        re.compile(opts.topic_pattern)
-    except re.error as exc:
-        raise ToolError(f"--topic-pattern is invalid: {opts.topic_pattern!r}: {exc}") from None
-    check_positive("sync-interval", opts.sync_interval)
-    check_positive("topic-refresh", opts.topic_refresh)
-    if opts.rotate_size < 0 or opts.rotate_interval < 0:
-        raise ToolError("--rotate-size and --rotate-interval must be >= 0")
-    if opts.max_in_flight < 1:
-        raise ToolError("--max-in-flight must be >= 1")
-    if opts.log_level.lower() not in LOG_LEVELS:
-        raise ToolError(f"invalid --log-level {opts.log_level!r}")
     opts.work_dir = opts.work_dir or opts.output_dir
     file_config(opts, "topic")  # <REV> check
-    parse_client_opts(opts.consumer_opts, "consumer-opt")
 
 
 def file_config(opts: ToFileOptions, topic: str) -> FileConfig:
@@ -419,7 +465,6 @@ SPEC = ToolSpec(
     summary="Consume topics and append each message (plus a newline) to files, optionally "
     "rotating and gzipping them; a message is FIN'd only once fsynced.",
     options=ToFileOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
     log_level=lambda opts: str(opts.log_level),

@@ -27,11 +27,12 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote_plus, urlsplit
 
-from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, must, option, unless_empty
+from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
@@ -39,13 +40,12 @@ from nsqpy.tools.common import (
     check_channel,
     check_positive,
     check_sources,
-    check_tcp_addresses,
+    check_tcp_address,
     check_topic,
     describe,
     run_tool,
     user_agent,
 )
-from nsqpy.tools.flagset import Opt
 from nsqpy.tools.hostpool import MODES, Selector
 from nsqpy.tools.metrics import TimerMetrics
 
@@ -60,46 +60,6 @@ TOOL = "nsq_to_http"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # Modes that send each message to every destination instead of picking one.
 FANOUT_MODES = ("multicast", "fanout")
-
-
-@dataclass
-class ToHttpOptions:
-    topic: str = ""
-    channel: str = "nsq_to_http"
-    nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    lookupd_http_addresses: list[str] = field(default_factory=list)
-    max_in_flight: int = 200
-    num_publishers: int = 100
-    get: list[str] = field(default_factory=list)
-    post: list[str] = field(default_factory=list)
-    content_type: str = DEFAULT_CONTENT_TYPE
-    headers: list[str] = field(default_factory=list)
-    mode: str = "hostpool"
-    sample: float = 1.0
-    http_client_connect_timeout: float = 2.0
-    http_client_request_timeout: float = 20.0
-    status_every: int = 250
-    consumer_opts: list[str] = field(default_factory=list)
-
-
-FLAGS = [
-    Opt("topic", "topic", "str", "nsq topic"),
-    Opt("channel", "channel", "str", "nsq channel"),
-    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "nsqd TCP address (may be given multiple times)"),
-    Opt("lookupd-http-address", "lookupd_http_addresses", "list", "lookupd HTTP address (may be given multiple times)"),
-    Opt("max-in-flight", "max_in_flight", "int", "max number of messages to allow in flight"),
-    Opt("n", "num_publishers", "int", "number of concurrent publishers"),
-    Opt("get", "get", "list", "HTTP address to make a GET request to. '%s' will be printf replaced with data (may be given multiple times)", metavar="url"),
-    Opt("post", "post", "list", "HTTP address to make a POST request to.  data will be in the body (may be given multiple times)", metavar="url"),
-    Opt("content-type", "content_type", "str", "the Content-Type used for POST requests"),
-    Opt("header", "headers", "list", "Custom header for HTTP requests (may be given multiple times)", metavar="Name:Value"),
-    Opt("mode", "mode", "str", "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy, multicast (alias fanout: every destination)"),
-    Opt("sample", "sample", "float", "% of messages to publish (float b/w 0 -> 1)"),
-    Opt("http-client-connect-timeout", "http_client_connect_timeout", "duration", "timeout for HTTP connect"),
-    Opt("http-client-request-timeout", "http_client_request_timeout", "duration", "timeout for HTTP request"),
-    Opt("status-every", "status_every", "int", "the # of requests between logging status (per handler), 0 disables"),
-    Opt("consumer-opt", "consumer_opts", "list", opt_help("consumer"), metavar="key,value"),
-]  # fmt: skip
 
 
 def parse_headers(items: list[str]) -> dict[str, str]:
@@ -118,42 +78,121 @@ def _check_url(flag: str, url: str) -> None:
         raise ToolError(f"invalid --{flag} address {url!r}: expected an http:// or https:// URL")
 
 
+def _check_get_url(flag: str, url: str) -> None:
+    if url.count("%s") != 1:
+        raise ToolError(f"invalid GET address {url!r} - must be a printf string (one %s)")
+    _check_url(flag, url)
+
+
+_NOT_NEGATIVE = must(lambda v: v >= 0, "--max-in-flight and --status-every must be >= 0", ToolError)
+
+
+@dataclass
+class ToHttpOptions:
+    topic: str = option("topic", "", "nsq topic", check=unless_empty(check_topic))
+    channel: str = option(
+        "channel", "nsq_to_http", "nsq channel", check=unless_empty(check_channel)
+    )
+    nsqd_tcp_addresses: list[str] = option(
+        "nsqd-tcp-address",
+        [],
+        "nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    lookupd_http_addresses: list[str] = option(
+        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
+    )
+    max_in_flight: int = option(
+        "max-in-flight", 200, "max number of messages to allow in flight", check=_NOT_NEGATIVE
+    )
+    num_publishers: int = option(
+        "n",
+        100,
+        "number of concurrent publishers",
+        check=must(lambda v: v >= 1, "-{flag} must be >= 1", ToolError),
+    )
+    get: list[str] = option(
+        "get",
+        [],
+        "HTTP address to make a GET request to. '%s' will be printf replaced with data (may be "
+        "given multiple times)",
+        metavar="url",
+        check=each(_check_get_url),
+    )
+    post: list[str] = option(
+        "post",
+        [],
+        "HTTP address to make a POST request to.  data will be in the body (may be given "
+        "multiple times)",
+        metavar="url",
+        check=each(_check_url),
+    )
+    content_type: str = option(
+        "content-type", DEFAULT_CONTENT_TYPE, "the Content-Type used for POST requests"
+    )
+    headers: list[str] = option(
+        "header",
+        [],
+        "Custom header for HTTP requests (may be given multiple times)",
+        metavar="Name:Value",
+        check=lambda flag, items: parse_headers(items),
+    )
+    mode: str = option(
+        "mode",
+        "hostpool",
+        "the upstream request mode options: round-robin, hostpool (default), epsilon-greedy, "
+        "multicast (alias fanout: every destination)",
+        check=must(
+            lambda v: v in MODES or v in FANOUT_MODES,
+            f"--{{flag}} must be one of {', '.join(MODES + FANOUT_MODES)} (got {{value!r}})",
+            ToolError,
+        ),
+    )
+    sample: float = option(
+        "sample",
+        1.0,
+        "% of messages to publish (float b/w 0 -> 1)",
+        check=must(lambda v: 0.0 <= v <= 1.0, "--{flag} must be between 0.0 and 1.0", ToolError),
+    )
+    http_client_connect_timeout: float = option(
+        "http-client-connect-timeout",
+        2.0,
+        "timeout for HTTP connect",
+        kind="duration",
+        check=check_positive,
+    )
+    http_client_request_timeout: float = option(
+        "http-client-request-timeout",
+        20.0,
+        "timeout for HTTP request",
+        kind="duration",
+        check=check_positive,
+    )
+    status_every: int = option(
+        "status-every",
+        250,
+        "the # of requests between logging status (per handler), 0 disables",
+        check=_NOT_NEGATIVE,
+    )
+    consumer_opts: list[str] = option(
+        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
+    )
+
+
 def validate(opts: ToHttpOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.topic or not opts.channel:
         raise ToolError("--topic and --channel are required")
-    check_topic("topic", opts.topic)
-    check_channel("channel", opts.channel)
     if "content-type" in given:
         if not opts.post:
             raise ToolError("--content-type only used with --post")
         if not opts.content_type:
             raise ToolError("--content-type requires a value when used")
     check_sources(opts.nsqd_tcp_addresses, opts.lookupd_http_addresses)
-    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
     if not opts.get and not opts.post:
         raise ToolError("--get or --post required")
     if opts.get and opts.post:
         raise ToolError("use --get or --post not both")
-    for url in opts.get:
-        if url.count("%s") != 1:
-            raise ToolError(f"invalid GET address {url!r} - must be a printf string (one %s)")
-        _check_url("get", url)
-    for url in opts.post:
-        _check_url("post", url)
-    if opts.mode not in MODES and opts.mode not in FANOUT_MODES:
-        raise ToolError(
-            f"--mode must be one of {', '.join(MODES + FANOUT_MODES)} (got {opts.mode!r})"
-        )
-    if not 0.0 <= opts.sample <= 1.0:
-        raise ToolError("--sample must be between 0.0 and 1.0")
-    check_positive("http-client-connect-timeout", opts.http_client_connect_timeout)
-    check_positive("http-client-request-timeout", opts.http_client_request_timeout)
-    if opts.num_publishers < 1:
-        raise ToolError("-n must be >= 1")
-    if opts.max_in_flight < 0 or opts.status_every < 0:
-        raise ToolError("--max-in-flight and --status-every must be >= 0")
-    parse_headers(opts.headers)
-    parse_client_opts(opts.consumer_opts, "consumer-opt")
 
 
 def get_url(template: str, body: bytes) -> str:
@@ -289,7 +328,6 @@ SPEC = ToolSpec(
     summary="Consume a topic and deliver each message with an HTTP GET (--get) or POST "
     "(--post) to the given endpoints; a message is FIN'd only after a successful answer.",
     options=ToHttpOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
 )

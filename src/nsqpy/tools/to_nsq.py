@@ -25,21 +25,21 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nsqpy.errors import NsqError
-from nsqpy.tools.clientopts import opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, must, option, unless_empty
+from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
-    check_tcp_addresses,
+    check_tcp_address,
     check_topic,
     describe,
     run_tool,
 )
-from nsqpy.tools.flagset import Opt
 
 if TYPE_CHECKING:
     from nsqpy.client import Producer
@@ -53,38 +53,36 @@ READ_SIZE = 1 << 16
 
 @dataclass
 class ToNsqOptions:
-    topic: str = ""
-    delimiter: str = "\n"
-    nsqd_tcp_addresses: list[str] = field(default_factory=list)
-    rate: int = 0
-    producer_opts: list[str] = field(default_factory=list)
-
-
-FLAGS = [
-    Opt("topic", "topic", "str", "NSQ topic to publish to"),
-    Opt("delimiter", "delimiter", "str", "character to split input from stdin"),
-    Opt("nsqd-tcp-address", "nsqd_tcp_addresses", "list", "destination nsqd TCP address (may be given multiple times)"),
-    Opt("rate", "rate", "int", "Throttle messages to n/second. 0 to disable"),
-    Opt(
-        "producer-opt", "producer_opts", "list",
-        opt_help("producer"),
-        metavar="key,value",
-    ),
-]  # fmt: skip
+    topic: str = option("topic", "", "NSQ topic to publish to", check=unless_empty(check_topic))
+    delimiter: str = option(
+        "delimiter",
+        "\n",
+        "character to split input from stdin",
+        check=must(lambda v: len(v.encode()) == 1, "--{flag} must be a single byte", ToolError),
+    )
+    nsqd_tcp_addresses: list[str] = option(
+        "nsqd-tcp-address",
+        [],
+        "destination nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+    rate: int = option(
+        "rate",
+        0,
+        "Throttle messages to n/second. 0 to disable",
+        check=must(lambda v: v >= 0, "--{flag} must be >= 0", ToolError),
+    )
+    producer_opts: list[str] = option(
+        "producer-opt", [], opt_help("producer"), metavar="key,value", check=check_client_opts
+    )
 
 
 def validate(opts: ToNsqOptions, given: set[str]) -> None:
+    check_options(opts)
     if not opts.topic:
         raise ToolError("--topic required")
-    check_topic("topic", opts.topic)
-    if len(opts.delimiter.encode()) != 1:
-        raise ToolError("--delimiter must be a single byte")
     if not opts.nsqd_tcp_addresses:
         raise ToolError("--nsqd-tcp-address required")
-    check_tcp_addresses("nsqd-tcp-address", opts.nsqd_tcp_addresses)
-    if opts.rate < 0:
-        raise ToolError("--rate must be >= 0")
-    parse_client_opts(opts.producer_opts, "producer-opt")
 
 
 class RateLimiter:
@@ -286,7 +284,6 @@ SPEC = ToolSpec(
     summary="Read stdin, split it on --delimiter (newlines by default) and publish each "
     "non-empty chunk to --topic on every --nsqd-tcp-address.",
     options=ToNsqOptions,
-    flags=FLAGS,
     validate=validate,
     main=run,
 )

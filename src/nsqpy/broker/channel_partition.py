@@ -1,0 +1,522 @@
+"""A channel's part over one partition's log: ``ChannelPartition``.
+
+A channel (``broker.channel.Channel``) has one per partition of its topic. It copies
+nothing: it reads the partition's log from ``cursor.next_read`` up to ``readable_end`` (a
+paused topic holds what came after the pause), hands each message to one of its consumers
+(round robin among those whose RDY window has room) and keeps it in flight (``InFlight``,
+one heap of deadlines) until FIN, REQ or the timeout. FIN confirms the offset in the
+cursor (out of order: as ranges); REQ without delay puts it in a small in-memory requeue
+list; REQ with a delay, and DPUB, move it to the deferred set, delivered from here when
+due. What reaches the readable end is counted as put into the channel (``message_count``);
+an ephemeral channel, and every channel of an ephemeral topic, keeps at most
+``mem_queue_size`` of it and drops the newest rest, as NSQ's full memory queue does; a
+channel of an ephemeral topic copies what it keeps into its own ``MemoryQueue``. It owns
+two helpers, each given what it needs: ``deferral`` (``broker.channel_deferral``: DPUBs
+deferred on arrival, delayed messages the read meets, leases, the cursor file, what the
+stores refuse) and ``policy_paths`` (``broker.channel_policy``: dead letters, TTL expiry,
+the depth bound's drops, as the shared ``ChannelPolicy`` says). ``reset_to`` is replay.
+Time is given, never read. Must not import asyncio, sockets or any server, nor the
+partition or channel that hold it (``PartitionView`` is what it reads of its partition).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from bisect import bisect_right
+from collections import deque
+
+from nsqpy.broker.channel_deferral import ChannelDeferral, PartitionView
+from nsqpy.broker.channel_policy import PolicyPaths
+from nsqpy.broker.client import Client
+from nsqpy.broker.deferred import Deferred, MemoryDeferred
+from nsqpy.broker.e2e import LatencyWindow
+from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight
+from nsqpy.broker.memqueue import MemoryQueue
+from nsqpy.broker.policy import ChannelPolicy
+from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
+from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
+from nsqpy.protocol.state import CLOSING, SUBSCRIBED
+from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
+
+__all__ = ["READ_BATCH", "TIMEOUT_SLACK", "ChannelPartition"]
+
+# How many records one pump pass reads from the log at most.
+READ_BATCH = 512
+# Stale timeout entries tolerated beyond twice the in-flight count before a rebuild.
+TIMEOUT_SLACK = 4096
+
+
+class ChannelPartition:
+    """A channel's part over one partition's log (``Channel`` holds one per partition)."""
+
+    def __init__(
+        self,
+        topic: PartitionView,
+        name: str,
+        cursor: CursorState,
+        cursor_file: CursorFile | None,
+        deferred: Deferred | None = None,
+        *,
+        counted_from: int | None = None,
+    ) -> None:
+        self.topic = topic  # the topic partition it reads (its log, DPUB notes, health)
+        self.name = name
+        self._id_base = topic.partition << OFFSET_BITS  # message ID = base | offset
+        self.ephemeral = name.endswith("#ephemeral")
+        # NSQ's per-channel memory queue: an ephemeral channel, or any channel of an
+        # ephemeral topic, holds at most mem_queue_size; the latter in its own queue.
+        self.bounded = self.ephemeral or topic.ephemeral
+        self.queue = MemoryQueue() if topic.ephemeral else None
+        self.cursor = cursor
+        self.cursor_file = cursor_file
+        self.deferred: Deferred = deferred if deferred is not None else MemoryDeferred()
+        self.paused = False
+        self.deleted = False
+        self.consumers: list[Client] = []
+        self.in_flight: dict[int, InFlight] = {}
+        self._timeouts: list[tuple[int, int]] = []
+        self._requeued: deque[tuple[int, int, int, bytes]] = deque()
+        self._rr = 0
+        self._unsaved = 0
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.finish_count = 0
+        self.dropped_count = 0
+        # DPUBs deferred on arrival, delayed messages the read meets, leases, the cursor
+        # file and the failures of both (broker.channel_deferral)
+        self.deferral = ChannelDeferral(
+            topic, name, cursor, cursor_file, self.deferred, self.queue,
+            confirm=self._confirm, next_client=self._next_client, deliver=self._deliver,
+        )  # fmt: skip
+        # Beyond NSQ (broker.policy): dead letters, TTL expiry, the topic's depth bound.
+        self.policy = ChannelPolicy()  # (one object shared by the channel's partitions)
+        self.policy_paths = PolicyPaths(self, cursor, self.in_flight, self.deferral, self._confirm)
+        # Set by the broker when --e2e-processing-latency-percentile is given.
+        self.e2e: LatencyWindow | None = None
+        # Offsets below this have been counted as put into the channel (or dropped).
+        self._arrived = cursor.next_read if counted_from is None else counted_from
+
+    # -- consumers -------------------------------------------------------------------
+
+    def add_consumer(self, client: Client) -> None:
+        self.consumers.append(client)
+        client.channel = self
+
+    def remove_consumer(self, client: Client, now: int) -> None:
+        """Forget a client; what it had in flight is requeued at once."""
+        if client in self.consumers:
+            self.consumers.remove(client)
+        for offset, item in list(self.in_flight.items()):
+            if item.client is client and not self._exhausted(offset, item, "disconnected", now):
+                self._back_to_queue(offset, item, now)
+        client.in_flight_count = 0
+
+    # -- delivery --------------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """Messages waiting to be delivered (not in flight, not deferred, not dropped)."""
+        waiting = self._backlog(self.topic.readable_end) - self.deferral.ahead_count()
+        return max(0, waiting) + len(self._requeued)
+
+    def _backlog(self, end: int) -> int:
+        """Unread offsets below ``end`` that are still to be delivered."""
+        start = self.cursor.next_read
+        if self.queue is None:  # (an ephemeral topic forgets what its channels have taken)
+            start = max(start, self.topic.log.low_watermark)
+        backlog = end - start
+        if backlog <= 0:
+            return 0
+        ranges = self.cursor.ranges
+        if ranges:
+            i = max(0, bisect_right(ranges, (start, 1 << 64)) - 1)
+            for lo, hi in ranges[i:]:
+                if lo >= end:
+                    break
+                if hi > start:
+                    backlog -= min(hi, end) - max(lo, start)
+        return backlog
+
+    def _arrive(self) -> None:
+        """Count what reached the readable end since the last call; bound ephemeral backlogs;
+        defer the DPUBs among it (``ChannelDeferral.defer_arrived``)."""
+        end = self.topic.readable_end
+        start = self._arrived
+        if end <= start:
+            if self.deferral.undeferred:  # the store refused them: try again
+                self.deferral.defer_arrived(start, start)
+            return
+        self._arrived = end
+        self.message_count += end - start
+        if self.bounded:
+            held = self._backlog(start) - self.deferral.ahead_count() + len(self._requeued)
+            room = max(0, self.topic.mem_queue_size - held)
+            keep = min(room, end - start)
+            if self.queue is not None:
+                self.queue.take(self.topic.log, start, start + keep)
+            if keep < end - start:
+                self.dropped_count += self.skip(start + keep, end)
+        if self.topic.dpubs or self.deferral.undeferred:
+            self.deferral.defer_arrived(start, end)
+
+    @property
+    def arrived(self) -> int:
+        """Offsets below this have reached the channel (counted, and taken or dropped)."""
+        return self._arrived
+
+    def skip(self, start: int, end: int) -> int:
+        """Drop the unread offsets in [start, end): confirmed, never delivered. Returns how many."""
+        done = self.cursor.confirm_range(max(start, self.cursor.next_read), end)
+        self._unsaved += done
+        if self._arrived < end:
+            self._arrived = end
+        return done
+
+    def pump(self, now: int) -> int:
+        """Deliver what the consumers' RDY windows admit; returns how many were sent."""
+        self._arrive()
+        if self.paused or not self.consumers:
+            return 0
+        ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
+        if not ready:
+            return 0
+        sent = 0
+        if self._requeued:
+            sent += self._pump_requeued(ready, now)
+        if ready:
+            sent += self._pump_log(ready, now)
+        return sent
+
+    def _next_client(self, ready: list[Client]) -> Client:
+        self._rr = (self._rr + 1) % len(ready)
+        return ready[self._rr]
+
+    def _pump_requeued(self, ready: list[Client], now: int) -> int:
+        sent = 0
+        while self._requeued and ready:
+            offset, attempts, timestamp, body = self._requeued.popleft()
+            client = self._next_client(ready)
+            self._deliver(client, offset, attempts + 1, timestamp, body, FROM_LOG, now)
+            sent += 1
+            if client.capacity <= 0:
+                ready.remove(client)
+        return sent
+
+    def _pump_log(self, ready: list[Client], now: int) -> int:
+        read_frames = self.topic.log.read_frames if self.queue is None else self.queue.read_frames
+        cursor = self.cursor
+        end = self.topic.readable_end
+        ttl = self.policy.ttl_ns
+        cutoff = now - ttl if ttl else 0
+        sent = 0
+        deferral = self.deferral
+        deferral.stalled = False
+        while ready and cursor.next_read < end:
+            if cursor.ranges:
+                deferral.skip_confirmed()
+                if cursor.next_read >= end:
+                    break
+            want = min(READ_BATCH, sum(c.capacity for c in ready), end - cursor.next_read)
+            try:
+                frames = read_frames(cursor.next_read, want)
+            except (OffsetOutOfRange, StorageError) as exc:
+                deferral.read_failed(exc)
+                continue
+            if not frames:
+                break
+            skip_at = deferral.next_ahead()  # a DPUB deferred on arrival: skipped, confirmed
+            for offset, timestamp, deliver_at, _flags, body in frames:
+                if offset != cursor.next_read:  # offsets the log lost (quarantined): skipped
+                    self._unsaved += cursor.confirm_range(cursor.next_read, offset)
+                cursor.next_read = offset + 1
+                if offset >= skip_at:
+                    hit = deferral.take_ahead(offset)
+                    skip_at = deferral.next_ahead()
+                    if hit:
+                        continue
+                if offset < cursor.confirmed or (cursor.ranges and cursor.is_confirmed(offset)):
+                    continue  # (confirmed since the batch was read: a range was absorbed)
+                if deliver_at > now:
+                    if not deferral.defer_read(offset, deliver_at, timestamp, body):
+                        return sent  # read again at the next pump (``scan`` pumps)
+                    continue
+                if cutoff and (deliver_at or timestamp) < cutoff:
+                    self.policy_paths.expire(offset, now)
+                    continue
+                client = self._next_client(ready)
+                if client.sample_rate and random.randint(0, 99) > client.sample_rate:
+                    self._confirm(offset)  # NSQ discards what sampling skips
+                    continue
+                self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now)
+                sent += 1
+                if client.capacity <= 0:
+                    ready.remove(client)
+                    if not ready:
+                        break
+        return sent
+
+    def _deliver(
+        self,
+        client: Client,
+        offset: int,
+        attempts: int,
+        timestamp: int,
+        body: bytes,
+        source: int,
+        now: int,
+    ) -> None:
+        deadline = now + client.msg_timeout_ns
+        self.in_flight[offset] = InFlight(client, attempts, deadline, now, timestamp, body, source)
+        self._push_timeout(deadline, offset)
+        client.in_flight_count += 1
+        client.message_count += 1
+        # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
+        msg_id = b"%016x" % (self._id_base | offset)
+        client.sink.send_message(
+            FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
+        )
+        tracer = self.policy.tracer
+        if tracer is not None:
+            tracer.channel_event(self, offset, "delivered", client, attempts, now)
+
+    def _push_timeout(self, deadline: int, offset: int) -> None:
+        """Remember the deadline the in-flight table already holds for ``offset``.
+
+        FIN, REQ and TOUCH leave their old entries in the heap (skipped when they come
+        due); when those outnumber the live ones the heap is rebuilt from the in-flight
+        table (which includes this deadline), so it stays proportional to what is in
+        flight rather than to what was delivered within one msg_timeout."""
+        heap = self._timeouts
+        if len(heap) > 2 * len(self.in_flight) + TIMEOUT_SLACK:
+            heap[:] = [(item.deadline, off) for off, item in self.in_flight.items()]
+            heapq.heapify(heap)
+            return
+        heapq.heappush(heap, (deadline, offset))
+
+    def _confirm(self, offset: int) -> bool:
+        if self.cursor.confirm(offset):
+            self._unsaved += 1
+            return True
+        return False
+
+    # -- FIN / REQ / TOUCH -----------------------------------------------------------
+
+    def _owned(
+        self,
+        client: Client,
+        offset: int,
+        error: type[FinFailed | ReqFailed | TouchFailed],
+        verb: str,
+        msg_id: bytes,
+    ) -> InFlight:
+        item = self.in_flight.get(offset)
+        if item is None:
+            raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
+        if item.client is not client:
+            raise error(
+                f"{verb} {msg_id.decode(errors='replace')} failed client does not own message"
+            )
+        return item
+
+    def finish(self, client: Client, offset: int, msg_id: bytes, now: int) -> None:
+        item = self._owned(client, offset, FinFailed, "FIN", msg_id)
+        if item.source == FROM_DEFERRED:
+            try:
+                self.deferred.remove(offset)
+            except StorageError as exc:  # still in flight: delivered again at its timeout
+                self.deferral.storage_failed("failed to finish a deferred message", exc)
+                raise FinFailed(f"FIN {msg_id.decode(errors='replace')} failed {exc}") from exc
+            self.deferral.leased -= 1
+        del self.in_flight[offset]
+        client.in_flight_count -= 1
+        client.finish_count += 1
+        self.finish_count += 1
+        if item.source != FROM_DEFERRED:
+            self._confirm(offset)
+        if self.e2e is not None:
+            self.e2e.insert(now - item.timestamp, now)
+        if self.policy.tracer is not None:
+            self.policy.tracer.channel_event(self, offset, "finished", client, item.attempts, now)
+
+    def requeue(self, client: Client, offset: int, msg_id: bytes, delay_ms: int, now: int) -> None:
+        item = self._owned(client, offset, ReqFailed, "REQ", msg_id)
+        del self.in_flight[offset]
+        client.in_flight_count -= 1
+        client.requeue_count += 1
+        self.requeue_count += 1
+        if self.policy.tracer is not None:
+            self.policy.tracer.channel_event(
+                self, offset, "requeued", client, item.attempts, now, f"delay_ms={delay_ms}"
+            )
+        if self._exhausted(offset, item, "requeued", now):
+            return
+        if delay_ms <= 0:
+            self._back_to_queue(offset, item, now, in_flight_removed=True)
+            return
+        deliver_at = now + delay_ms * 1_000_000
+        try:
+            if item.source == FROM_DEFERRED:
+                self.deferred.put(offset, deliver_at, item.attempts, item.timestamp, item.body)
+                self.deferral.leased -= 1
+            else:
+                self.deferral.defer(offset, deliver_at, item.attempts, item.timestamp, item.body)
+        except StorageError as exc:  # it stays in flight: delivered again at its timeout
+            self.deferral.storage_failed("failed to defer a requeued message", exc)
+            self.in_flight[offset] = item
+            client.in_flight_count += 1
+            client.requeue_count -= 1
+            self.requeue_count -= 1
+            raise ReqFailed(f"REQ {msg_id.decode(errors='replace')} failed {exc}") from exc
+
+    def touch(
+        self, client: Client, offset: int, msg_id: bytes, now: int, max_msg_timeout_ns: int
+    ) -> None:
+        item = self._owned(client, offset, TouchFailed, "TOUCH", msg_id)
+        deadline = min(now + client.msg_timeout_ns, item.delivered + max_msg_timeout_ns)
+        if item.source == FROM_DEFERRED:  # its lease in the store must not end before it
+            try:
+                self.deferred.put(offset, deadline, item.attempts, item.timestamp, item.body)
+            except StorageError as exc:
+                self.deferral.storage_failed("failed to touch a deferred message", exc)
+                raise TouchFailed(f"TOUCH {msg_id.decode(errors='replace')} failed {exc}") from exc
+        item.deadline = deadline
+        self._push_timeout(deadline, offset)
+
+    def _back_to_queue(
+        self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False
+    ) -> None:
+        """Make an in-flight message deliverable again at once (timeout, REQ 0, client gone)."""
+        if not in_flight_removed:
+            self.in_flight.pop(offset, None)
+        if item.source == FROM_DEFERRED:
+            self.deferral.leased -= 1
+            try:
+                self.deferred.put(offset, now, item.attempts, item.timestamp, item.body)
+            except StorageError as exc:  # its lease stays: due again when the lease ends
+                self.deferral.storage_failed("failed to requeue a deferred message", exc)
+        else:
+            self._requeued.append((offset, item.attempts, item.timestamp, item.body))
+
+    def _exhausted(self, offset: int, item: InFlight, reason: str, now: int) -> bool:
+        """After a failed attempt: True when the message used its last attempt and went to
+        the dead-letter topic (``PolicyPaths.dead_letter``); else it is to be delivered again."""
+        max_attempts = self.policy.max_attempts
+        if not max_attempts or item.attempts < max_attempts:
+            return False
+        return self.policy_paths.dead_letter(offset, item, reason, now)
+
+    # -- timers ----------------------------------------------------------------------
+
+    def scan(self, now: int) -> int:
+        """Time out expired in-flight messages and pull due deferred ones; returns work done."""
+        work = 0
+        heap = self._timeouts
+        while heap and heap[0][0] <= now:
+            deadline, offset = heapq.heappop(heap)
+            item = self.in_flight.get(offset)
+            if item is None or item.deadline != deadline:
+                continue
+            item.client.in_flight_count -= 1
+            self.timeout_count += 1
+            if self.policy.tracer is not None:
+                self.policy.tracer.channel_event(
+                    self, offset, "timed_out", item.client, item.attempts, now
+                )
+            if not self._exhausted(offset, item, "timeout", now):
+                self._back_to_queue(offset, item, now)
+            work += 1
+        work += self._pull_due(now)
+        deferral = self.deferral
+        if deferral.undeferred:
+            deferral.defer_arrived(self._arrived, self._arrived)  # the store refused them: again
+        if deferral.stalled:
+            if not any(c.capacity > 0 for c in self.consumers):
+                deferral.retry_stalled(now)  # no read will come to it
+            work += 1  # a delayed message the store refused: the pump tries it again
+        return work
+
+    def _pull_due(self, now: int) -> int:
+        """Deliver the due deferred messages the consumers' RDY windows admit."""
+        if self.paused:
+            ready = []
+        else:
+            ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
+        return self.deferral.pull_due(ready, now, self.policy.ttl_ns, self.policy_paths.expire)
+
+    def next_deadline(self) -> int | None:
+        candidates = []
+        if self._timeouts:
+            candidates.append(self._timeouts[0][0])
+        nd = self.deferred.next_due()
+        if nd is not None:
+            candidates.append(nd)
+        return min(candidates) if candidates else None
+
+    # -- empty, replay, stats --------------------------------------------------------
+
+    def empty(self, now: int) -> None:
+        """Drop everything: backlog, requeued, deferred and in flight (NSQ's /channel/empty).
+
+        What a paused topic holds is the topic's, not the channel's: it stays.
+        """
+        del now
+        self._arrive()
+        self.deferred.clear()  # first: a StorageError here leaves everything as it was
+        self._clear_window()
+        if self.queue is not None:
+            self.queue.clear()
+        self.cursor.reset(self.topic.readable_end)
+        self._unsaved += 1
+        self.maybe_save_cursor(force=True)
+
+    def reset_to(self, offset: int) -> None:
+        """Replay (or skip): everything below ``offset`` is done, delivery resumes there.
+
+        In-flight messages leave the window: their clients' counts go down, and a late
+        FIN/REQ/TOUCH for one answers "ID not in flight" as NSQ does for an unknown ID
+        (unless the replay has meanwhile delivered that offset again to the same client).
+        Deferred entries at or above ``offset`` are removed (the replay reads them from the
+        log again); those below stay deferred, a leased one due again at its old deadline.
+        """
+        self.deferred.remove_from(offset)  # first: a StorageError here changes nothing
+        self._clear_window()  # the store kept those below ``offset``: the reset confirms them
+        self.cursor.reset(offset)
+        self._arrived = max(self._arrived, offset)
+        self._unsaved += 1
+        self.maybe_save_cursor(force=True)
+
+    def _clear_window(self) -> None:
+        """Nothing in flight, requeued, ahead of the read or leased any more (its clients'
+        in-flight counts go down); the cursor is reset next."""
+        for item in self.in_flight.values():
+            item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
+        self.in_flight.clear()
+        self._timeouts.clear()
+        self._requeued.clear()
+        self.deferral.clear()
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self.in_flight)
+
+    @property
+    def deferred_count(self) -> int:
+        return self.deferral.count()
+
+    def cursor_snapshot(self) -> CursorSnapshot | None:
+        """The cursor's bytes when its periodic save is due (the server writes them off-loop)."""
+        n, self._unsaved = self._unsaved, 0
+        return self.deferral.cursor_snapshot(n)
+
+    def maybe_save_cursor(self, force: bool = False) -> None:
+        """Save the cursor now if due (or ``force``; ``ChannelDeferral.save_cursor``)."""
+        n, self._unsaved = self._unsaved, 0
+        self.deferral.save_cursor(n, force)
+
+    def close_consumers(self) -> None:
+        for client in list(self.consumers):
+            client.state = CLOSING
+            client.sink.close_by_server()
+        self.consumers.clear()
