@@ -58,7 +58,7 @@ lint: venv
 	$(BIN)/ruff check src tests bench
 
 typecheck: venv
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests
 
 check: lint typecheck test
 

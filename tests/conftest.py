@@ -1,21 +1,10 @@
-"""Suite-wide teardown: no test leaves a connection open behind it."""
-
-from __future__ import annotations
-
-from collections.abc import AsyncIterator, Iterator
+"""The suite loads nsqpy's test kit as a pytest plugin (``nsqpy.testing.pytest_plugin``): the
+shared fixtures (``clock``, ``nsqd``, ``nsqd_servers``, ``data_path``, ``start_nsqd``) and
+the teardown after every test that closes the connections it left open. The kit's own
+``assert`` statements (``subscriber``, ``publish``) are rewritten to show their values."""
 
 import pytest
 
-from nsqpy.testing import AsyncWire, close_test_connections
+pytest.register_assert_rewrite("nsqpy.testing")
 
-
-@pytest.fixture(autouse=True)
-def _close_sync_connections() -> Iterator[None]:
-    yield
-    close_test_connections()
-
-
-@pytest.fixture(autouse=True)
-async def _close_async_wires() -> AsyncIterator[None]:
-    yield
-    await AsyncWire.close_all()
+pytest_plugins = ["nsqpy.testing.pytest_plugin"]

@@ -1,12 +1,33 @@
-"""The test helpers themselves: distinct free ports, and a daemon that dies at start."""
+"""The test kit itself (nsqpy.testing): distinct free ports, a daemon that dies at start, the
+polling helpers' results and failures, what the wire and /stats readers return, and the
+example of the package docstring."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, free_ports
+from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing import (
+    DaemonProcess,
+    FakeClock,
+    WireMessage,
+    channel_stats,
+    consume,
+    eventually,
+    free_ports,
+    http_request,
+    nsqd_process,
+    pub,
+    publish,
+    publisher,
+    read_message,
+    subscriber,
+    topic_stats,
+    wait_for,
+)
 
 
 def test_free_ports_are_distinct() -> None:
@@ -25,3 +46,62 @@ def test_a_daemon_that_cannot_bind_fails_its_start_clearly() -> None:
         )
         with pytest.raises(RuntimeError, match="nsqlookupd exited with"):
             daemon.start()
+
+
+def test_wait_for_returns_the_first_truthy_value_or_names_the_condition() -> None:
+    calls = iter([0, [], "ready"])
+    assert wait_for(lambda: next(calls), interval=0) == "ready"
+    with pytest.raises(AssertionError, match=r"not met within 0.05s: the queue drained"):
+        wait_for(lambda: False, 0.05, what="the queue drained")
+    with pytest.raises(AssertionError, match=r"wait_for\(lambda: 1 > 2, 0.05\)"):
+        wait_for(lambda: 1 > 2, 0.05)  # no ``what``: the lambda's source names it
+
+
+async def test_eventually_polls_plain_and_coroutine_predicates() -> None:
+    calls = iter([None, 0, 7])
+    assert await eventually(lambda: next(calls), interval=0) == 7
+
+    async def ready() -> str:
+        return "yes"
+
+    assert await eventually(ready) == "yes"
+
+    async def never() -> bool:
+        return False
+
+    with pytest.raises(AssertionError, match=r"not met within 0.05s: .*never"):
+        await eventually(never, 0.05)
+
+
+async def test_read_message_and_frame_within(nsqd: NsqdServer, clock: FakeClock) -> None:
+    await publish(nsqd.tcp_port, pub("kit", b"one"))
+    consumer = await subscriber(nsqd.tcp_port, "kit", "c")
+    msg = await read_message(consumer)
+    assert isinstance(msg, WireMessage) and (msg.attempts, msg.body) == (1, b"one")
+    _, attempts, msg_id, body = msg  # also a tuple
+    assert (attempts, msg_id, body) == (1, msg.id, b"one") and len(msg_id) == 16
+    assert await consumer.frame_within(0.05) is None
+
+
+def test_stats_readers_and_consume_against_a_process(tmp_path: Path) -> None:
+    with nsqd_process(tmp_path / "data") as nsqd:
+        assert http_request("POST", f"{nsqd.http}/pub?topic=k%23ephemeral", b"x")[0] == 200
+        assert topic_stats(nsqd.http, "k#ephemeral")["message_count"] == 1
+        with pytest.raises(AssertionError, match="no topic 'absent'"):
+            topic_stats(nsqd.http, "absent")
+        assert http_request("POST", f"{nsqd.http}/pub?topic=k", b"y")[0] == 200
+        assert consume(nsqd.tcp_port, "k", "c", 1) == [b"y"]
+        assert channel_stats(nsqd.http, "k", "c")["message_count"] == 1
+        with pytest.raises(AssertionError, match="no channel 'k'/'other'"):
+            channel_stats(nsqd.http, "k", "other")
+
+
+async def test_the_package_docstring_example(nsqd: NsqdServer, clock: FakeClock) -> None:
+    consumer = await subscriber(nsqd.tcp_port, "events", "archive")
+    producer = await publisher(nsqd.tcp_port)
+    await producer.send(pub("events", b"hello"))
+    assert await producer.read_frame() == (0, b"OK")
+    ftype, data = await consumer.read_frame()
+    assert ftype == 2 and data.endswith(b"hello")
+    channel = nsqd.broker.topics["events"].channels["archive"]
+    await eventually(lambda: channel.in_flight_count == 1, what="one message in flight")

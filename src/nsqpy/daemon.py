@@ -1,4 +1,15 @@
-"""What the daemons' programs share: the event loop they run on and the wait for a signal."""
+"""What the daemons' programs share: the program shell, the event loop they run on and the
+wait for a signal.
+
+``DaemonProgram`` is each daemon's program (``nsqd.app``, ``lookupd.app``, ``nsqadmin.app``),
+a thin shell as NSQ's ``apps/*/main.go`` are: flags declared on its options dataclass (Go
+style, ``--config`` TOML; ``nsqpy.flags``) -> the checks across options -> its service, run
+on uvloop (when installed) until SIGINT or SIGTERM, then stopped cleanly with status 0. Bad
+flags exit 2 with one line; a listener that cannot bind is one ``FATAL:`` log line and
+status 1, never a traceback. Also here: ``cancel_and_wait`` for a service's background
+task. Imports only the standard library, ``nsqpy.flags`` and ``nsqpy.logs``; never a
+daemon (each hands its service in).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +17,14 @@ import asyncio
 import logging
 import resource
 import signal
-from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from nsqpy import version_line
+from nsqpy.flags import Option, declared, parse_flags
+from nsqpy.logs import setup_daemon_logging
 
 
 class Service(Protocol):
@@ -26,6 +43,78 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(coro)
+
+
+class DaemonOptions(Protocol):
+    """What the shell reads of a daemon's options (the rest is the service's)."""
+
+    log_level: str
+    log_prefix: str
+
+
+OptionsT = TypeVar("OptionsT", bound=DaemonOptions)
+
+
+def _fatal_text(opts: object, exc: OSError) -> str:
+    return str(exc)
+
+
+@dataclass(frozen=True)
+class DaemonProgram(Generic[OptionsT]):
+    """A daemon's program: its name and one-line description, the options dataclass its
+    flags are declared on, ``validate`` (the checks across options, after the declared
+    ones), the ``service`` built from the options, and ``fatal``, the text of the ``FATAL:``
+    line when it cannot listen."""
+
+    name: str
+    description: str
+    options: type[OptionsT]
+    validate: Callable[[OptionsT], None]
+    service: Callable[[OptionsT], Service]
+    fatal: Callable[[OptionsT, OSError], str] = _fatal_text
+
+    @property
+    def flags(self) -> tuple[Option, ...]:
+        """Every flag, as declared on ``options``."""
+        return declared(self.options)
+
+    def parse_args(self, argv: Sequence[str]) -> OptionsT:
+        """Flags (and ``--config``) into options; exits 2 with a message when one is bad."""
+        return parse_flags(
+            self.options,
+            argv,
+            prog=self.name,
+            description=self.description,
+            version=version_line(self.name),
+            validate=self.validate,
+        )
+
+    async def serve(self, opts: OptionsT) -> None:
+        """Run the service until SIGINT or SIGTERM, then stop it cleanly."""
+        await serve_until_signal(self.service(opts))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """The program: parse, set up logging (``nsqpy.logs``), serve; the exit status."""
+        opts = self.parse_args(sys.argv[1:] if argv is None else argv)
+        setup_daemon_logging(opts.log_level, opts.log_prefix)
+        try:
+            run(self.serve(opts))
+        except OSError as exc:
+            logging.getLogger("nsqpy").error("FATAL: %s", self.fatal(opts, exc))
+            return 1
+        except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+            return 0
+        return 0
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a background task and wait for it to end; its cancellation is not an error
+    (anything else it raised is)."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
 
 
 async def serve_until_signal(service: Service) -> None:

@@ -1,4 +1,5 @@
-"""An in-process ``Broker`` on a fake clock, and consumers that record what they get."""
+"""An in-process ``Broker`` on the ``clock`` fixture of ``nsqpy.testing``, and consumers that
+record what they get."""
 
 from __future__ import annotations
 
@@ -16,11 +17,6 @@ from nsqpy.testing import FakeClock, nsqd_options
 from nsqpy.testing import FrameSink as Sink
 
 HOUR_NS = 3_600_000_000_000
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ def test_a_channel_deleted_on_a_full_disk_leaves_nothing_to_a_new_one(
     broker.publish(t, [b"later"], clock() + HOUR_NS)
     commit(broker)
     assert group.deferred_count == 1
-    store = group.parts[0].topic.delayed
+    store = t.partitions[0].delayed
     assert store is not None
 
     monkeypatch.setattr(DelayedStore, "clear", refuse_store)
@@ -97,7 +97,7 @@ def test_a_channel_deleted_on_a_full_disk_leaves_nothing_to_a_new_one(
     try:
         group = broker.channel(t, "c")
         assert (group.deferred_count, group.depth) == (0, 0)  # nothing of the old one
-        store = group.parts[0].topic.delayed
+        store = t.partitions[0].delayed
         assert store is not None and store.count("c") == 0
         assert broker.healthy
     finally:

@@ -52,7 +52,7 @@ def test_run_starts_three_daemons_and_stops_on_sigint(tmp_path: Path) -> None:
                 status, body, _ = http_get(f"http://{lookupd_http}/lookup?topic=hello")
                 return json.loads(body)["producers"] if status == 200 else []
 
-            (producer,) = wait_for(producers, timeout=15)  # type: ignore[misc]
+            (producer,) = wait_for(producers, timeout=15)
             assert f"127.0.0.1:{producer['tcp_port']}" == rows["nsqd"][0]  # type: ignore[index]
 
             def admin_topics() -> bool:

@@ -10,6 +10,7 @@ its own small reader (not nsqpy.protocol) so the client codec is checked indepen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import time
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from nsqpy.testing import serve_http
 
 BODY_COMMANDS = {b"IDENTIFY", b"PUB", b"MPUB", b"DPUB", b"AUTH"}
 
@@ -176,7 +179,7 @@ class FakeLookupd:
         self.producers = producers if producers is not None else {}
         self.queries: list[str] = []
         self.status = 200
-        self._runner: web.AppRunner | None = None
+        self._serving = contextlib.AsyncExitStack()
         self.port = 0
 
     @property
@@ -195,18 +198,11 @@ class FakeLookupd:
     async def start(self) -> FakeLookupd:
         app = web.Application()
         app.router.add_get("/lookup", self._lookup)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = await self._serving.enter_async_context(serve_http(app))
         return self
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self._serving.aclose()
 
 
 def peer(port: int, host: str = "127.0.0.1") -> dict[str, Any]:

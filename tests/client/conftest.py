@@ -3,7 +3,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from client_fakes import FakeLookupd, FakeNsqd
+
+from .client_fakes import FakeLookupd, FakeNsqd
 
 
 @pytest.fixture

@@ -5,22 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from client_fakes import FakeConn, FakeLookupd, FakeNsqd, peer
-
 from nsqpy.client import Consumer, IdentifyOptions, Message
 from nsqpy.client.rdy import RdyMode
+from nsqpy.testing import eventually
+
+from .client_fakes import FakeConn, FakeLookupd, FakeNsqd, peer
 
 MID = b"0123456789abcdef"
 
 
 def mid(i: int) -> bytes:
     return b"%016x" % i
-
-
-async def until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def ok(msg: Message) -> None:
@@ -99,13 +94,13 @@ async def test_backoff_pauses_all_then_tests_one_then_resumes(fake_nsqds: list[F
             await p.wait_for(lambda p=p: p.rdy == 2)  # type: ignore[misc]
         peers[0].send_message(mid(1), b"x")
         # failure: RDY 0 everywhere, then after 50 ms RDY 1 on exactly one connection
-        await until(lambda: all(0 in p.rdy_history for p in peers))
-        await until(lambda: sum(p.rdy for p in peers) == 1)
+        await eventually(lambda: all(0 in p.rdy_history for p in peers))
+        await eventually(lambda: sum(p.rdy for p in peers) == 1)
         assert c.rdy_mode is RdyMode.TESTING and c.backoff_level == 1
         tester = next(p for p in peers if p.rdy == 1)
         fail = False
         tester.send_message(mid(2), b"y")
-        await until(lambda: [p.rdy for p in peers] == [2, 2])
+        await eventually(lambda: [p.rdy for p in peers] == [2, 2])
         assert c.rdy_mode is RdyMode.NORMAL and c.backoff_level == 0
         assert [x.params[0] for x in tester.verbs("FIN")] == [mid(2).decode()]
 
@@ -163,7 +158,7 @@ async def test_fewer_in_flight_than_connections_rotates_rdy_to_every_connection(
     )
     async with c:
         peers = [(await s.wait_conns(1))[0] for s in fake_nsqds]
-        await until(lambda: all(1 in p.rdy_history for p in peers))
+        await eventually(lambda: all(1 in p.rdy_history for p in peers))
         # never more than one grant outstanding at a time
         assert sum(p.rdy for p in peers) <= 1
 
@@ -188,7 +183,7 @@ async def test_discovers_nsqd_through_lookupd_round_robin(
             await fake_nsqds[1].wait_conns(1)
             other.producers["t"].append(peer(fake_nsqds[2].port))
             await fake_nsqds[2].wait_conns(1)
-            await until(lambda: len(c.connections) == 3)
+            await eventually(lambda: len(c.connections) == 3)
             assert fake_lookupd.queries and other.queries
             assert set(fake_lookupd.queries + other.queries) == {"t"}
             # nothing is connected twice
@@ -201,7 +196,7 @@ async def test_direct_addresses_are_reconnected(fake_nsqd: FakeNsqd) -> None:
     async with consumer([fake_nsqd.address], reconnect_interval=0.05) as c:
         (first,) = await fake_nsqd.wait_conns(1)
         first.writer.close()
-        await until(lambda: len(fake_nsqd.conns) == 2 and len(c.connections) == 1)
+        await eventually(lambda: len(fake_nsqd.conns) == 2 and len(c.connections) == 1)
         second = fake_nsqd.conns[1]
         await second.wait_for(lambda: second.rdy == 1)
 

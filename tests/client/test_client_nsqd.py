@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from nsqpy.client import Consumer, Message, Producer
 from nsqpy.errors import BadTopic
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
+from nsqpy.testing import eventually
 
 
 def opts(path: Path, port: int = 0) -> NsqdOptions:
@@ -41,12 +42,6 @@ def addr(server: NsqdServer) -> str:
     return f"127.0.0.1:{server.tcp_port}"
 
 
-async def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 async def test_publish_n_consume_exactly_n_over_three_nsqd(nsqds: list[NsqdServer]) -> None:
     n = 300
     got: list[bytes] = []
@@ -60,7 +55,7 @@ async def test_publish_n_consume_exactly_n_over_three_nsqd(nsqds: list[NsqdServe
     async with Consumer(
         "events", "all", handler, nsqd_tcp_addresses=[addr(s) for s in nsqds], max_in_flight=30
     ) as consumer:
-        await until(lambda: len(got) >= n)
+        await eventually(lambda: len(got) >= n)
         assert consumer.stats.finished >= n
     assert sorted(got) == sorted(b"m%d" % i for i in range(n))
 
@@ -84,7 +79,7 @@ async def test_max_in_flight_below_connections_starves_no_nsqd(nsqds: list[NsqdS
         low_rdy_idle_timeout=0.1,
         low_rdy_timeout=0.3,
     ):
-        await until(lambda: len(got) == 15)
+        await eventually(lambda: len(got) == 15)
     assert {b.split(b"-")[0] for b in got} == {b"0", b"1", b"2"}
 
 
@@ -111,7 +106,7 @@ async def test_requeue_counts_attempts_then_gives_up(nsqds: list[NsqdServer]) ->
         requeue_delay=0.0,
         backoff_multiplier=0.01,
     ):
-        await until(lambda: given_up)
+        await eventually(lambda: given_up)
     assert attempts == [1, 2, 3]
     assert given_up == [4]
 
@@ -136,7 +131,7 @@ async def test_auto_touch_keeps_a_slow_message_in_flight(nsqds: list[NsqdServer]
         identify=IdentifyOptions(msg_timeout=1.0),
     )
     async with consumer:
-        await until(lambda: consumer.stats.finished == 1)
+        await eventually(lambda: consumer.stats.finished == 1)
     assert seen == [1]
 
 
@@ -167,5 +162,5 @@ async def test_producer_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:
         got.append(msg.body)
 
     async with Consumer("t", "c", handler, nsqd_tcp_addresses=[f"127.0.0.1:{port}"]):
-        await until(lambda: b"after" in got and b"before" in got)
+        await eventually(lambda: b"after" in got and b"before" in got)
     await server.stop()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from client_fakes import FakeNsqd, frame
 
 from nsqpy import __version__
 from nsqpy.client import ConnectionClosedError, IdentifyOptions, NoConnectionsError, Producer
 from nsqpy.client.conn import Connection
 from nsqpy.errors import BadMessage, BadTopic, ConfigError, FinFailed, PubFailed
 from nsqpy.testing import free_ports
+
+from .client_fakes import FakeNsqd, frame
 
 
 async def test_identify_sends_negotiation_heartbeat_and_user_agent(fake_nsqd: FakeNsqd) -> None:
@@ -127,7 +128,7 @@ async def test_producer_round_robins_and_skips_a_dead_address(
     async with Producer(addresses, retry_interval=60) as producer:
         for i in range(6):
             await producer.pub("t", b"%d" % i)
-        got = [[c.body for c in s.conns[0].verbs("PUB")] for s in fake_nsqds[:2]]
+        got = [[c.body or b"" for c in s.conns[0].verbs("PUB")] for s in fake_nsqds[:2]]
     # 0 -> first, 1 -> dead so the next live one, 2 -> second, ...
     assert sorted(got[0] + got[1]) == [b"%d" % i for i in range(6)]
     assert len(got[0]) >= 2 and len(got[1]) >= 2

@@ -14,27 +14,26 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nsqpy.client import Consumer, Message
-from nsqpy.testing import DaemonProcess, free_ports, http_get, http_request, nsqd_process, wait_for
+from nsqpy.testing import (
+    DaemonProcess,
+    eventually,
+    free_ports,
+    http_get,
+    http_request,
+    lookupd_process,
+    nsqd_process,
+    wait_for,
+)
 
 CLIENTS = Path(__file__).parent.parent / "compat" / "clients"
 
 
-def lookupd_process(tcp_port: int = 0, http_port: int = 0) -> DaemonProcess:
-    return DaemonProcess(
-        "nsqlookupd",
-        [
-            f"--tcp-address=127.0.0.1:{tcp_port}",
-            f"--http-address=127.0.0.1:{http_port}",
-            "--broadcast-address=127.0.0.1",
-        ],
-    )
-
-
-def lookup(lookupd: DaemonProcess, topic: str) -> tuple[int, dict[str, object]]:
+def lookup(lookupd: DaemonProcess, topic: str) -> tuple[int, dict[str, Any]]:
     status, body, _ = http_get(f"{lookupd.http}/lookup?topic={topic}")
     return status, json.loads(body)
 
@@ -61,7 +60,10 @@ class Cluster:
         self.tmp = tmp
         ports = free_ports(4)
         self.lookupd_ports = [(ports[0], ports[1]), (ports[2], ports[3])]
-        self.lookupds = [stack.enter_context(lookupd_process(t, h)) for t, h in self.lookupd_ports]
+        self.lookupds = [
+            stack.enter_context(lookupd_process(tcp_port=t, http_port=h))
+            for t, h in self.lookupd_ports
+        ]
         self.nsqds: list[DaemonProcess] = []
         for _ in range(3):
             self.add_nsqd()
@@ -89,8 +91,9 @@ def test_nsqd_registers_topics_and_channels_with_every_lookupd(cluster: Cluster)
     http_request("POST", f"{cluster.nsqds[0].http}/channel/create?topic=disc&channel=archive")
     want = {n.tcp_port for n in cluster.nsqds}
     for lookupd in cluster.lookupds:
-        wait_for(lambda lookupd=lookupd: producer_ports(lookupd, "disc") == want)
-        wait_for(lambda lookupd=lookupd: "archive" in lookup(lookupd, "disc")[1]["channels"])  # type: ignore[operator]
+        # (mypy infers no type for a lambda with defaults, the way to bind a loop variable)
+        wait_for(lambda lookupd=lookupd: producer_ports(lookupd, "disc") == want)  # type: ignore[misc]
+        wait_for(lambda lookupd=lookupd: "archive" in lookup(lookupd, "disc")[1]["channels"])  # type: ignore[misc]
         status, doc = lookup(lookupd, "unknown_topic")
         assert (status, doc) == (404, {"message": "TOPIC_NOT_FOUND"})
 
@@ -114,18 +117,11 @@ async def test_nsqpy_consumer_discovers_all_producers_and_a_new_one(cluster: Clu
         max_in_flight=10,
         lookupd_poll_interval=0.3,
     ):
-        await until(lambda: got >= bodies)
+        await eventually(lambda: got >= bodies, timeout=20)
         newcomer = await asyncio.to_thread(cluster.add_nsqd)
         await asyncio.to_thread(publish, newcomer, "events", ["late-1", "late-2"])
-        await until(lambda: {"late-1", "late-2"} <= got)
+        await eventually(lambda: {"late-1", "late-2"} <= got, timeout=20)
     assert got == bodies | {"late-1", "late-2"}
-
-
-async def until(predicate: object, timeout: float = 20.0) -> None:
-    assert callable(predicate)
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 def test_pynsq_reader_discovers_producers_through_lookupd(cluster: Cluster) -> None:
@@ -161,7 +157,7 @@ def test_restarted_lookupd_gets_full_registrations_back(cluster: Cluster) -> Non
     wait_for(lambda: producer_ports(first, "again") == want)
     assert first.stop() == 0
     tcp, http = cluster.lookupd_ports[0]
-    restarted = cluster.stack.enter_context(lookupd_process(tcp, http))
+    restarted = cluster.stack.enter_context(lookupd_process(tcp_port=tcp, http_port=http))
     wait_for(lambda: producer_ports(restarted, "again") == want, timeout=20)
     wait_for(lambda: lookup(restarted, "again")[1]["channels"] == ["ch"])
 

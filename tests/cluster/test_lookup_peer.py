@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from nsqpy.nsqd.lookup import LookupClient, LookupPeer
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.lookupd import encode_register, encode_unregister
+from nsqpy.testing import eventually
 
 
 def nsqd_opts(path: Path, *lookupds: NsqLookupd) -> NsqdOptions:
@@ -46,18 +47,6 @@ async def start_lookupd(inactive_producer_timeout_ms: int = 300_000) -> NsqLooku
     return daemon
 
 
-async def until(predicate: Callable[[], Awaitable[object]], timeout: float = 15.0) -> Any:
-    """Poll an async predicate with a deadline."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
@@ -69,7 +58,9 @@ async def get_json(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
         return resp.status, await resp.json(content_type=None)
 
 
-async def lookup_producers(http: aiohttp.ClientSession, lookupd: NsqLookupd, topic: str) -> list:
+async def lookup_producers(
+    http: aiohttp.ClientSession, lookupd: NsqLookupd, topic: str
+) -> list[Any]:
     status, doc = await get_json(http, f"http://127.0.0.1:{lookupd.http_port}/lookup?topic={topic}")
     return list(doc["producers"]) if status == 200 else []
 
@@ -87,7 +78,7 @@ async def test_a_busy_nsqd_is_pinged_on_its_own_timer(
         nsqd.opts.lookupd_tcp_addresses = [f"127.0.0.1:{lookupd.tcp_port}"]
         nsqd.lookupd_addresses_changed()
         topic = nsqd.broker.topic("busy")
-        await until(lambda: lookup_producers(http, lookupd, "busy"))
+        await eventually(lambda: lookup_producers(http, lookupd, "busy"))
         loop = asyncio.get_running_loop()
         end = loop.time() + 2.5
         seen_inactive = 0
@@ -136,7 +127,7 @@ async def test_changes_made_while_registering_are_replayed(http: aiohttp.ClientS
             _, gone = await get_json(http, f"{base}/channels?topic=gone")
             return bool(late["channels"] == ["c"] and gone["channels"] == [])
 
-        await until(replayed)
+        await eventually(replayed)
         _, topics = await get_json(http, f"{base}/topics")
         assert {f"t{i}" for i in range(20)} | {"late"} <= set(topics["topics"])
     finally:
@@ -150,7 +141,7 @@ async def test_identify_sends_the_os_hostname(tmp_path: Path, http: aiohttp.Clie
     await nsqd.start()
     try:
         url = f"http://127.0.0.1:{lookupd.http_port}/nodes"
-        doc = await until(lambda: _nodes(http, url))
+        doc = await eventually(lambda: _nodes(http, url))
         (node,) = doc
         assert node["hostname"] == socket.gethostname()
         assert node["broadcast_address"] == "127.0.0.1"
@@ -184,7 +175,7 @@ async def test_new_topic_gets_the_channels_lookupd_knows_but_not_ephemeral_ones(
             _, doc = await get_json(http, f"{base}/channels?topic=orders")
             return set(doc["channels"]) == {"billing", "audit", "tail1#ephemeral"}
 
-        await until(registered)
+        await eventually(registered)
         async with http.post(f"http://127.0.0.1:{b.http_port}/topic/create?topic=orders") as r:
             assert r.status == 200
 
@@ -192,7 +183,7 @@ async def test_new_topic_gets_the_channels_lookupd_knows_but_not_ephemeral_ones(
             topic_b = b.broker.get_topic("orders")
             return topic_b is not None and set(topic_b.channels) == {"billing", "audit"}
 
-        await until(precreated)
+        await eventually(precreated)
         async with http.get(f"http://127.0.0.1:{b.http_port}/stats?format=json") as r:
             stats = await r.json()
         (entry,) = [t for t in stats["topics"] if t["topic_name"] == "orders"]

@@ -12,17 +12,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nsqpy.storage import CursorState
-from nsqpy.testing import DaemonProcess, WireClient, http_get, nsqd_process, wait_for
+from nsqpy.testing import DaemonProcess, WireClient, http_get, nsqd_process, saved_cursor, wait_for
 
 CLIENTS = Path(__file__).parent / "clients"
 pytestmark = pytest.mark.compat
 
 
-def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, object]:
+def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, str(CLIENTS / script), *map(str, args)],
         capture_output=True,
@@ -76,11 +76,8 @@ def test_ansq_writer_and_reader(nsqd: DaemonProcess) -> None:
 
 
 def saved_confirmed(data: Path, topic: str, channel: str) -> int:
-    path = data / "topics" / f"topic-{topic}" / "cursors" / f"channel-{channel}.cursor"
-    try:
-        return CursorState.from_bytes(path.read_bytes()).confirmed
-    except (OSError, ValueError):
-        return -1
+    state = saved_cursor(data, topic, channel)
+    return -1 if state is None else state.confirmed
 
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])

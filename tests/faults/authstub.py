@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from nsqpy.testing import WireClient, pub_body
+from nsqpy.testing import WireClient, pub
 
 
 def grant(topic: str, *permissions: str) -> dict[str, Any]:
@@ -94,6 +94,6 @@ def authed_client(port: int, secret: str, timeout: float = 5.0) -> WireClient:
 def timed_pub(client: WireClient, topic: str, body: bytes = b"x") -> float:
     """Publish one message; the seconds until nsqd answered OK."""
     started = time.monotonic()
-    client.send(pub_body(topic, body))
+    client.send(pub(topic, body))
     assert client.read_frame() == (0, b"OK")
     return time.monotonic() - started

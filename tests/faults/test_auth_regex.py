@@ -13,10 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nsqpy.testing import WireClient, pub_body, wait_for
+from nsqpy.testing import StartNsqd, WireClient, pub, wait_for
 
 from .authstub import AuthStub, auth_reply, authed_client, grant, timed_pub
-from .conftest import StartNsqd
 
 EVIL_TOPIC = "a" * 40 + "-"  # a valid topic name that makes (a+)+$ backtrack 2**40 ways
 
@@ -36,7 +35,7 @@ def test_a_backtracking_topic_regex_does_not_hold_other_clients(
     timed_pub(probe, "probe")
     evil = authed_client(nsqd.tcp_port, "evil", timeout=3.0)
 
-    evil.send(pub_body(EVIL_TOPIC, b"x"))
+    evil.send(pub(EVIL_TOPIC, b"x"))
     assert timed_pub(probe, "probe") < 1.0  # answered while EVIL_TOPIC is checked
     started = time.monotonic()
     refused = b'E_UNAUTHORIZED AUTH failed for PUB on "%s" ""' % EVIL_TOPIC.encode()

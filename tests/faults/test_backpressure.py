@@ -22,9 +22,7 @@ import pytest
 from nsqpy.nsqd.flow import connection_bytes
 from nsqpy.protocol.frames import OK_FRAME
 from nsqpy.protocol.limits import Limits
-from nsqpy.testing import WireClient, pub_body
-
-from .conftest import StartNsqd
+from nsqpy.testing import StartNsqd, WireClient, pub
 
 # RSS is not payload: the interpreter's allocator keeps what a burst used, and nsqd's log,
 # topic and channel structures grow a little with what was published.
@@ -89,7 +87,7 @@ def test_a_pub_flood_that_reads_nothing_holds_bounded_memory(start_nsqd: StartNs
     nsqd = start_nsqd()
     bound = connection_bytes(Limits()) + SLACK
     before = nsqd.rss_bytes()
-    command = pub_body("flood", b"x" * 100)
+    command = pub("flood", b"x" * 100)
     sock = raw_client(nsqd.tcp_port)
     sock.sendall(b"  V2")
     count, tail, blocked = flood(sock, command, FLOOD_SECONDS)
@@ -98,7 +96,7 @@ def test_a_pub_flood_that_reads_nothing_holds_bounded_memory(start_nsqd: StartNs
     assert blocked, "nsqd read on from a client that reads nothing"
 
     other = WireClient(nsqd.tcp_port, timeout=3.0)  # others are served meanwhile
-    other.send(b"  V2" + pub_body("other", b"y"))
+    other.send(b"  V2" + pub("other", b"y"))
     assert other.read_frame() == (0, b"OK")
 
     replies = finish_and_read(sock, tail, len(OK_FRAME) * count)
@@ -131,7 +129,8 @@ def http_client(port: int) -> socket.socket:
 
 def read_http_responses(sock: socket.socket, count: int) -> list[bytes]:
     """The status lines of ``count`` responses (each with a Content-Length body)."""
-    buf, lines = b"", []
+    buf = b""
+    lines: list[bytes] = []
     while len(lines) < count:
         head_end = buf.find(b"\r\n\r\n")
         if head_end < 0:

@@ -12,14 +12,13 @@ import json
 import re
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, http_get, http_request
+from nsqpy.testing import DaemonProcess, StartNsqd, cursor_path, dpub, http_get, http_request, mpub
 
-from .conftest import StartNsqd
-from .wire import consume_all, dpub_body, mpub_body, send_all
+from .wire import consume_all, send_all
 
 
 def publish(nsqd: DaemonProcess, topic: str, batches: list[list[bytes]]) -> None:
-    send_all(nsqd, *(mpub_body(topic, bodies) for bodies in batches))
+    send_all(nsqd, *(mpub(topic, bodies) for bodies in batches))
 
 
 def flip(path: Path, needle: bytes) -> None:
@@ -89,7 +88,7 @@ def test_a_damaged_cursor_file_is_moved_aside_and_its_channel_redelivers(
     publish(nsqd, "t", [[b"a", b"b"]])
     assert consume_all(nsqd, "t", "c", idle=0.3) == [b"a", b"b"]
     nsqd.stop()
-    cursor = topic_dir(data_path, "t") / "cursors" / "channel-c.cursor"
+    cursor = cursor_path(data_path, "t", "c")
     cursor.write_bytes(b"\x00" * 7)
 
     again = start_nsqd()
@@ -103,7 +102,7 @@ def test_a_damaged_delayed_store_is_moved_aside_and_the_rest_is_intact(
 ) -> None:
     nsqd = start_nsqd()
     publish(nsqd, "t", [[b"now-1", b"now-2"]])
-    send_all(nsqd, dpub_body("t", 3600000, b"later"))
+    send_all(nsqd, dpub("t", 3600000, b"later"))
     assert http_request("POST", f"{nsqd.http}/channel/create?topic=t&channel=c")[0] == 200
     nsqd.stop()
     store = topic_dir(data_path, "t") / "p0" / "delayed.sqlite"
@@ -124,7 +123,7 @@ def test_the_damage_is_made_good_once(start_nsqd: StartNsqd, data_path: Path) ->
     nsqd = start_nsqd()
     publish(nsqd, "t", [[b"a"]])
     assert consume_all(nsqd, "t", "c", idle=0.3) == [b"a"]
-    send_all(nsqd, dpub_body("t", 3600000, b"later"))
+    send_all(nsqd, dpub("t", 3600000, b"later"))
     nsqd.stop()
     store = topic_dir(data_path, "t") / "p0" / "delayed.sqlite"
     store.write_bytes(b"garbage" * 1000)
@@ -145,7 +144,7 @@ def test_a_delayed_store_out_of_space_is_not_taken_for_damaged(
     nsqd = start_nsqd(data=disk.path)
     publish(nsqd, "t", [[b"now"]])
     assert consume_all(nsqd, "t", "c", idle=0.3) == [b"now"]
-    send_all(nsqd, dpub_body("t", 2500, b"soon"))
+    send_all(nsqd, dpub("t", 2500, b"soon"))
     nsqd.stop()
     disk.fill()
     again = start_nsqd(data=disk.path)  # starts on a full disk, the store left as it is

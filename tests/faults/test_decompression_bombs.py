@@ -23,10 +23,9 @@ import cramjam
 import pytest
 
 from nsqpy.protocol.compress import STREAM_IDENTIFIER, masked_crc
-from nsqpy.testing import DaemonProcess, WireClient, wait_for
+from nsqpy.testing import DaemonProcess, StartNsqd, WireClient, wait_for
 
 from .authstub import timed_pub
-from .conftest import StartNsqd
 
 RSS_BOUND = 32 * 1024 * 1024  # growth allowed while a bomb goes off
 _SOCKETS: list[socket.socket] = []

@@ -10,36 +10,33 @@ stays a few bytes, not 16 bytes per DPUB rewritten at every save.
 
 from __future__ import annotations
 
-import json
 import signal
-import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, WireClient, http_get, http_request, pub_body, wait_for
+from nsqpy.testing import (
+    DaemonProcess,
+    StartNsqd,
+    WireClient,
+    channel_stats,
+    cursor_path,
+    dpub,
+    http_request,
+    pub,
+    topic_stats,
+    wait_for,
+)
 
-from .conftest import StartNsqd
+from .wire import subscribe
 
 MESSAGE = 2
 DELAY_MS = 60_000  # far beyond the test: the message stays deferred throughout
 
 
-def dpub_body(topic: str, ms: int, body: bytes) -> bytes:
-    return f"DPUB {topic} {ms}\n".encode() + struct.pack(">i", len(body)) + body
-
-
-def topic_stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any]:
-    status, body, _ = http_get(f"{nsqd.http}/stats?format=json&topic={topic}")
-    assert status == 200
-    (doc,) = json.loads(body)["topics"]
-    return dict(doc)
-
-
 def counts(nsqd: DaemonProcess, topic: str, channel: str) -> tuple[int, int, int]:
     """(depth, deferred_count, in_flight_count) of the channel."""
-    (doc,) = [c for c in topic_stats(nsqd, topic)["channels"] if c["channel_name"] == channel]
+    doc = channel_stats(nsqd.http, topic, channel)
     return doc["depth"], doc["deferred_count"], doc["in_flight_count"]
 
 
@@ -49,13 +46,6 @@ def publish(nsqd: DaemonProcess, *commands: bytes) -> None:
     for _ in commands:
         assert wire.read_frame() == (0, b"OK")
     wire.close()
-
-
-def subscribe(nsqd: DaemonProcess, topic: str, channel: str, rdy: int) -> WireClient:
-    wire = WireClient(nsqd.tcp_port)
-    wire.send(b"  V2" + f"SUB {topic} {channel}\nRDY {rdy}\n".encode())
-    assert wire.read_frame() == (0, b"OK")
-    return wire
 
 
 def restart(nsqd: DaemonProcess, how: str, start_nsqd: StartNsqd) -> DaemonProcess:
@@ -78,10 +68,10 @@ def create(nsqd: DaemonProcess, topic: str, *channels: str) -> None:
 def test_dpub_to_a_channel_without_consumer_is_deferred(start_nsqd: StartNsqd, how: str) -> None:
     nsqd = start_nsqd()
     create(nsqd, "t", "idle", "idle2")
-    publish(nsqd, pub_body("t", b"now"), dpub_body("t", DELAY_MS, b"later"))
+    publish(nsqd, pub("t", b"now"), dpub("t", DELAY_MS, b"later"))
     for channel in ("idle", "idle2"):  # each channel defers its copy
         assert counts(nsqd, "t", channel) == (1, 1, 0)
-    assert topic_stats(nsqd, "t")["depth"] == 0
+    assert topic_stats(nsqd.http, "t")["depth"] == 0
     nsqd = restart(nsqd, how, start_nsqd)
     for channel in ("idle", "idle2"):
         assert counts(nsqd, "t", channel) == (1, 1, 0)
@@ -97,7 +87,7 @@ def test_dpub_to_a_channel_with_a_consumer_is_deferred(start_nsqd: StartNsqd, ho
     nsqd = start_nsqd()
     create(nsqd, "t", "c")
     consumer = subscribe(nsqd, "t", "c", 10)
-    publish(nsqd, dpub_body("t", DELAY_MS, b"later"))
+    publish(nsqd, dpub("t", DELAY_MS, b"later"))
     wait_for(lambda: counts(nsqd, "t", "c") == (0, 1, 0))
     consumer.close()
     nsqd = restart(nsqd, how, start_nsqd)
@@ -110,7 +100,7 @@ def test_dpub_to_a_channel_with_a_consumer_is_deferred(start_nsqd: StartNsqd, ho
 def test_req_with_a_delay_is_deferred(start_nsqd: StartNsqd, how: str) -> None:
     nsqd = start_nsqd()
     create(nsqd, "t", "c")
-    publish(nsqd, pub_body("t", b"retry me"), pub_body("t", b"waiting"))
+    publish(nsqd, pub("t", b"retry me"), pub("t", b"waiting"))
     consumer = subscribe(nsqd, "t", "c", 1)
     frame_type, data = consumer.read_frame()
     assert frame_type == MESSAGE and data.endswith(b"retry me")
@@ -126,11 +116,11 @@ def test_a_topic_without_channels_holds_a_dpub_until_a_channel_comes(
     start_nsqd: StartNsqd,
 ) -> None:
     nsqd = start_nsqd()
-    publish(nsqd, dpub_body("t", DELAY_MS, b"later"), pub_body("t", b"now"))
-    assert topic_stats(nsqd, "t")["depth"] == 2  # NSQ: the topic holds both
+    publish(nsqd, dpub("t", DELAY_MS, b"later"), pub("t", b"now"))
+    assert topic_stats(nsqd.http, "t")["depth"] == 2  # NSQ: the topic holds both
     create(nsqd, "t", "first")
     assert counts(nsqd, "t", "first") == (1, 1, 0)
-    assert topic_stats(nsqd, "t")["depth"] == 0
+    assert topic_stats(nsqd.http, "t")["depth"] == 0
     nsqd = restart(nsqd, "SIGKILL", start_nsqd)
     assert counts(nsqd, "t", "first") == (1, 1, 0)
 
@@ -140,15 +130,15 @@ def test_ephemeral_channels_and_topics_defer_a_dpub_in_memory(start_nsqd: StartN
     idle = subscribe(nsqd, "t", "c#ephemeral", 0)  # kept alive by its consumer
     idle_eph = subscribe(nsqd, "e#ephemeral", "c", 0)
     for topic in ("t", "e#ephemeral"):
-        publish(nsqd, dpub_body(topic, DELAY_MS, b"later"), pub_body(topic, b"now"))
+        publish(nsqd, dpub(topic, DELAY_MS, b"later"), pub(topic, b"now"))
     assert counts(nsqd, "t", "c#ephemeral") == (1, 1, 0)
-    assert counts(nsqd, "e%23ephemeral", "c") == (1, 1, 0)
+    assert counts(nsqd, "e#ephemeral", "c") == (1, 1, 0)
     for wire in (idle, idle_eph):
         wire.send(b"RDY 10\n")
         frame_type, data = wire.read_frame()
         assert frame_type == MESSAGE and data.endswith(b"now")
     wait_for(lambda: counts(nsqd, "t", "c#ephemeral") == (0, 1, 1))
-    wait_for(lambda: counts(nsqd, "e%23ephemeral", "c") == (0, 1, 1))
+    wait_for(lambda: counts(nsqd, "e#ephemeral", "c") == (0, 1, 1))
 
 
 def test_a_lagging_channel_keeps_its_dpubs_out_of_its_cursor(
@@ -157,19 +147,19 @@ def test_a_lagging_channel_keeps_its_dpubs_out_of_its_cursor(
     nsqd = start_nsqd()
     create(nsqd, "t", "idle")
     n = 1000
-    commands = [dpub_body("t", DELAY_MS, b"later-%d" % i) for i in range(n)]
-    commands += [pub_body("t", b"now-%d" % i) for i in range(n)]
+    commands = [dpub("t", DELAY_MS, b"later-%d" % i) for i in range(n)]
+    commands += [pub("t", b"now-%d" % i) for i in range(n)]
     commands[::2], commands[1::2] = commands[n:], commands[:n]  # PUB and DPUB in turn
     publish(nsqd, *commands)
     assert counts(nsqd, "t", "idle") == (n, n, 0)
     assert nsqd.stop() == 0  # the cursor is saved at exit
-    cursor = data_path / "topics" / "topic-t" / "cursors" / "channel-idle.cursor"
+    cursor = cursor_path(data_path, "t", "idle")
     assert cursor.stat().st_size < 100  # was 16 bytes per DPUB: 16 KB here
 
     nsqd = start_nsqd()
     assert counts(nsqd, "t", "idle") == (n, n, 0)
     consumer = subscribe(nsqd, "t", "idle", 100)
-    got = []
+    got: list[bytes] = []
     while len(got) < n:
         frame_type, data = consumer.read_frame()
         assert frame_type == MESSAGE

@@ -24,14 +24,17 @@ from nsqpy.protocol.message import decode_message
 from nsqpy.testing import (
     DaemonProcess,
     SmallDisk,
+    StartNsqd,
     WireClient,
+    channel_stats,
     http_get,
     http_request,
-    pub_body,
+    nsqd_stats,
+    pub,
     wait_for,
 )
 
-from .conftest import StartNsqd
+from .wire import publish, subscribe
 
 ERROR, MESSAGE = 1, 2
 DISK = 4 << 20
@@ -46,14 +49,6 @@ def connect(nsqd: DaemonProcess, identify: dict[str, object] | None = None) -> W
         wire.send(b"IDENTIFY\n" + struct.pack(">i", len(body)) + body)
         assert wire.read_frame()[0] == 0
     return wire
-
-
-def publish(nsqd: DaemonProcess, topic: str, bodies: list[bytes]) -> None:
-    wire = connect(nsqd)
-    for body in bodies:
-        wire.send(pub_body(topic, body))
-        assert wire.read_frame() == (0, b"OK")
-    wire.close()
 
 
 def refused(nsqd: DaemonProcess, command: bytes, code: bytes) -> bytes:
@@ -75,8 +70,7 @@ def unhealthy(nsqd: DaemonProcess, *words: str) -> str:
     status, text = ping(nsqd)
     assert status == 500 and text.startswith("NOK - "), (status, text)
     assert all(word in text for word in words), text
-    doc = json.loads(http_get(f"{nsqd.http}/stats?format=json")[1])
-    assert doc["health"] == text
+    assert nsqd_stats(nsqd.http)["health"] == text
     return text
 
 
@@ -86,22 +80,13 @@ def post(nsqd: DaemonProcess, path: str, body: bytes | None = None) -> tuple[int
 
 
 def topics(nsqd: DaemonProcess) -> list[str]:
-    doc = json.loads(http_get(f"{nsqd.http}/stats?format=json")[1])
-    return [t["topic_name"] for t in doc["topics"]]
+    return [t["topic_name"] for t in nsqd_stats(nsqd.http)["topics"]]
 
 
 def channel_counts(nsqd: DaemonProcess, topic: str = "t", channel: str = "c") -> tuple[int, ...]:
     """(depth, deferred_count, in_flight_count) of a channel."""
-    doc = json.loads(http_get(f"{nsqd.http}/stats?format=json&topic={topic}")[1])
-    (found,) = [c for c in doc["topics"][0]["channels"] if c["channel_name"] == channel]
+    found = channel_stats(nsqd.http, topic, channel)
     return found["depth"], found["deferred_count"], found["in_flight_count"]
-
-
-def subscribe(nsqd: DaemonProcess, topic: str, channel: str, rdy: int) -> WireClient:
-    wire = connect(nsqd)
-    wire.send(f"SUB {topic} {channel}\nRDY {rdy}\n".encode())
-    assert wire.read_frame() == (0, b"OK")
-    return wire
 
 
 def next_message(wire: WireClient) -> tuple[bytes, bytes, int]:
@@ -121,11 +106,7 @@ def consume(nsqd: DaemonProcess, topic: str, n: int, channel: str = "check") -> 
         msg_id, body, _ = next_message(wire)
         wire.send(b"FIN " + msg_id + b"\n")
         bodies.append(body)
-    wire.sock.settimeout(0.3)
-    try:
-        extra = wire.read_frame()
-    except TimeoutError:
-        extra = None
+    extra = wire.frame_within(0.3)
     assert extra is None, extra
     wire.close()
     return bodies
@@ -153,7 +134,7 @@ def test_a_new_topic_on_a_full_disk_is_refused_with_nsqs_codes(
     publish(nsqd, "old", [b"before"])
     disk.fill()
 
-    data = refused(nsqd, pub_body("fresh", b"lost"), b"E_PUB_FAILED PUB failed ")
+    data = refused(nsqd, pub("fresh", b"lost"), b"E_PUB_FAILED PUB failed ")
     assert FULL.encode() in data
     unhealthy(nsqd, "fresh", FULL)
     mpub = b"MPUB fresh\n" + struct.pack(">ii", 9, 1) + struct.pack(">i", 1) + b"x"
@@ -185,7 +166,7 @@ def test_a_segment_roll_on_a_full_disk_fails_the_publish_only(
     publish(nsqd, "t", stored)
     disk.fill()
 
-    data = refused(nsqd, pub_body("t", b"Z" * 5000), b"E_PUB_FAILED PUB failed ")
+    data = refused(nsqd, pub("t", b"Z" * 5000), b"E_PUB_FAILED PUB failed ")
     assert FULL.encode() in data
     unhealthy(nsqd, "t", FULL)
     assert post(nsqd, "/pub?topic=t", b"Z" * 5000) == (503, b'{"message":"EXITING"}')
@@ -286,7 +267,7 @@ def test_the_delayed_store_on_a_full_disk(
     assert channel_counts(nsqd) == (1, 0, 0)
 
     disk.free()
-    producer.send(pub_body("t", b"now"))
+    producer.send(pub("t", b"now"))
     assert producer.read_frame() == (0, b"OK")
     # OK once the delayed store works again for every path that failed (the next scan),
     # not merely because the log took a write.
@@ -327,12 +308,7 @@ def test_nsqd_restarts_on_a_full_disk_and_serves_what_it_has(
     assert nsqd.stop() == 0
     nsqd = start_nsqd(data=disk.path)  # the FINs were saved: nothing comes again
     consumer = subscribe(nsqd, "t", "c", 2)
-    consumer.sock.settimeout(0.3)
-    try:
-        extra = consumer.read_frame()
-    except TimeoutError:
-        extra = None
-    assert extra is None
+    assert consumer.frame_within(0.3) is None
 
 
 def test_settings_and_a_deleted_channels_rows_are_written_when_the_space_is_back(

@@ -8,24 +8,18 @@ reset the cursor past them and lost the undelivered messages without counting th
 
 from __future__ import annotations
 
-import json
 import time
 
-from nsqpy.testing import WireClient, http_get, http_request, wait_for
-
-from .conftest import StartNsqd
+from nsqpy.testing import StartNsqd, WireClient, channel_stats, http_request, wait_for
 
 TOPIC = "ttl#ephemeral"
 TOPIC_Q = "ttl%23ephemeral"
 
 
-def channel_stats(http: str, channel: str) -> dict[str, object]:
-    status, body, _ = http_get(f"{http}/stats?format=json&topic={TOPIC_Q}")
-    assert status == 200
-    (topic,) = json.loads(body)["topics"]
-    (doc,) = [c for c in topic["channels"] if c["channel_name"] == channel]
+def ttl_channel(http: str, channel: str) -> dict[str, object]:
+    doc = channel_stats(http, TOPIC, channel)
     doc.setdefault("expired_count", 0)  # nsqpy's extra fields appear once non-zero
-    return dict(doc)
+    return doc
 
 
 def mpub(http: str, bodies: list[bytes]) -> None:
@@ -45,24 +39,24 @@ def test_the_ttl_sweep_expires_and_counts_what_an_ephemeral_channel_holds(
     old = [b"old-%d" % i for i in range(5)]
     published = time.monotonic()  # before: their timestamps are at or after it
     mpub(nsqd.http, old)
-    assert channel_stats(nsqd.http, "c")["depth"] == 5
+    assert ttl_channel(nsqd.http, "c")["depth"] == 5
 
     # The sweep expires the five once they are past the TTL, and counts each of them.
-    wait_for(lambda: channel_stats(nsqd.http, "c")["expired_count"] == 5, timeout=10)
+    wait_for(lambda: ttl_channel(nsqd.http, "c")["expired_count"] == 5, timeout=10)
     assert time.monotonic() - published >= 1.0  # not before their time
-    doc = channel_stats(nsqd.http, "c")
+    doc = ttl_channel(nsqd.http, "c")
     assert (doc["depth"], doc["expired_count"], doc["message_count"]) == (0, 5, 5)
 
     # Fresh messages stay until their own TTL has passed; then they are counted too.
     fresh = [b"fresh-%d" % i for i in range(3)]
     published = time.monotonic()
     mpub(nsqd.http, fresh)
-    doc = channel_stats(nsqd.http, "c")
+    doc = ttl_channel(nsqd.http, "c")
     assert (doc["depth"], doc["expired_count"]) == (3, 5)
     consumer.send(b"RDY 1\n")
     frame_type, data = consumer.read_frame()
     assert frame_type == 2 and data.endswith(b"fresh-0")  # delivered, not expired
-    wait_for(lambda: channel_stats(nsqd.http, "c")["expired_count"] == 7, timeout=10)
+    wait_for(lambda: ttl_channel(nsqd.http, "c")["expired_count"] == 7, timeout=10)
     assert time.monotonic() - published >= 1.0
-    doc = channel_stats(nsqd.http, "c")
+    doc = ttl_channel(nsqd.http, "c")
     assert (doc["depth"], doc["in_flight_count"], doc["message_count"]) == (0, 1, 8)

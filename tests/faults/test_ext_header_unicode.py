@@ -16,9 +16,15 @@ import json
 import pytest
 
 from nsqpy.protocol.extend import encode_mpub_ext, encode_pub_ext
-from nsqpy.testing import DaemonProcess, WireClient, http_get, http_request, pub_body, wait_for
-
-from .conftest import StartNsqd
+from nsqpy.testing import (
+    DaemonProcess,
+    StartNsqd,
+    WireClient,
+    http_get,
+    http_request,
+    pub,
+    wait_for,
+)
 
 BAD_HEADERS = [
     rb'{"##partition_key": "\ud800"}',
@@ -53,7 +59,7 @@ def test_pub_ext_with_a_lone_surrogate_is_a_fatal_bad_body(
     assert mpub.read_frame()[1].startswith(b"E_BAD_BODY")
 
     other = WireClient(nsqd.tcp_port, timeout=3.0)
-    other.send(b"  V2" + pub_body("ext", b"plain"))
+    other.send(b"  V2" + pub("ext", b"plain"))
     assert other.read_frame() == (0, b"OK")
     assert topic_messages(nsqd, "ext") == 1
     assert not any("Traceback" in line or "Fatal error" in line for line in nsqd.log_lines)

@@ -14,9 +14,7 @@ import re
 import socket
 
 from nsqpy.logs import RATE_BURST
-from nsqpy.testing import DaemonProcess, WireClient
-
-from .conftest import StartNsqd
+from nsqpy.testing import DaemonProcess, StartNsqd, WireClient
 
 FLOOD = 1000
 _NOTE = re.compile(r"(\d+) more similar messages suppressed .*; the last: (.*)$")

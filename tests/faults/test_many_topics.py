@@ -10,10 +10,18 @@ from __future__ import annotations
 import http.client
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, WireClient, nsqd_process, pub_body, wait_for
+from nsqpy.testing import (
+    DaemonProcess,
+    StartNsqd,
+    WireClient,
+    channel_stats,
+    nsqd_process,
+    nsqd_stats,
+    pub,
+    wait_for,
+)
 
-from .conftest import StartNsqd
-from .wire import channel_stats, receive, stats, subscribe
+from .wire import receive, subscribe
 
 LIMIT = 256
 TOPICS = 1500
@@ -50,12 +58,12 @@ def test_thousands_of_topics_with_channels_and_deferred_messages_under_a_small_l
     again = start_nsqd(nofile=LIMIT)  # and all of it loads again at start
     assert again.open_fds() < LIMIT
     producer = WireClient(again.tcp_port)
-    producer.send(b"  V2" + pub_body("t990", b"after the restart"))
+    producer.send(b"  V2" + pub("t990", b"after the restart"))
     assert producer.read_frame() == (0, b"OK")
     consumer = subscribe(again, "t990", "c", 10)
     assert {body for _, body in receive(consumer, 2)} == {b"m", b"after the restart"}
-    assert len(stats(again)["topics"]) == TOPICS  # type: ignore[arg-type]
-    assert channel_stats(again, "t990", "c")["deferred_count"] == 1
+    assert len(nsqd_stats(again.http)["topics"]) == TOPICS
+    assert channel_stats(again.http, "t990", "c")["deferred_count"] == 1
 
 
 def test_a_resource_failure_at_start_is_one_fatal_line_and_an_exit_code(
@@ -88,5 +96,5 @@ def test_running_out_of_descriptors_for_clients_is_logged_and_recovers(
         client.close()
     wait_for(lambda: any("below 90% of the limit again" in line for line in nsqd.log_lines), 15)
     producer = WireClient(nsqd.tcp_port)
-    producer.send(b"  V2" + pub_body("t", b"x"))
+    producer.send(b"  V2" + pub("t", b"x"))
     assert producer.read_frame() == (0, b"OK")

@@ -14,9 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, WireClient, http_request
-
-from .conftest import StartNsqd
+from nsqpy.testing import DaemonProcess, StartNsqd, WireClient, http_request
 
 DEEP = [b"[" * 100_000, b'{"a":' * 100_000]
 

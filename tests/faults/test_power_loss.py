@@ -13,11 +13,18 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from nsqpy.storage import CursorState
-from nsqpy.testing import DaemonProcess, http_get, http_request, simulate_reboot, wait_for
+from nsqpy.testing import (
+    DaemonProcess,
+    StartNsqd,
+    channel_stats,
+    http_get,
+    http_request,
+    saved_cursor,
+    simulate_reboot,
+    wait_for,
+)
 
-from .conftest import StartNsqd
-from .wire import channel_stats, publish, quiet_for, receive, subscribe
+from .wire import publish, receive, subscribe
 
 
 def partition_dir(data: Path, topic: str, partition: int = 0) -> Path:
@@ -27,14 +34,6 @@ def partition_dir(data: Path, topic: str, partition: int = 0) -> Path:
 def segment(data: Path, topic: str) -> Path:
     (path,) = sorted(partition_dir(data, topic).glob("*.log"))
     return path
-
-
-def saved_cursor(data: Path, topic: str, channel: str) -> CursorState | None:
-    path = data / "topics" / f"topic-{topic}" / "cursors" / f"channel-{channel}.cursor"
-    try:
-        return CursorState.from_bytes(path.read_bytes())
-    except (OSError, ValueError):
-        return None
 
 
 def power_loss(nsqd: DaemonProcess, data: Path, topic: str, synced_size: int) -> None:
@@ -64,12 +63,12 @@ def test_a_cursor_past_the_recovered_end_does_not_hide_new_messages(
         verb = b"REQ %s 600000\n" % msg_id if body == b"lost-5" else b"FIN " + msg_id + b"\n"
         consumer.send(verb)
     wait_for(lambda: (c := saved_cursor(data_path, "t", "c")) and c.confirmed == 3, 15)
-    wait_for(lambda: channel_stats(nsqd, "t", "c")["deferred_count"] == 1, 10)
+    wait_for(lambda: channel_stats(nsqd.http, "t", "c")["deferred_count"] == 1, 10)
     consumer.close()
     power_loss(nsqd, data_path, "t", synced_size)
 
     again = start_nsqd()
-    stats = channel_stats(again, "t", "c")
+    stats = channel_stats(again.http, "t", "c")
     assert stats["depth"] == 1, stats  # kept-3, never finished; nothing else waits
     assert stats["deferred_count"] == 0, stats  # its record is gone with the tail
     publish(again, "t", [b"after-%d" % i for i in range(5)])
@@ -80,7 +79,7 @@ def test_a_cursor_past_the_recovered_end_does_not_hide_new_messages(
     )
     old_ids = {msg_id for msg_id, body in seen if body != b"kept-3"}
     assert not old_ids & {msg_id for msg_id, _ in got}, "an ID was given to other data"
-    assert quiet_for(consumer, 0.5)
+    assert consumer.frame_within(0.5) is None
     assert any("new messages start at" in line for line in again.log_lines)
 
 

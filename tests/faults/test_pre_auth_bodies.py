@@ -19,10 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from nsqpy.protocol.limits import MAX_IDENTIFY_BODY_SIZE, PRE_AUTH_BODY_SIZE
-from nsqpy.testing import WireClient
+from nsqpy.testing import StartNsqd, WireClient
 
 from .authstub import AuthStub, authed_client, grant, timed_pub
-from .conftest import StartNsqd
 
 MAX_BODY = 16 * 1024 * 1024  # --max-body-size: what an authenticated client may send
 

@@ -13,7 +13,6 @@ its previous response, and its body as long again after the head.
 
 from __future__ import annotations
 
-import json
 import select
 import socket
 import struct
@@ -24,19 +23,13 @@ import pytest
 
 from nsqpy.nsqd.flow import pre_auth_budget
 from nsqpy.protocol.limits import Limits
-from nsqpy.testing import WireClient, pub_body, wait_for
+from nsqpy.testing import StartNsqd, WireClient, identify, pub, wait_for
 
 from .authstub import AuthStub, authed_client, grant
-from .conftest import StartNsqd
 
 SHORT = "--client-timeout=2s"  # heartbeat 1 s: the deadline is 2 s
 DEADLINE = 2.0
 LATE = DEADLINE + 2.5  # the ticker's period, a loaded machine
-
-
-def identify(fields: dict[str, object]) -> bytes:
-    body = json.dumps(fields).encode()
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
 
 
 def closed_now(sock: socket.socket, received: bytearray) -> bool:
@@ -121,7 +114,7 @@ def test_with_heartbeats_disabled_a_slow_command_is_waited_for(
     sock = connect(wire, nsqd.tcp_port, b"  V2" + identify({"heartbeat_interval": -1}))
     assert sock.recv(100).endswith(b"OK")
     received = bytearray()
-    assert trickle(sock, pub_body("slow", b"x" * 12), 30.0, received) is None  # 22 bytes, 5.5 s
+    assert trickle(sock, pub("slow", b"x" * 12), 30.0, received) is None  # 22 bytes, 5.5 s
     sock.settimeout(5.0)
     while len(received) < 10:
         received += sock.recv(100)
@@ -155,7 +148,7 @@ def test_what_a_client_sends_before_auth_is_bounded(start_nsqd: StartNsqd) -> No
         assert flood.read_frame() == (1, refused)
         assert flood.closed()
         authed = authed_client(nsqd.tcp_port, "ok")  # after AUTH there is no such bound
-        authed.send(b"NOP\n" * (budget // 4 + 1) + pub_body("after", b"x"))
+        authed.send(b"NOP\n" * (budget // 4 + 1) + pub("after", b"x"))
         assert authed.read_frame() == (0, b"OK")
 
 
@@ -168,7 +161,7 @@ def test_output_not_read_for_a_heartbeat_closes_the_connection(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", nsqd.tcp_port))
     sock.sendall(b"  V2")
-    chunk = pub_body("unread", b"x" * 100) * 500
+    chunk = pub("unread", b"x" * 100) * 500
     sock.settimeout(0.2)
     started, closed = time.monotonic(), None
     while closed is None and time.monotonic() - started < 15:

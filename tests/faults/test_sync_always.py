@@ -10,10 +10,7 @@ import os
 from pathlib import Path
 
 from nsqpy.protocol.message import decode_message
-from nsqpy.testing import WireClient, pub_body
-
-from .conftest import StartNsqd
-from .wire import quiet_for
+from nsqpy.testing import StartNsqd, WireClient, pub
 
 HOOKS = Path(__file__).with_name("hooks")
 
@@ -32,7 +29,7 @@ def test_a_message_is_delivered_only_after_the_fsync_that_covers_it(
         env={"PYTHONPATH": with_hooks(), "NSQPY_FSYNC_GATE": str(gate)},
     )
     producer = WireClient(nsqd.tcp_port)
-    producer.send(b"  V2" + pub_body("t", b"before"))
+    producer.send(b"  V2" + pub("t", b"before"))
     assert producer.read_frame() == (0, b"OK")
     consumer = WireClient(nsqd.tcp_port)
     consumer.send(b"  V2SUB t c\nRDY 10\n")
@@ -42,9 +39,9 @@ def test_a_message_is_delivered_only_after_the_fsync_that_covers_it(
     consumer.send(b"FIN " + first.id + b"\n")
 
     gate.touch()  # the disk stalls: the next fsync does not return
-    producer.send(pub_body("t", b"held"))
-    assert quiet_for(producer, 1.0), "acknowledged before its fsync"
-    assert quiet_for(consumer, 0.5), "delivered before its fsync"
+    producer.send(pub("t", b"held"))
+    assert producer.frame_within(1.0) is None, "acknowledged before its fsync"
+    assert consumer.frame_within(0.5) is None, "delivered before its fsync"
     gate.unlink()  # the fsync completes
     assert producer.read_frame() == (0, b"OK")
     assert decode_message(consumer.read_frame()[1]).body == b"held"

@@ -1,16 +1,16 @@
 """Fixtures and wire helpers for the features beyond NSQ (README "Beyond NSQ").
 
-In-process nsqd on 127.0.0.1:0 with a fake clock (time moves only when a test says), an
-aiohttp session for its HTTP API, and protocol V2 helpers that read like wire transcripts.
+In-process nsqd on 127.0.0.1:0 with a fake clock (time moves only when a test says) come
+from ``nsqpy.testing`` (``nsqd_servers``, ``clock``, the commands, ``publish``,
+``subscriber`` and ``read_message``); here are an aiohttp session for nsqd's HTTP API
+(``Http``), ``read_bodies`` (several messages, FIN'd) and one traced message taken through
+a real nsqd (``finish_traced_message``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -18,49 +18,17 @@ import aiohttp
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire, FakeClock
-from nsqpy.testing import nsqd_options as make_opts
+from nsqpy.testing import (
+    AsyncWire,
+    DaemonProcess,
+    WireClient,
+    eventually,
+    http_request,
+    read_message,
+)
 
-MSG, ERR = 2, 1
+ERR = 1
 DAY_MS = 86_400_000
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-class Daemons:
-    """In-process nsqd servers on the test's data path; ``restart`` stops and starts again."""
-
-    def __init__(self, tmp_path: Path, clock: FakeClock) -> None:
-        self.tmp_path = tmp_path
-        self.clock = clock
-        self.running: list[NsqdServer] = []
-
-    async def start(self, **overrides: object) -> NsqdServer:
-        server = NsqdServer(make_opts(self.tmp_path, **overrides), clock=self.clock)
-        await server.start()
-        self.running.append(server)
-        return server
-
-    async def stop(self, server: NsqdServer) -> None:
-        self.running.remove(server)
-        await AsyncWire.close_all()
-        await server.stop()
-
-    async def restart(self, server: NsqdServer, **overrides: object) -> NsqdServer:
-        await self.stop(server)
-        return await self.start(**overrides)
-
-
-@pytest.fixture
-async def daemons(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Daemons]:
-    d = Daemons(tmp_path, clock)
-    yield d
-    await AsyncWire.close_all()
-    for server in list(d.running):
-        await server.stop()
 
 
 class Http:
@@ -115,85 +83,29 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def identify(fields: dict[str, object]) -> bytes:
-    body = json.dumps(fields).encode()
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
-
-
-def pub(topic: str, body: bytes) -> bytes:
-    return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
-
-
-def mpub(topic: str, bodies: list[bytes]) -> bytes:
-    payload = struct.pack(">i", len(bodies)) + b"".join(
-        struct.pack(">i", len(b)) + b for b in bodies
-    )
-    return f"MPUB {topic}\n".encode() + struct.pack(">i", len(payload)) + payload
-
-
-def dpub(topic: str, ms: int, body: bytes) -> bytes:
-    return f"DPUB {topic} {ms}\n".encode() + struct.pack(">i", len(body)) + body
-
-
-async def publish(port: int, *commands: bytes) -> None:
-    """Send publish commands on a fresh connection; each must answer OK."""
-    wire = await AsyncWire.connect(port)
-    for command in commands:
-        await wire.send(command)
-        assert await wire.read_frame() == (0, b"OK")
-    await wire.close()
-
-
-async def subscriber(
-    port: int, topic: str, channel: str, rdy: int = 10, msg_timeout_ms: int = 0
-) -> AsyncWire:
-    wire = await AsyncWire.connect(port)
-    if msg_timeout_ms:
-        await wire.send(identify({"msg_timeout": msg_timeout_ms}))
-        assert await wire.read_frame() == (0, b"OK")
-    await wire.send(f"SUB {topic} {channel}\n".encode())
-    assert await wire.read_frame() == (0, b"OK")
-    await wire.send(f"RDY {rdy}\n".encode())
-    return wire
-
-
-async def read_message(wire: AsyncWire, timeout: float = 5.0) -> tuple[int, bytes, bytes]:
-    """(attempts, id, body) of the next message frame."""
-    ftype, data = await wire.read_frame(timeout)
-    assert ftype == MSG, (ftype, data)
-    (attempts,) = struct.unpack_from(">H", data, 8)
-    return attempts, data[10:26], data[26:]
-
-
 async def read_bodies(wire: AsyncWire, n: int, fin: bool = True) -> list[bytes]:
     out = []
     for _ in range(n):
-        _, msg_id, body = await read_message(wire)
+        _, _, msg_id, body = await read_message(wire)
         out.append(body)
         if fin:
             await wire.send(b"FIN " + msg_id + b"\n")
     return out
 
 
-async def eventually(
-    predicate: Callable[[], Awaitable[object]], timeout: float = 10.0, what: str = ""
-) -> object:
-    """Poll an async predicate until it is truthy or the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"not met within {timeout}s: {what}")
-        await asyncio.sleep(0.01)
-
-
-async def nothing_more(wire: AsyncWire, timeout: float = 0.3) -> bool:
-    """True when no frame arrives within ``timeout`` (the server sent nothing more)."""
-    try:
-        frame = await wire.read_frame(timeout)
-    except TimeoutError:
-        return True
-    raise AssertionError(f"unexpected frame {frame!r}")
+def finish_traced_message(
+    nsqd: DaemonProcess, topic: str, trace_id: int
+) -> tuple[WireClient, bytes]:
+    """On a real nsqd: create ``topic`` with tracing on, publish one message with
+    ``trace_id``, consume it on channel ``c`` and FIN it. The consumer and the message ID."""
+    assert http_request("POST", f"{nsqd.http}/topic/create?topic={topic}")[0] == 200
+    assert http_request("POST", f"{nsqd.http}/message/trace/enable?topic={topic}")[0] == 200
+    pub = f"{nsqd.http}/pub?topic={topic}&trace_id={trace_id}"
+    assert http_request("POST", pub, b"m")[0] == 200
+    c = WireClient(nsqd.tcp_port)
+    c.send(f"  V2SUB {topic} c\nRDY 1\n".encode())
+    assert c.read_frame() == (0, b"OK")
+    ftype, data = c.read_frame()
+    assert ftype == 2
+    c.send(b"FIN " + data[10:26] + b"\n")
+    return c, data[10:26]

@@ -13,7 +13,9 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from nsqpy.nsqadmin.app import NsqAdmin, NsqAdminOptions
-from nsqpy.testing import DaemonProcess, WireClient, http_request, nsqd_process, wait_for
+from nsqpy.testing import DaemonProcess, http_request, nsqd_process, wait_for
+
+from .conftest import finish_traced_message
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -28,16 +30,8 @@ class Traced:
 def traced(tmp_path: Path) -> Iterator[Traced]:
     """A real nsqd with one traced message published (trace ID 99), delivered, finished."""
     with nsqd_process(tmp_path / "data") as nsqd:
-        assert http_request("POST", f"{nsqd.http}/topic/create?topic=seen")[0] == 200
-        assert http_request("POST", f"{nsqd.http}/message/trace/enable?topic=seen")[0] == 200
-        assert http_request("POST", f"{nsqd.http}/pub?topic=seen&trace_id=99", b"m")[0] == 200
-        c = WireClient(nsqd.tcp_port)
-        c.send(b"  V2SUB seen c\nRDY 1\n")
-        assert c.read_frame() == (0, b"OK")
-        ftype, data = c.read_frame()
-        assert ftype == 2
-        c.send(b"FIN " + data[10:26] + b"\n")
-        msg_id = data[10:26].decode()
+        _, raw_id = finish_traced_message(nsqd, "seen", 99)
+        msg_id = raw_id.decode()
 
         def finished() -> bool:
             status, raw, _ = http_request("GET", f"{nsqd.http}/message/trace?trace_id=99")

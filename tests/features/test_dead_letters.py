@@ -8,17 +8,30 @@ from pathlib import Path
 import aiohttp
 
 from nsqpy.spark.wire import decode_chunk
-from nsqpy.testing import FakeClock, WireClient, http_get, http_request, nsqd_process, wait_for
+from nsqpy.testing import (
+    FakeClock,
+    NsqdServers,
+    WireClient,
+    eventually,
+    http_get,
+    http_request,
+    nsqd_process,
+    pub,
+    publish,
+    read_message,
+    subscriber,
+    wait_for,
+)
 
-from .conftest import Daemons, Http, eventually, pub, publish, read_message, subscriber
+from .conftest import Http
 
 LONG = "t" * 60  # "<60 chars>.dead" is longer than NSQ's 64-character limit
 
 
 async def test_requeued_and_timed_out_messages_go_to_the_dead_letter_topic(
-    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession, clock: FakeClock
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     sub = await subscriber(nsqd.tcp_port, "orders", "billing", rdy=1, msg_timeout_ms=1000)
     audit = await subscriber(nsqd.tcp_port, "orders", "audit", rdy=10)
@@ -29,18 +42,18 @@ async def test_requeued_and_timed_out_messages_go_to_the_dead_letter_topic(
 
     await publish(nsqd.tcp_port, pub("orders", b"a"))
     first = await read_message(sub)
-    assert first[0] == 1 and first[2] == b"a"
-    await sub.send(b"REQ " + first[1] + b" 0\n")
+    assert first.attempts == 1 and first.body == b"a"
+    await sub.send(b"REQ " + first.id + b" 0\n")
     again = await read_message(sub)
-    assert (again[0], again[1]) == (2, first[1])
-    await sub.send(b"REQ " + first[1] + b" 60000\n")  # the last attempt: a delay changes nothing
+    assert (again.attempts, again.id) == (2, first.id)
+    await sub.send(b"REQ " + first.id + b" 60000\n")  # the last attempt: a delay changes nothing
 
     await publish(nsqd.tcp_port, pub("orders", b"b"))
     b1 = await read_message(sub)
-    assert (b1[0], b1[2]) == (1, b"b")
+    assert (b1.attempts, b1.body) == (1, b"b")
     clock.advance_ms(1500)  # the 1 s message timeout passes: requeued by the ticker
     b2 = await read_message(sub)
-    assert (b2[0], b2[1]) == (2, b1[1])
+    assert (b2.attempts, b2.id) == (2, b1.id)
     clock.advance_ms(1500)  # timed out on its last attempt
 
     async def two_dead() -> bool:
@@ -66,7 +79,7 @@ async def test_requeued_and_timed_out_messages_go_to_the_dead_letter_topic(
         "dead_letter_attempts": "2",
         "dead_letter_topic": "orders",
         "dead_letter_channel": "billing",
-        "dead_letter_id": first[1].decode(),
+        "dead_letter_id": first.id.decode(),
         "dead_letter_timestamp": str(FakeClock().now),
     }
     assert (headers[1]["dead_letter_reason"], headers[1]["dead_letter_attempts"]) == (
@@ -75,49 +88,49 @@ async def test_requeued_and_timed_out_messages_go_to_the_dead_letter_topic(
     )
     reader = await subscriber(nsqd.tcp_port, "orders.dead", "inspect")
     got = [await read_message(reader) for _ in range(2)]
-    assert [(m[0], m[2]) for m in got] == [(1, b"a"), (1, b"b")]
+    assert [(m.attempts, m.body) for m in got] == [(1, b"a"), (1, b"b")]
     # Another channel of the topic keeps NSQ's behaviour.
-    assert [(await read_message(audit))[2] for _ in range(2)] == [b"a", b"b"]
+    assert [(await read_message(audit)).body for _ in range(2)] == [b"a", b"b"]
     assert "dead_letter_count" not in await http.channel("orders", "audit")
 
 
 async def test_the_flag_default_and_a_channel_setting_survive_a_restart(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start(max_attempts=1, dead_letter_suffix="_dlq")
+    nsqd = await nsqd_servers.start(max_attempts=1, dead_letter_suffix="_dlq")
     http = Http(session, nsqd)
     c = await subscriber(nsqd.tcp_port, "t", "c", rdy=1)
     c2 = await subscriber(nsqd.tcp_port, "t", "c2", rdy=1)
     assert (await http.post("/channel/setmaxattempts?topic=t&channel=c2&max_attempts=0"))[0] == 200
     await publish(nsqd.tcp_port, pub("t", b"x"))
-    _, msg_id, _ = await read_message(c)
+    _, _, msg_id, _ = await read_message(c)
     await c.send(b"REQ " + msg_id + b" 0\n")  # attempt 1 of 1: dead
-    _, msg_id2, _ = await read_message(c2)
+    _, _, msg_id2, _ = await read_message(c2)
     await c2.send(b"REQ " + msg_id2 + b" 0\n")  # no limit on c2
-    assert (await read_message(c2))[0] == 2
+    assert (await read_message(c2)).attempts == 2
     await http.settled("t", "c")
     assert (await http.channel("t", "c"))["dead_letter_count"] == 1
 
-    nsqd = await daemons.restart(nsqd, max_attempts=1, dead_letter_suffix="_dlq")
+    nsqd = await nsqd_servers.restart(nsqd, max_attempts=1, dead_letter_suffix="_dlq")
     http = Http(session, nsqd)
     assert (await http.channel("t", "c"))["max_attempts"] == 1
     c2 = await subscriber(nsqd.tcp_port, "t", "c2", rdy=1)
-    attempts, msg_id2, _ = await read_message(c2)
+    _, attempts, msg_id2, _ = await read_message(c2)
     await c2.send(b"REQ " + msg_id2 + b" 0\n")
-    assert (await read_message(c2))[0] == attempts + 1  # still requeued: the 0 was kept
+    assert (await read_message(c2)).attempts == attempts + 1  # still requeued: the 0 was kept
     # The dead-letter topic kept the message; its channels do not chain dead letters.
     dlq = await subscriber(nsqd.tcp_port, "t_dlq", "ops", rdy=1)
-    attempts, dead_id, body = await read_message(dlq)
+    _, attempts, dead_id, body = await read_message(dlq)
     assert (attempts, body) == (1, b"x")
     await dlq.send(b"REQ " + dead_id + b" 0\n")
-    assert (await read_message(dlq))[:2] == (2, dead_id)
+    assert (await read_message(dlq))[1:3] == (2, dead_id)
     assert "t_dlq_dlq" not in nsqd.broker.topics
 
 
 async def test_bad_settings_are_refused_and_change_nothing(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     await subscriber(nsqd.tcp_port, "d", "c", rdy=0)
     await subscriber(nsqd.tcp_port, LONG, "c", rdy=0)
@@ -186,9 +199,9 @@ def channel(base: str, topic: str, name: str) -> dict[str, object]:
 
 
 async def test_deleting_a_channel_or_topic_forgets_its_settings(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     assert (await http.post("/topic/create?topic=gone"))[0] == 200
     assert (await http.post("/channel/create?topic=gone&channel=c"))[0] == 200

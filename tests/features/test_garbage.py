@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nsqpy.broker.replay import BadPosition, Position, parse_position
+from nsqpy.testing import NsqdServers, pub, publish, subscriber
 
-from .conftest import Daemons, Http, pub, publish, subscriber
+from .conftest import Http
 
 ROUTES = [
     ("POST", "/channel/setoffset"),
@@ -44,9 +45,9 @@ def test_parse_position_takes_any_bytes(body: bytes) -> None:
 
 
 async def test_new_routes_answer_garbage_with_clean_errors(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     await publish(nsqd.tcp_port, pub("g", b"kept"))
     await subscriber(nsqd.tcp_port, "g", "c", rdy=0)

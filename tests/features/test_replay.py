@@ -11,40 +11,38 @@ import aiohttp
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.storage import CursorFile
-from nsqpy.testing import AsyncWire, FakeClock, WireClient, http_get, nsqd_process, wait_for
-
-from .conftest import (
-    ERR,
-    Daemons,
-    Http,
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    NsqdServers,
+    WireClient,
+    consume,
+    cursor_path,
     dpub,
+    http_get,
+    nsqd_process,
     pub,
     publish,
-    read_bodies,
     read_message,
     subscriber,
+    wait_for,
 )
+
+from .conftest import ERR, Http, read_bodies
 
 BODIES = [b"m%d" % i for i in range(10)]
 
 
 def cursor_of(nsqd: NsqdServer, topic: str, channel: str) -> tuple[int, int]:
-    path = (
-        nsqd.broker.data_path
-        / "topics"
-        / f"topic-{topic}"
-        / "cursors"
-        / f"channel-{channel}.cursor"
-    )
-    state = CursorFile(path).load()
+    state = CursorFile(cursor_path(nsqd.broker.data_path, topic, channel)).load()
     assert state is not None
     return state.confirmed, state.next_read
 
 
 async def test_setoffset_replays_from_an_offset_a_time_and_either_end(
-    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession, clock: FakeClock
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     wire = await AsyncWire.connect(nsqd.tcp_port)
     for body in BODIES:  # one second apart: m4 is published at start + 4 s
@@ -90,13 +88,13 @@ async def test_setoffset_replays_from_an_offset_a_time_and_either_end(
 
 
 async def test_a_reset_drops_in_flight_messages_and_late_fins_are_unknown(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     await publish(nsqd.tcp_port, pub("f", b"a"), pub("f", b"b"), pub("f", b"c"))
     sub = await subscriber(nsqd.tcp_port, "f", "c", rdy=3)
-    ids = [(await read_message(sub))[1] for _ in range(3)]
+    ids = [(await read_message(sub)).id for _ in range(3)]
     doc = await http.channel("f", "c")
     assert doc["in_flight_count"] == 3 and doc["clients"][0]["in_flight_count"] == 3
 
@@ -118,7 +116,7 @@ async def test_a_reset_drops_in_flight_messages_and_late_fins_are_unknown(
     channel = nsqd.broker.topics["f"].channels["c"]
     assert (channel.cursor.confirmed, channel.cursor.ranges) == (3, [])
     await publish(nsqd.tcp_port, pub("f", b"d"))
-    attempts, msg_id, body = await read_message(sub)
+    _, attempts, msg_id, body = await read_message(sub)
     assert (attempts, body) == (1, b"d")
     await sub.send(b"FIN " + msg_id + b"\n")
     await http.settled("f", "c")
@@ -126,17 +124,17 @@ async def test_a_reset_drops_in_flight_messages_and_late_fins_are_unknown(
 
 
 async def test_bad_positions_and_partitions_change_nothing(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     await publish(nsqd.tcp_port, *(pub("b", body) for body in BODIES))
     sub = await subscriber(nsqd.tcp_port, "b", "c", rdy=4)
     got = [await read_message(sub) for _ in range(4)]
     await sub.send(b"RDY 0\n")
-    for _, msg_id, _ in got:
+    for _, _, msg_id, _ in got:
         await sub.send(b"FIN " + msg_id + b"\n")
-    assert [body for _, _, body in got] == BODIES[:4]
+    assert [body for _, _, _, body in got] == BODIES[:4]
     await http.settled("b", "c", depth=6)
     channel = nsqd.broker.topics["b"].channels["c"]
     before = (channel.cursor.confirmed, channel.cursor.next_read, cursor_of(nsqd, "b", "c"))
@@ -211,19 +209,3 @@ def channel_doc(base: str, topic: str, channel: str) -> dict[str, object]:
     assert status == 200
     (tdoc,) = json.loads(raw)["topics"]
     return tdoc["channels"][0]  # type: ignore[no-any-return]
-
-
-def consume(port: int, topic: str, channel: str, n: int) -> list[bytes]:
-    c = WireClient(port, timeout=15)
-    c.send(b"  V2")
-    c.send(f"SUB {topic} {channel}\n".encode())
-    assert c.read_frame() == (0, b"OK")
-    c.send(b"RDY 100\n")
-    out = []
-    for _ in range(n):
-        ftype, data = c.read_frame()
-        assert ftype == 2, data
-        out.append(data[26:])
-        c.send(b"FIN " + data[10:26] + b"\n")
-    c.close()
-    return out

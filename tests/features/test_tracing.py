@@ -11,22 +11,26 @@ from nsqpy.storage.tracestore import TraceEvent, TraceStore
 from nsqpy.testing import (
     AsyncWire,
     FakeClock,
-    WireClient,
+    NsqdServers,
     http_get,
     http_request,
     nsqd_process,
+    pub,
+    publish,
+    read_message,
+    subscriber,
     wait_for,
 )
 
-from .conftest import Daemons, Http, pub, publish, read_message, subscriber
+from .conftest import Http, finish_traced_message
 
 BIG_TRACE_ID = (1 << 64) - 1
 
 
 async def test_a_traced_message_life_from_publish_to_finish(
-    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession, clock: FakeClock
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     assert (await http.post("/topic/create?topic=tr"))[0] == 200
     assert await http.post("/message/trace/enable?topic=tr") == (
@@ -35,11 +39,11 @@ async def test_a_traced_message_life_from_publish_to_finish(
     )
     sub = await subscriber(nsqd.tcp_port, "tr", "c", rdy=1, msg_timeout_ms=1000)
     assert await http.post(f"/pub?topic=tr&trace_id={BIG_TRACE_ID}", b"hello") == (200, "OK")
-    _, msg_id, _ = await read_message(sub)
+    _, _, msg_id, _ = await read_message(sub)
     await sub.send(b"REQ " + msg_id + b" 0\n")
-    assert (await read_message(sub))[0] == 2
+    assert (await read_message(sub)).attempts == 2
     clock.advance_ms(1500)
-    assert (await read_message(sub))[0] == 3
+    assert (await read_message(sub)).attempts == 3
     await sub.send(b"FIN " + msg_id + b"\n")
     await http.settled("tr", "c")
 
@@ -69,7 +73,7 @@ async def test_a_traced_message_life_from_publish_to_finish(
     producer = await AsyncWire.connect(nsqd.tcp_port)  # a TCP publish names its client
     await producer.send(pub("tr", b"by tcp"))
     assert await producer.read_frame() == (0, b"OK")
-    _, tcp_id, _ = await read_message(sub)
+    _, _, tcp_id, _ = await read_message(sub)
     await sub.send(b"FIN " + tcp_id + b"\n")
     await http.settled("tr", "c")
     _, tcp_doc = await http.get(f"/message/trace?topic=tr&id={tcp_id.decode()}")
@@ -79,16 +83,16 @@ async def test_a_traced_message_life_from_publish_to_finish(
 
     assert (await http.post("/message/trace/disable?topic=tr"))[0] == 200
     await publish(nsqd.tcp_port, pub("tr", b"untraced"))
-    _, other, _ = await read_message(sub)
+    _, _, other, _ = await read_message(sub)
     await sub.send(b"FIN " + other + b"\n")
     await http.settled("tr", "c")
     assert await http.get(f"/message/trace?topic=tr&id={other.decode()}") == (200, {"events": []})
 
 
 async def test_channel_tracing_takes_the_trace_id_from_the_record(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     a = await subscriber(nsqd.tcp_port, "ch", "a")
     b = await subscriber(nsqd.tcp_port, "ch", "b")
@@ -97,7 +101,7 @@ async def test_channel_tracing_takes_the_trace_id_from_the_record(
     assert "trace" not in await http.channel("ch", "b")
     assert (await http.post("/pub?topic=ch&trace_id=7", b"x"))[0] == 200
     for wire in (a, b):
-        _, msg_id, _ = await read_message(wire)
+        _, _, msg_id, _ = await read_message(wire)
         await wire.send(b"FIN " + msg_id + b"\n")
     await http.settled("ch", "a")
     await http.settled("ch", "b")
@@ -111,13 +115,13 @@ async def test_channel_tracing_takes_the_trace_id_from_the_record(
 
 
 async def test_nothing_is_written_while_nothing_is_traced(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     sub = await subscriber(nsqd.tcp_port, "quiet", "c")
     assert (await http.post("/pub?topic=quiet&trace_id=5", b"x"))[0] == 200
-    _, msg_id, _ = await read_message(sub)
+    _, _, msg_id, _ = await read_message(sub)
     await sub.send(b"FIN " + msg_id + b"\n")
     await http.settled("quiet", "c")
     assert await http.get("/message/trace?trace_id=5") == (200, {"events": []})
@@ -143,15 +147,7 @@ def test_the_store_keeps_at_most_its_bound(tmp_path: Path) -> None:
 
 def test_trace_records_and_switches_survive_a_real_restart(tmp_path: Path) -> None:
     with nsqd_process(tmp_path / "data", "--trace-max-records=1000") as nsqd:
-        assert http_request("POST", f"{nsqd.http}/topic/create?topic=life")[0] == 200
-        assert http_request("POST", f"{nsqd.http}/message/trace/enable?topic=life")[0] == 200
-        assert http_request("POST", f"{nsqd.http}/pub?topic=life&trace_id=42", b"m")[0] == 200
-        c = WireClient(nsqd.tcp_port)
-        c.send(b"  V2SUB life c\nRDY 1\n")
-        assert c.read_frame() == (0, b"OK")
-        ftype, data = c.read_frame()
-        assert ftype == 2
-        c.send(b"FIN " + data[10:26] + b"\n")
+        c, _ = finish_traced_message(nsqd, "life", 42)
         wait_for(lambda: events(nsqd.http, "trace_id=42")[-1:] == ["finished"])
         c.close()
         nsqd.stop()
@@ -171,9 +167,9 @@ def events(base: str, query: str) -> list[str]:
 
 
 async def test_bad_trace_requests_are_refused(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     await subscriber(nsqd.tcp_port, "t", "c", rdy=0)
     cases = [

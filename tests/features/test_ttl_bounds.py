@@ -6,26 +6,25 @@ import json
 
 import aiohttp
 
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import (
-    ERR,
-    Daemons,
-    Http,
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    NsqdServers,
     dpub,
     mpub,
     pub,
     publish,
-    read_bodies,
     read_message,
     subscriber,
 )
 
+from .conftest import ERR, Http, read_bodies
+
 
 async def test_messages_past_their_ttl_are_confirmed_without_delivery(
-    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession, clock: FakeClock
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     sub = await subscriber(nsqd.tcp_port, "e", "c", rdy=0)
     assert await http.post("/topic/setttl?topic=e&ttl=1s") == (200, {"ttl_ms": 1000})
@@ -55,9 +54,9 @@ async def test_messages_past_their_ttl_are_confirmed_without_delivery(
 
 
 async def test_the_ttl_sweep_needs_no_consumer_and_the_ttl_survives_a_restart(
-    daemons: Daemons, session: aiohttp.ClientSession, clock: FakeClock
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession, clock: FakeClock
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     assert (await http.post("/topic/create?topic=s"))[0] == 200
     assert (await http.post("/channel/create?topic=s&channel=c"))[0] == 200
@@ -70,7 +69,7 @@ async def test_the_ttl_sweep_needs_no_consumer_and_the_ttl_survives_a_restart(
     doc = await http.channel("s", "c")
     assert (doc["depth"], doc["expired_count"]) == (1, 3)
 
-    nsqd = await daemons.restart(nsqd)
+    nsqd = await nsqd_servers.restart(nsqd)
     http = Http(session, nsqd)
     assert (await http.topic("s"))["ttl_ms"] == 500
     clock.advance_ms(1000)
@@ -84,9 +83,9 @@ async def test_the_ttl_sweep_needs_no_consumer_and_the_ttl_survives_a_restart(
 
 
 async def test_a_full_topic_refuses_publishes_as_nsq_fails_them(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     sub = await subscriber(nsqd.tcp_port, "q", "c", rdy=0)
     assert await http.post("/topic/setmaxdepth?topic=q&max_depth=3") == (
@@ -104,7 +103,7 @@ async def test_a_full_topic_refuses_publishes_as_nsq_fails_them(
     assert await http.post("/pub?topic=q", b"4") == (503, {"message": "EXITING"})
     assert await http.post("/mpub?topic=q", b"4\n5") == (503, {"message": "EXITING"})
     await sub.send(b"RDY 1\n")
-    _, msg_id, body = await read_message(sub)
+    _, _, msg_id, body = await read_message(sub)
     await sub.send(b"RDY 0\nFIN " + msg_id + b"\n")
     assert body == b"1"
     await http.settled("q", "c", depth=2)
@@ -117,9 +116,9 @@ async def test_a_full_topic_refuses_publishes_as_nsq_fails_them(
 
 
 async def test_drop_oldest_keeps_the_newest_messages(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     assert (await http.post("/topic/create?topic=d"))[0] == 200
     assert await http.post("/topic/setmaxdepth?topic=d&max_depth=3&policy=drop_oldest") == (
@@ -143,9 +142,9 @@ async def test_drop_oldest_keeps_the_newest_messages(
 
 
 async def test_bad_ttls_and_depths_are_refused_and_change_nothing(
-    daemons: Daemons, session: aiohttp.ClientSession
+    nsqd_servers: NsqdServers, session: aiohttp.ClientSession
 ) -> None:
-    nsqd = await daemons.start()
+    nsqd = await nsqd_servers.start()
     http = Http(session, nsqd)
     assert (await http.post("/topic/create?topic=b"))[0] == 200
     cases = [

@@ -14,11 +14,6 @@ from .helpers import Api, LookupWire, make_opts
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 async def lookupd(clock: FakeClock) -> AsyncIterator[NsqLookupd]:
     daemon = NsqLookupd(make_opts(), clock=clock)
     await daemon.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -15,15 +14,6 @@ from nsqpy.lookupd.app import NsqLookupdOptions
 from nsqpy.protocol.lookupd import ResponseDecoder
 
 _OPEN: list[LookupWire] = []
-
-
-async def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` on the running loop until it is truthy or the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 class Reply:

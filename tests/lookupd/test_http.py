@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsqpy.httpapi import parse_query
 from nsqpy.lookupd.app import NsqLookupd
-from nsqpy.lookupd.http import GO_ZERO_TIME_NS, parse_query
+from nsqpy.lookupd.http import GO_ZERO_TIME_NS
 from nsqpy.testing import FakeClock
 
 from .helpers import Api, LookupWire, Reply
@@ -279,9 +280,9 @@ async def test_star_topic_is_a_wildcard_as_in_nsqlookupd(lookupd: NsqLookupd, ht
     assert len((await http.call("GET", "/lookup?topic=*")).json["producers"]) == 1
 
 
-# -- the query parser alone -------------------------------------------------------------------
+# -- the query parser alone (``nsqpy.httpapi``, shared with nsqd) -----------------------------
 
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
 
 
 @given(st.lists(st.tuples(TEXT, TEXT), max_size=6))

@@ -32,11 +32,6 @@ def peer(n: int = 1, address: str = "10.0.0.1", http_port: int = 4151) -> PeerIn
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
 def reg(clock: FakeClock) -> Registry:
     return Registry(clock=clock, inactive_producer_timeout_ms=300_000, tombstone_lifetime_ms=45_000)
 

@@ -19,9 +19,9 @@ from nsqpy.protocol.lookupd import (
     encode_unregister,
     encode_v1_magic,
 )
-from nsqpy.testing import FakeClock
+from nsqpy.testing import FakeClock, eventually
 
-from .helpers import LookupWire, identify_raw, make_opts, peer_info, wait_until
+from .helpers import LookupWire, identify_raw, make_opts, peer_info
 
 
 def producer_ids(lookupd: NsqLookupd, topic: str) -> list[str]:
@@ -63,7 +63,7 @@ async def test_full_conversation(lookupd: NsqLookupd) -> None:
     assert lookupd.registry.lookup("t") == (["c"], [])
     assert await wire.request(b"PING\r\n") == b"OK"
     await wire.close()
-    await wait_until(lambda: lookupd.registry.db.lookup_registrations(me) == [])
+    await eventually(lambda: lookupd.registry.db.lookup_registrations(me) == [])
     assert lookupd.registry.lookup("t2") == ([], [])  # registrations stay, producers go
 
 
@@ -162,7 +162,7 @@ async def test_every_error_is_sent_then_the_connection_closes(
     await wire.send(data)
     await wire.expect_closed()
     assert wire.replies == [error]
-    await wait_until(lambda: len(lookupd.connections) == 1)
+    await eventually(lambda: len(lookupd.connections) == 1)
     # the failed peer left everything; the other peer's registrations are intact
     assert producer_ids(lookupd, "keep") == [other.local_address]
     assert lookupd.registry.channels("keep") == ["ch"]
@@ -218,7 +218,7 @@ async def test_disconnect_removes_only_that_peers_registrations(lookupd: NsqLook
         assert await wire.request(b"REGISTER t e#ephemeral\n") == b"OK"
     a_id = a.local_address
     await a.close()
-    await wait_until(lambda: lookupd.registry.db.lookup_registrations(a_id) == [])
+    await eventually(lambda: lookupd.registry.db.lookup_registrations(a_id) == [])
     assert producer_ids(lookupd, "t") == [b.local_address]
     assert sorted(lookupd.registry.channels("t")) == ["c", "e#ephemeral"]
     regs = lookupd.registry.db.lookup_registrations(b.local_address)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from nsqpy.metrics.statsd import StatsdCollector, pack, statsd_prefix
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
-from nsqpy.testing import AsyncWire, http_request, nsqd_process, wait_for
+from nsqpy.testing import AsyncWire, eventually, http_request, nsqd_process, wait_for
 
 LINE = re.compile(r"^(?P<key>[^:|\n]+):(?P<value>-?\d+)\|(?P<kind>[cg])$")
 
@@ -61,14 +60,6 @@ async def listener() -> AsyncIterator[tuple[Listener, int]]:
     transport.close()
 
 
-async def until(predicate: object, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met")
-        await asyncio.sleep(0.02)
-
-
 async def test_pushes_nsqs_metric_names_in_bounded_packets(
     tmp_path: Path, listener: tuple[Listener, int]
 ) -> None:
@@ -102,7 +93,7 @@ async def test_pushes_nsqs_metric_names_in_bounded_packets(
         assert frame_type == 2
         await wire.send(b"REQ " + data[10:26] + b" 0\n")  # requeued once
         key = f"{prefix}topic.orders"
-        await until(
+        await eventually(
             lambda: (
                 udp.total(f"{key}.channel.billing.requeue_count") == 1
                 and udp.total(f"{key}.message_count") == 3

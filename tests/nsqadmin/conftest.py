@@ -13,7 +13,7 @@ from aiohttp import web
 
 from nsqpy.nsqadmin.app import NsqAdmin, NsqAdminOptions
 from nsqpy.nsqadmin.options import validate
-from nsqpy.testing import DaemonProcess, nsqd_process
+from nsqpy.testing import lookupd_process, nsqd_process, serve_http
 
 from .helpers import AdminClient, AdminProgram, MakeAdmin, Stack, start_all
 
@@ -21,14 +21,7 @@ from .helpers import AdminClient, AdminProgram, MakeAdmin, Stack, start_all
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     base = tmp_path_factory.mktemp("nsqadmin-stack")
-    lookupd = DaemonProcess(
-        "nsqlookupd",
-        [
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            "--broadcast-address=127.0.0.1",
-        ],
-    )
+    lookupd = lookupd_process()
     lookupd.start()
     nsqds = [
         nsqd_process(base / f"nsqd{i}", f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}")
@@ -97,9 +90,5 @@ async def graphite() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
 
     app = web.Application()
     app.router.add_get("/render", render)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
-    await runner.cleanup()
+    async with serve_http(app) as port:
+        yield f"http://127.0.0.1:{port}", seen

@@ -6,7 +6,6 @@ Every test uses its own topic names (``unique``), so tests share one stack safel
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import signal
@@ -21,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from nsqpy.nsqadmin.app import NsqAdmin
-from nsqpy.testing import DaemonProcess, http_get, http_request
+from nsqpy.testing import DaemonProcess, eventually, http_get, http_request
 
 LISTEN = re.compile(r"HTTP: listening on 127\.0\.0\.1:(\d+)")
 
@@ -97,21 +96,6 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    """Poll ``check`` (sync or async) until truthy or the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise TimeoutError(f"not met within {timeout}s: {what or check}")
-        await asyncio.sleep(0.02)
-
-
 @dataclass
 class AdminClient:
     """An in-process nsqadmin and an HTTP session to it."""
@@ -163,7 +147,7 @@ async def registered(stack: Stack, topic: str, nodes: int = 1) -> None:
         status, doc = stack.lookupd_get(f"/lookup?topic={topic}")
         return status == 200 and len(doc["producers"]) >= nodes
 
-    await until(check, what=f"{topic} registered on {nodes} nodes")
+    await eventually(check, what=f"{topic} registered on {nodes} nodes")
 
 
 # -- the real program ----------------------------------------------------------------------

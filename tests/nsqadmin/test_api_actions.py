@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from nsqpy.testing import http_request
+from nsqpy.testing import eventually, http_request, serve_http
 
-from .helpers import AdminClient, MakeAdmin, Stack, registered, unique, until
+from .helpers import AdminClient, MakeAdmin, Stack, registered, unique
 
 
 def on_both(stack: Stack, topic: str, channel: str = "c") -> None:
@@ -48,7 +48,7 @@ async def test_empty_channel_and_topic(stack: Stack, nsqd_admin: AdminClient) ->
     stack.nsqd_post(0, f"/topic/create?topic={topic}")
     stack.nsqd_post(0, f"/channel/create?topic={topic}&channel=c")
     stack.pub(0, topic, b"1", b"2", b"3")
-    await until(lambda: stack.channel_stats(0, topic, "c")["depth"] == 3)  # type: ignore[index]
+    await eventually(lambda: stack.channel_stats(0, topic, "c")["depth"] == 3)  # type: ignore[index]
     assert await nsqd_admin.post(f"/api/topics/{topic}/c", {"action": "empty"}) == (
         200,
         {"message": ""},
@@ -71,7 +71,7 @@ async def test_delete_channel_then_topic_everywhere(
     assert all(stack.channel_stats(i, topic, "c") is None for i in (0, 1))
     assert await lookupd_admin.delete(f"/api/topics/{topic}") == (200, {"message": ""})
     assert all(stack.topic_stats(i, topic) is None for i in (0, 1))
-    await until(lambda: topic not in stack.lookupd_get("/topics")[1]["topics"])
+    await eventually(lambda: topic not in stack.lookupd_get("/topics")[1]["topics"])
     assert await lookupd_admin.get(f"/api/topics/{topic}") == (404, {"message": "TOPIC_NOT_FOUND"})
 
 
@@ -209,13 +209,8 @@ async def receiver() -> AsyncIterator[tuple[str, asyncio.Queue[dict[str, Any]]]]
 
     app = web.Application()
     app.router.add_post("/notify", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    yield f"http://127.0.0.1:{port}/notify", got
-    await runner.cleanup()
+    async with serve_http(app) as port:
+        yield f"http://127.0.0.1:{port}/notify", got
 
 
 async def test_every_action_is_notified(

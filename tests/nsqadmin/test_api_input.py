@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsqpy.testing import http_request
+from nsqpy.testing import eventually, http_request
 
-from .helpers import AdminClient, AdminProgram, MakeAdmin, Stack, unique, until
+from .helpers import AdminClient, AdminProgram, MakeAdmin, Stack, unique
 
 BAD_INPUT: list[tuple[str, str, bytes | None, int, str]] = [
     ("GET", "/api/topics/bad%20name", None, 400, "INVALID_TOPIC"),
@@ -195,7 +195,7 @@ async def test_sampled_history_shows_the_message_rate(stack: Stack, make_admin: 
         assert status == 200
         return doc if any(r for r in doc["rate"] if r) else None
 
-    doc = await until(moved, what="a positive rate")
+    doc = await eventually(moved, what="a positive rate")
     assert doc["interval_ms"] == 50 and doc["size"] == 50 and doc["node"] == "*"
     assert doc["message_count"][-1] == 20 and len(doc["timestamps"]) == len(doc["rate"])
     assert doc["timestamps"] == sorted(doc["timestamps"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from nsqpy.testing import WireClient, http_request
+from nsqpy.testing import WireClient, eventually, http_request
 
-from .helpers import AdminClient, MakeAdmin, Stack, registered, unique, until
+from .helpers import AdminClient, MakeAdmin, Stack, registered, unique
 
 TOPIC_KEYS = {
     "node",
@@ -130,7 +130,7 @@ async def test_channel_lists_per_node_stats_and_connected_clients(
             status, doc = await lookupd_admin.get(f"/api/topics/{topic}/c")
             return status == 200 and doc["in_flight_count"] == 1
 
-        await until(in_flight, what="message in flight")
+        await eventually(in_flight, what="message in flight")
         _, doc = await lookupd_admin.get(f"/api/topics/{topic}/c")
         assert set(doc) >= CHANNEL_KEYS | {"message"}
         assert doc["topic_name"] == topic and doc["channel_name"] == "c"

@@ -4,9 +4,7 @@ and the group commit (found by bench/secure.py: replies stalled for --sync-timeo
 from __future__ import annotations
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire
-
-from .conftest import pub
+from nsqpy.testing import AsyncWire, pub
 
 
 async def test_ok_is_sent_when_the_ticker_runs_before_the_commit(nsqd: NsqdServer) -> None:

@@ -10,11 +10,8 @@ import pytest
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NSQD_CONFIG, config_value
-from nsqpy.testing import FakeClock
+from nsqpy.testing import FakeClock, dpub, eventually, nsqd_options, publisher, subscriber
 from nsqpy.testing.certs import make_certs
-
-from .conftest import dpub, make_opts, publisher, subscriber
-from .test_tcp_wire import until
 
 # The cfg names of nsqd 1.3.0's Options fields that carry a flag tag.
 NSQD_1_3_0 = [
@@ -96,7 +93,7 @@ async def test_tls_required_is_nsqds_integer(
     tmp_path: Path, clock: FakeClock, tls_required: str, policy: str, level: int
 ) -> None:
     certs = make_certs(tmp_path / "certs")  # requiring TLS needs a certificate to offer
-    opts = make_opts(
+    opts = nsqd_options(
         tmp_path,
         tls_required=tls_required,
         tls_client_auth_policy=policy,
@@ -120,7 +117,7 @@ async def test_sync_always_makes_the_delayed_store_fsync_each_entry(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     for always, expected in ((True, "FULL"), (False, "NORMAL")):
-        server = NsqdServer(make_opts(tmp_path / str(always), sync_always=always), clock=clock)
+        server = NsqdServer(nsqd_options(tmp_path / str(always), sync_always=always), clock=clock)
         await server.start()
         try:
             await subscriber(server.tcp_port, "d", "c")
@@ -128,7 +125,7 @@ async def test_sync_always_makes_the_delayed_store_fsync_each_entry(
             await p.send(dpub("d", 60_000, b"later"))
             assert await p.read_frame() == (0, b"OK")
             topic = server.broker.topics["d"]
-            await until(lambda: topic.channels["c"].deferred_count == 1)  # noqa: B023
+            await eventually(lambda: topic.channels["c"].deferred_count == 1)  # noqa: B023
             delayed = topic.partitions[0].delayed
             assert delayed is not None and delayed.synchronous() == expected
         finally:

@@ -11,11 +11,16 @@ import pytest
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.storage import CursorFile, CursorState
 from nsqpy.storage import cursor as cursor_module
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, mpub, publisher, read_message, subscriber
-from .test_restart_recovery import cursor_file
-from .test_tcp_wire import until
+from nsqpy.testing import (
+    FakeClock,
+    cursor_path,
+    eventually,
+    mpub,
+    nsqd_options,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 
 def saved_confirmed(path: Path) -> int:
@@ -37,7 +42,7 @@ async def test_periodic_cursor_saves_fsync_off_the_event_loop(
         real(fd)
 
     monkeypatch.setattr(cursor_module, "fsync_file", spy)
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await server.start()
     try:
         s = await subscriber(server.tcp_port, "t", "c", rdy=10)  # (created: saved at once)
@@ -49,14 +54,14 @@ async def test_periodic_cursor_saves_fsync_off_the_event_loop(
             _, _, msg_id, _ = await read_message(s)
             await s.send(b"FIN " + msg_id + b"\n")
         channel = server.broker.topics["t"].channels["c"]
-        await until(lambda: channel.cursor.confirmed == 5)
-        path = cursor_file(tmp_path, "t", "c")
+        await eventually(lambda: channel.cursor.confirmed == 5)
+        path = cursor_path(tmp_path / "data", "t", "c")
         assert saved_confirmed(path) == 0  # not due yet: 5 FINs, no time passed
         clock.advance_ms(1000)
         await asyncio.sleep(0.1)
         assert saved_confirmed(path) == 0  # the interval is --sync-timeout: 2s as in NSQ
         clock.advance_ms(1000)
-        await until(lambda: saved_confirmed(path) == 5)
+        await eventually(lambda: saved_confirmed(path) == 5)
         assert fsyncs and loop_thread not in fsyncs, "cursor fsyncs ran on the event loop"
     finally:
         await server.stop()
@@ -76,7 +81,7 @@ def test_an_older_snapshot_never_overwrites_a_newer_one(tmp_path: Path) -> None:
 
 
 async def test_cursor_saves_follow_sync_every(tmp_path: Path, clock: FakeClock) -> None:
-    server = NsqdServer(make_opts(tmp_path, sync_every=3, sync_timeout_ms=60_000), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path, sync_every=3, sync_timeout_ms=60_000), clock=clock)
     await server.start()
     try:
         s = await subscriber(server.tcp_port, "t", "c", rdy=10)
@@ -84,11 +89,11 @@ async def test_cursor_saves_follow_sync_every(tmp_path: Path, clock: FakeClock) 
         await p.send(mpub("t", [b"%d" % i for i in range(5)]))
         assert await p.read_frame() == (0, b"OK")
         ids = [(await read_message(s))[2] for _ in range(5)]
-        path = cursor_file(tmp_path, "t", "c")
+        path = cursor_path(tmp_path / "data", "t", "c")
         await s.send(b"FIN " + ids[0] + b"\nFIN " + ids[1] + b"\n")
         await asyncio.sleep(0.1)
         assert saved_confirmed(path) == 0  # two confirmations: not due
         await s.send(b"FIN " + ids[2] + b"\n")
-        await until(lambda: saved_confirmed(path) == 3)  # the third: saved, no time passed
+        await eventually(lambda: saved_confirmed(path) == 3)  # the third: saved, no time passed
     finally:
         await server.stop()

@@ -10,16 +10,14 @@ import pytest
 
 from nsqpy.broker.broker import Broker, DataPathInUse
 from nsqpy.options import NsqdOptions
-from nsqpy.testing import WireClient, nsqd_process, pub_body
-
-from .test_process import consume_all
+from nsqpy.testing import WireClient, consume, nsqd_process, pub
 
 
 def test_a_second_nsqd_on_the_same_data_path_exits_with_one_clear_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with nsqd_process(data) as first:
         c = WireClient(first.tcp_port)
-        c.send(b"  V2" + pub_body("kept", b"by the first"))
+        c.send(b"  V2" + pub("kept", b"by the first"))
         assert c.read_frame() == (0, b"OK")
         second = subprocess.run(
             [
@@ -37,9 +35,9 @@ def test_a_second_nsqd_on_the_same_data_path_exits_with_one_clear_line(tmp_path:
         assert "in use" in lines[0] and str(data) in lines[0], lines
         assert "Traceback" not in lines[0]
         # The first one is untouched: it still takes and keeps messages.
-        c.send(pub_body("kept", b"after the refusal"))
+        c.send(pub("kept", b"after the refusal"))
         assert c.read_frame() == (0, b"OK")
-        got = consume_all(first.tcp_port, "kept", "c", 2)
+        got = consume(first.tcp_port, "kept", "c", 2)
         assert sorted(got) == [b"after the refusal", b"by the first"]
 
 

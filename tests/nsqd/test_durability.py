@@ -8,10 +8,7 @@ import struct
 import time
 from pathlib import Path
 
-from nsqpy.storage import CursorState
-from nsqpy.testing import WireClient, http_get, nsqd_process, pub_body, wait_for
-
-from .test_process import consume_all
+from nsqpy.testing import WireClient, consume, http_get, nsqd_process, pub, saved_cursor, wait_for
 
 
 def subscribe(port: int, topic: str, channel: str, rdy: int = 10) -> WireClient:
@@ -40,7 +37,7 @@ def test_dpub_and_req_with_delay_keep_their_delay_across_sigkill(tmp_path: Path)
         body = b"deferred"
         producer.send(b"DPUB later 2500\n" + struct.pack(">i", len(body)) + body)
         assert producer.read_frame() == (0, b"OK")
-        producer.send(pub_body("later", b"requeued"))
+        producer.send(pub("later", b"requeued"))
         assert producer.read_frame() == (0, b"OK")
         ftype, msg = consumer.read_frame()
         assert ftype == 2 and msg[26:] == b"requeued"
@@ -63,20 +60,8 @@ def test_dpub_and_req_with_delay_keep_their_delay_across_sigkill(tmp_path: Path)
         assert (second_body, second_attempts) == (b"requeued", 2)
         assert first_t >= dpub_at + 2.5 - 0.05, "the DPUB came before its time"
         assert second_t >= req_at + 3.0 - 0.05, "the REQ's delay was lost"
-        consumer.sock.settimeout(0.5)
-        try:
-            extra = consumer.read_frame()
-        except TimeoutError:
-            extra = None
+        extra = consumer.frame_within(0.5)
         assert extra is None, f"delivered again: {extra}"
-
-
-def saved_cursor(data: Path, topic: str, channel: str) -> CursorState | None:
-    path = data / "topics" / f"topic-{topic}" / "cursors" / f"channel-{channel}.cursor"
-    try:
-        return CursorState.from_bytes(path.read_bytes())
-    except (OSError, ValueError):
-        return None
 
 
 def test_fins_older_than_the_save_interval_survive_sigkill(tmp_path: Path) -> None:
@@ -85,20 +70,16 @@ def test_fins_older_than_the_save_interval_survive_sigkill(tmp_path: Path) -> No
         producer = WireClient(first.tcp_port)
         producer.send(b"  V2")
         for i in range(20):
-            producer.send(pub_body("done", b"%d" % i))
+            producer.send(pub("done", b"%d" % i))
             assert producer.read_frame() == (0, b"OK")
-        assert consume_all(first.tcp_port, "done", "c", 10)[:10] == [b"%d" % i for i in range(10)]
+        assert consume(first.tcp_port, "done", "c", 10)[:10] == [b"%d" % i for i in range(10)]
         # The periodic save (every second) writes the 10 FINs; then the daemon dies hard.
         wait_for(lambda: (s := saved_cursor(data, "done", "c")) is not None and s.confirmed == 10)
         first.signal(signal.SIGKILL)
         first.wait()
     with nsqd_process(data) as again:
-        got = consume_all(again.tcp_port, "done", "c", 10)
+        got = consume(again.tcp_port, "done", "c", 10)
         assert sorted(got, key=int) == [b"%d" % i for i in range(10, 20)]
         c = subscribe(again.tcp_port, "done", "c")
-        c.sock.settimeout(0.5)
-        try:
-            extra = c.read_frame()
-        except TimeoutError:
-            extra = None
+        extra = c.frame_within(0.5)
         assert extra is None, f"a finished message came again: {extra}"

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from nsqpy.broker.e2e import LatencyWindow, latency_result
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, pub, publisher, read_message, subscriber
-from .test_tcp_wire import until
+from nsqpy.testing import (
+    FakeClock,
+    eventually,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 MS = 1_000_000
 WINDOW = 10 * 60_000 * MS  # the default --e2e-processing-latency-window-time
@@ -25,7 +31,9 @@ def test_percentiles_over_the_window_and_the_window_slides() -> None:
         window.insert(ms * MS, now)
     result = latency_result([window], [0.5, 0.99], now)
     assert result["count"] == 100
-    (p99, p50) = result["percentiles"]  # type: ignore[misc]
+    percentiles = result["percentiles"]
+    assert isinstance(percentiles, list)
+    (p99, p50) = percentiles
     assert p99["quantile"] == 0.99 and abs(p99["value"] - 99 * MS) <= 0.01 * 99 * MS
     assert p50["quantile"] == 0.5 and abs(p50["value"] - 50 * MS) <= 0.01 * 50 * MS
     now += WINDOW // 2 + 1  # one half later: the old half still counts
@@ -50,7 +58,7 @@ def test_no_percentiles_means_nothing_is_collected() -> None:
     assert latency_result([], [], 0) == {"count": 0, "percentiles": None}
 
 
-async def stats(server: NsqdServer) -> dict[str, object]:
+async def stats(server: NsqdServer) -> dict[str, Any]:
     url = f"http://127.0.0.1:{server.http_port}/stats?format=json"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         doc: dict[str, object] = json.loads(await resp.read())
@@ -66,11 +74,11 @@ async def finish_one(server: NsqdServer, clock: FakeClock, after_ms: int) -> Non
     clock.advance_ms(after_ms)
     await s.send(b"FIN " + msg_id + b"\n")
     channel = server.broker.topics["t"].channels["c"]
-    await until(lambda: channel.finish_count == 1)
+    await eventually(lambda: channel.finish_count == 1)
 
 
 async def test_stats_report_the_window_with_a_fake_clock(tmp_path: Path, clock: FakeClock) -> None:
-    opts = make_opts(
+    opts = nsqd_options(
         tmp_path,
         e2e_processing_latency_percentiles=[0.5, 0.99],
         e2e_processing_latency_window_time_ms=60_000,
@@ -79,7 +87,7 @@ async def test_stats_report_the_window_with_a_fake_clock(tmp_path: Path, clock: 
     await server.start()
     try:
         await finish_one(server, clock, 250)
-        (topic,) = (await stats(server))["topics"]  # type: ignore[misc]
+        (topic,) = (await stats(server))["topics"]
         want = {
             "count": 1,
             "percentiles": [
@@ -90,7 +98,7 @@ async def test_stats_report_the_window_with_a_fake_clock(tmp_path: Path, clock: 
         assert topic["channels"][0]["e2e_processing_latency"] == want
         assert topic["e2e_processing_latency"] == want
         clock.advance_ms(60_001)  # a whole window later: gone
-        (topic,) = (await stats(server))["topics"]  # type: ignore[misc]
+        (topic,) = (await stats(server))["topics"]
         assert topic["channels"][0]["e2e_processing_latency"]["count"] == 0
     finally:
         await server.stop()
@@ -99,12 +107,12 @@ async def test_stats_report_the_window_with_a_fake_clock(tmp_path: Path, clock: 
 async def test_without_percentiles_channels_keep_no_samples(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await server.start()
     try:
         await finish_one(server, clock, 5)
         assert server.broker.topics["t"].channels["c"].e2e is None
-        (topic,) = (await stats(server))["topics"]  # type: ignore[misc]
+        (topic,) = (await stats(server))["topics"]
         none = {"count": 0, "percentiles": None}
         assert topic["e2e_processing_latency"] == none
         assert topic["channels"][0]["e2e_processing_latency"] == none

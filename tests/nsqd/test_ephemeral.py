@@ -5,23 +5,31 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import make_opts, mpub, pub, publisher, read_message, subscriber
-from .test_tcp_wire import until
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    eventually,
+    mpub,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 ERR = 1
 
 
 @pytest.fixture
 async def small(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
-    server = NsqdServer(make_opts(tmp_path, mem_queue_size=5), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path, mem_queue_size=5), clock=clock)
     await server.start()
     yield server
     await server.stop()
@@ -33,21 +41,21 @@ async def http_post(server: NsqdServer, path: str, body: bytes = b"") -> tuple[i
         return resp.status, await resp.read()
 
 
-async def stats(server: NsqdServer) -> dict[str, object]:
+async def stats(server: NsqdServer) -> dict[str, Any]:
     url = f"http://127.0.0.1:{server.http_port}/stats?format=json"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         doc: dict[str, object] = json.loads(await resp.read())
         return doc
 
 
-def topic_names(doc: dict[str, object]) -> list[str]:
-    return [t["topic_name"] for t in doc["topics"]]  # type: ignore[attr-defined,index]
+def topic_names(doc: dict[str, Any]) -> list[str]:
+    return [t["topic_name"] for t in doc["topics"]]
 
 
 async def test_ephemeral_topic_stays_in_memory_and_is_gone_after_restart(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await server.start()
     p = await publisher(server.tcp_port)
     await p.send(pub("mem#ephemeral", b"gone") + pub("disk", b"kept"))
@@ -58,7 +66,7 @@ async def test_ephemeral_topic_stays_in_memory_and_is_gone_after_restart(
     await server.stop()
     assert "mem#ephemeral" not in (tmp_path / "data" / "nsqd.dat").read_text()
 
-    again = NsqdServer(make_opts(tmp_path), clock=clock)
+    again = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await again.start()
     try:
         assert topic_names(await stats(again)) == ["disk"]
@@ -74,7 +82,7 @@ async def test_ephemeral_topic_goes_away_with_its_last_channel(nsqd: NsqdServer)
     b = await subscriber(nsqd.tcp_port, "t#ephemeral", "tmp#ephemeral")
     topic = nsqd.broker.topics["t#ephemeral"]
     await b.close()  # the ephemeral channel goes with its last client, the topic stays
-    await until(lambda: "tmp#ephemeral" not in topic.channels)
+    await eventually(lambda: "tmp#ephemeral" not in topic.channels)
     assert "t#ephemeral" in nsqd.broker.topics
     status, _ = await http_post(nsqd, "/channel/delete?topic=t%23ephemeral&channel=durable")
     assert status == 200
@@ -87,7 +95,7 @@ async def test_ephemeral_topic_holds_at_most_mem_queue_size(small: NsqdServer) -
     p = await publisher(small.tcp_port)
     await p.send(mpub("e#ephemeral", [b"%d" % i for i in range(8)]))
     assert await p.read_frame() == (0, b"OK")
-    (topic,) = (await stats(small))["topics"]  # type: ignore[misc]
+    (topic,) = (await stats(small))["topics"]
     assert (topic["depth"], topic["message_count"]) == (5, 8)
     s = await subscriber(small.tcp_port, "e#ephemeral", "c")
     # NSQ keeps what fits in the memory queue and drops the overflow (the newest).
@@ -118,8 +126,8 @@ async def test_ephemeral_topic_channels_keep_the_first_and_drop_the_newest(
     assert [(await read_message(stuck))[3] for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]
     with pytest.raises(TimeoutError):
         await stuck.read_frame(timeout=0.2)
-    (doc,) = [t for t in (await stats(small))["topics"] if t["topic_name"] == "e#ephemeral"]  # type: ignore[union-attr,index]
-    counts = {c["channel_name"]: c["message_count"] for c in doc["channels"]}  # type: ignore[index]
+    (doc,) = [t for t in (await stats(small))["topics"] if t["topic_name"] == "e#ephemeral"]
+    counts = {c["channel_name"]: c["message_count"] for c in doc["channels"]}
     assert counts == {"busy": 12, "stuck": 12}
 
 
@@ -144,7 +152,7 @@ async def test_ephemeral_channel_of_a_durable_topic_is_bounded(small: NsqdServer
     p = await publisher(small.tcp_port)
     await p.send(mpub("d", [b"%d" % i for i in range(8)]))
     assert await p.read_frame() == (0, b"OK")
-    channels = {c["channel_name"]: c for c in (await stats(small))["topics"][0]["channels"]}  # type: ignore[index]
+    channels = {c["channel_name"]: c for c in (await stats(small))["topics"][0]["channels"]}
     assert (channels["slow#ephemeral"]["depth"], channels["slow#ephemeral"]["message_count"]) == (
         5,
         8,

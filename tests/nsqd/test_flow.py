@@ -3,7 +3,6 @@ with the server's fake clock."""
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 from nsqpy.nsqd.flow import (
@@ -17,9 +16,7 @@ from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.commands import CommandParser
 from nsqpy.protocol.frames import encode_response
 from nsqpy.protocol.limits import MAX_LINE_LENGTH, PRE_AUTH_BODY_SIZE, Limits
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import identify
+from nsqpy.testing import AsyncWire, FakeClock, eventually, identify
 
 S = 1_000_000_000
 
@@ -79,10 +76,10 @@ async def test_bytes_that_complete_no_command_do_not_reset_the_deadline(
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(b"PUB slow\n" + struct.pack(">i", 10) + b"x")
     (conn,) = nsqd.connections
-    await until(lambda: conn.parser.buffered == 14)
+    await eventually(lambda: conn.parser.buffered == 14)
     clock.advance_ms(1500)
     await wire.send(b"xx")  # more of the body: not a command
-    await until(lambda: conn.parser.buffered == 16)
+    await eventually(lambda: conn.parser.buffered == 16)
     clock.advance_ms(501)
     await wire.expect_closed(timeout=5)
 
@@ -91,23 +88,15 @@ async def test_a_throttled_connection_is_not_read_and_resumes(nsqd: NsqdServer) 
     """Replies queued over the high-water mark stop the reading; written, it reads again."""
     wire = await AsyncWire.connect(nsqd.tcp_port)
     await wire.send(b"NOP\n")
-    await until(lambda: len(nsqd.connections) == 1)
+    await eventually(lambda: len(nsqd.connections) == 1)
     (conn,) = nsqd.connections
     big = encode_response(b"r" * WRITE_HIGH_WATER)  # as if many replies were waiting
     conn._reply(None, big)
     assert conn._throttled
     nsqd.touch_connection(conn)
     assert conn.transport is not None and not conn.transport.is_reading()
-    await until(lambda: not conn._throttled)  # written out (the client's buffer takes it)
+    await eventually(lambda: not conn._throttled)  # written out (the client's buffer takes it)
     assert conn.transport.is_reading()
     await wire.send(b"PUB after\n" + struct.pack(">i", 1) + b"x")
     assert await wire.read_frame() == (0, big[8:])
     assert await wire.read_frame() == (0, b"OK")
-
-
-async def until(predicate: object, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)

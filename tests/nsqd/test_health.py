@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -19,9 +19,18 @@ import pytest
 
 import nsqpy.storage.log as log_module
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire
+from nsqpy.testing import (
+    AsyncWire,
+    dpub,
+    eventually,
+    mpub,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
-from .conftest import dpub, mpub, pub, publisher, read_message, subscriber
+from .conftest import get, post
 
 ERR = 1
 ENOSPC_TEXT = os.strerror(errno.ENOSPC)
@@ -58,26 +67,6 @@ def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[FailingDisk]:
     yield fake
 
 
-@pytest.fixture
-async def http(nsqd: NsqdServer) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    async with aiohttp.ClientSession() as session:
-        yield session, f"http://127.0.0.1:{nsqd.http_port}"
-
-
-async def get(http: tuple[aiohttp.ClientSession, str], path: str) -> tuple[int, bytes]:
-    session, base = http
-    async with session.get(base + path) as resp:
-        return resp.status, await resp.read()
-
-
-async def post(
-    http: tuple[aiohttp.ClientSession, str], path: str, body: bytes
-) -> tuple[int, bytes]:
-    session, base = http
-    async with session.post(base + path, data=body) as resp:
-        return resp.status, await resp.read()
-
-
 async def expect_fatal(nsqd: NsqdServer, command: bytes, prefix: bytes) -> None:
     wire = await AsyncWire.connect(nsqd.tcp_port)
     await wire.send(command)
@@ -95,6 +84,10 @@ async def test_failed_write_turns_health_nok_and_fails_publishes(
     assert await p.read_frame() == (0, b"OK")
     consumer = await subscriber(nsqd.tcp_port, "h", "c", rdy=0)
     assert await get(http, "/ping") == (200, b"OK")
+    # nsqd.dat naming the new channel is written by the next tick: a write that works would
+    # resolve the failure below (only the topic's log writes fail on this fake disk)
+    dat = nsqd.broker.data_path / "nsqd.dat"
+    await eventually(lambda: dat.exists() and '"c"' in dat.read_text())
 
     disk.topics.add("h")
     await expect_fatal(nsqd, pub("h", b"lost"), b"E_PUB_FAILED PUB failed ")

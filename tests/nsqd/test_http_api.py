@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from multidict import CIMultiDictProxy
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import FakeClock
-
-from .conftest import read_message, subscriber
+from nsqpy.testing import FakeClock, read_message, subscriber
 
 V1 = "nsq; version=1.0"
 
 
-@pytest.fixture
-async def http(nsqd: NsqdServer) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    async with aiohttp.ClientSession() as session:
-        yield session, f"http://127.0.0.1:{nsqd.http_port}"
-
-
 async def call(
     http: tuple[aiohttp.ClientSession, str], method: str, path: str, data: bytes | None = None
-) -> tuple[int, bytes, aiohttp.typedefs.LooseHeaders]:
+) -> tuple[int, bytes, CIMultiDictProxy[str]]:
     session, base = http
     async with session.request(method, base + path, data=data) as resp:
         return resp.status, await resp.read(), resp.headers

@@ -21,9 +21,7 @@ import pytest
 from yarl import URL
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, mpub, publisher, read_message, subscriber
+from nsqpy.testing import FakeClock, mpub, nsqd_options, publisher, read_message, subscriber
 
 V1 = "nsq; version=1.0"
 STATUSES = {200, 400, 404, 405, 413}
@@ -124,7 +122,9 @@ def check(method: str, path: str, status: int, body: bytes, headers: dict[str, s
 
 @pytest.fixture
 async def small(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
-    server = NsqdServer(make_opts(tmp_path, max_msg_size=1000, max_body_size=10_000), clock=clock)
+    server = NsqdServer(
+        nsqd_options(tmp_path, max_msg_size=1000, max_body_size=10_000), clock=clock
+    )
     await server.start()
     yield server
     await server.stop()

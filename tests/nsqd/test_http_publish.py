@@ -11,9 +11,7 @@ import aiohttp
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, read_message, subscriber
+from nsqpy.testing import FakeClock, nsqd_options, read_message, subscriber
 
 MAX_MSG, MAX_BODY = 100, 1000
 
@@ -21,7 +19,7 @@ MAX_MSG, MAX_BODY = 100, 1000
 @pytest.fixture
 async def small(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
     server = NsqdServer(
-        make_opts(tmp_path, max_msg_size=MAX_MSG, max_body_size=MAX_BODY), clock=clock
+        nsqd_options(tmp_path, max_msg_size=MAX_MSG, max_body_size=MAX_BODY), clock=clock
     )
     await server.start()
     yield server

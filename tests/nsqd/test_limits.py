@@ -11,10 +11,19 @@ import aiohttp
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import dpub, identify, make_opts, mpub, pub, publisher, read_message, subscriber
-from .test_tcp_wire import until
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    dpub,
+    eventually,
+    identify,
+    mpub,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 ERR = 1
 MAX_MSG, MAX_BODY, MAX_RDY = 100, 1000, 50
@@ -23,7 +32,7 @@ MAX_MSG_TIMEOUT, MAX_REQ = 10_000, 5_000
 
 @pytest.fixture
 async def limited(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
-    opts = make_opts(
+    opts = nsqd_options(
         tmp_path,
         max_msg_size=MAX_MSG,
         max_body_size=MAX_BODY,
@@ -92,7 +101,9 @@ async def test_max_rdy_count(limited: NsqdServer) -> None:
     await wire.send(b"SUB t c\n")
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(b"RDY 50\nNOP\n")
-    await until(lambda: limited.broker.topics["t"].channels["c"].consumers[0].ready_count == 50)
+    await eventually(
+        lambda: limited.broker.topics["t"].channels["c"].consumers[0].ready_count == 50
+    )
     await wire.send(b"RDY 51\n")
     assert await wire.read_frame() == (ERR, b"E_INVALID RDY count 51 out of range 0-50")
     await wire.expect_closed()
@@ -147,7 +158,9 @@ async def test_touch_never_extends_beyond_max_msg_timeout(
     await wire.send(b"TOUCH " + msg_id + b"\n")
     channel = limited.broker.topics["touch"].channels["c"]
     delivered = channel.in_flight[0].delivered
-    await until(lambda: channel.in_flight[0].deadline == delivered + MAX_MSG_TIMEOUT * 1_000_000)
+    await eventually(
+        lambda: channel.in_flight[0].deadline == delivered + MAX_MSG_TIMEOUT * 1_000_000
+    )
     clock.advance_ms(3001)  # 10.001 s after delivery: past the ceiling, not past now + 8 s
     _, attempts, again, _ = await read_message(wire)
     assert (again, attempts) == (msg_id, 2)
@@ -163,7 +176,7 @@ async def test_req_timeout_above_max_is_clamped_dpub_is_refused(
     _, _, msg_id, _ = await read_message(s)
     await s.send(b"REQ " + msg_id + b" 999999999\n")  # clamped to 5000 ms, no error
     channel = limited.broker.topics["rq"].channels["c"]
-    await until(lambda: channel.deferred_count == 1)
+    await eventually(lambda: channel.deferred_count == 1)
     clock.advance_ms(MAX_REQ - 1)
     with pytest.raises(TimeoutError):
         await s.read_frame(timeout=0.2)
@@ -247,12 +260,12 @@ async def test_sample_rate_delivers_a_plausible_fraction_and_discards_the_rest(
     await wire.send(f"SUB sampled c\nRDY {total}\n".encode())
     assert await wire.read_frame() == (0, b"OK")
     channel = nsqd.broker.topics["sampled"].channels["c"]
-    await until(lambda: channel.depth == 0)
+    await eventually(lambda: channel.depth == 0)
     got = len(channel.in_flight)
     for _ in range(got):
         _, _, msg_id, _ = await read_message(wire)
         await wire.send(b"FIN " + msg_id + b"\n")
-    await until(lambda: channel.cursor.confirmed == total)
+    await eventually(lambda: channel.cursor.confirmed == total)
     # A message is kept when rand(0..99) <= rate: p = 0.31, sd 9.2 over 400; +-5.8 sd bounds.
     assert 70 <= got <= 178, got
     assert channel.message_count == total and channel.depth == 0

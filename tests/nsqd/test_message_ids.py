@@ -11,9 +11,7 @@ from pathlib import Path
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.message import decode_message_id
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, mpub, publisher, read_message, subscriber
+from nsqpy.testing import FakeClock, mpub, nsqd_options, publisher, read_message, subscriber
 
 HEX16 = re.compile(rb"[0-9a-f]{16}")
 
@@ -21,7 +19,7 @@ HEX16 = re.compile(rb"[0-9a-f]{16}")
 async def test_ids_are_hex_unique_and_stable_across_req_timeout_and_restart(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path, msg_timeout_ms=1000), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path, msg_timeout_ms=1000), clock=clock)
     await server.start()
     p = await publisher(server.tcp_port)
     await p.send(mpub("ids", [b"a", b"b", b"c"]))
@@ -46,7 +44,7 @@ async def test_ids_are_hex_unique_and_stable_across_req_timeout_and_restart(
     assert redelivered == {b"b": (first[b"b"][0], 2), b"c": (first[b"c"][0], 2)}
     await server.stop()
 
-    restarted = NsqdServer(make_opts(tmp_path), clock=clock)
+    restarted = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await restarted.start()
     try:
         s2 = await subscriber(restarted.tcp_port, "ids", "c", rdy=3)

@@ -5,17 +5,24 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
 
+from nsqpy.nsqd.flow import WRITE_HIGH_WATER
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.nsqd.tcp import WRITE_HIGH_WATER, V2Connection
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import identify, mpub, pub, publisher, read_message
-from .test_tcp_wire import until
+from nsqpy.nsqd.tcp import V2Connection
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    eventually,
+    identify,
+    mpub,
+    pub,
+    publisher,
+    read_message,
+)
 
 MSG_FRAME = 4 + 4 + 8 + 2 + 16  # size, type, timestamp, attempts, id: then the body
 
@@ -42,7 +49,7 @@ def connection_of(nsqd: NsqdServer, client_id: str) -> V2Connection:
 
 
 async def buffered_subscriber(
-    nsqd: NsqdServer, name: str, fields: dict[str, object], rdy: int
+    nsqd: NsqdServer, name: str, fields: Mapping[str, object], rdy: int
 ) -> tuple[AsyncWire, SpyTransport]:
     wire = await AsyncWire.connect(nsqd.tcp_port)
     # (heartbeats every 60 s: none in the 30 s these tests move the clock)
@@ -54,7 +61,7 @@ async def buffered_subscriber(
     spy = SpyTransport(conn.transport)
     conn.transport = spy  # type: ignore[assignment]
     await wire.send(b"RDY %d\n" % rdy)
-    await until(lambda: conn.client.ready_count == rdy)
+    await eventually(lambda: conn.client.ready_count == rdy)
     return wire, spy
 
 
@@ -133,9 +140,9 @@ async def test_a_client_that_never_reads_is_skipped_with_a_bounded_buffer(
         ident = b'{"client_id":"stuck"}'
         hello = b"  V2IDENTIFY\n" + struct.pack(">i", len(ident)) + ident + b"SUB big c\nRDY 2500\n"
         await loop.sock_sendall(stuck, hello)
-        await until(lambda: any(c.client.client_id == "stuck" for c in nsqd.connections))
+        await eventually(lambda: any(c.client.client_id == "stuck" for c in nsqd.connections))
         conn = connection_of(nsqd, "stuck")
-        await until(lambda: conn.client.ready_count == 2500)
+        await eventually(lambda: conn.client.ready_count == 2500)
         sock = conn.transport.get_extra_info("socket")  # type: ignore[union-attr]
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         reader = await AsyncWire.connect(nsqd.tcp_port)
@@ -149,7 +156,7 @@ async def test_a_client_that_never_reads_is_skipped_with_a_bounded_buffer(
             await p.send(mpub("big", [body] * 200))
             assert await p.read_frame() == (0, b"OK")
         channel = nsqd.broker.topics["big"].channels["c"]
-        await until(lambda: conn.client.write_paused)
+        await eventually(lambda: conn.client.write_paused)
         stuck_count = conn.client.in_flight_count
         assert 0 < stuck_count < n // 2
         got = 0
@@ -167,7 +174,7 @@ async def test_a_client_that_never_reads_is_skipped_with_a_bounded_buffer(
         while not (drained and not conn.client.write_paused):
             drained += len(await loop.sock_recv(stuck, 1 << 16))
         await publish_more(nsqd, p, body)
-        await until(lambda: conn.client.in_flight_count > stuck_count)
+        await eventually(lambda: conn.client.in_flight_count > stuck_count)
     finally:
         stuck.close()
 

@@ -16,27 +16,7 @@ import pytest
 
 from nsqpy import errors
 from nsqpy.protocol.frames import FrameDecoder
-from nsqpy.testing import WireClient, http_get, http_request, nsqd_process, pub_body, wait_for
-
-
-def consume_all(
-    port: int, topic: str, channel: str, expect: int, timeout: float = 15.0
-) -> list[bytes]:
-    c = WireClient(port)
-    c.send(b"  V2")
-    c.send(f"SUB {topic} {channel}\n".encode())
-    assert c.read_frame() == (0, b"OK")
-    c.send(b"RDY 200\n")
-    bodies: list[bytes] = []
-    c.sock.settimeout(timeout)
-    while len(bodies) < expect:
-        ftype, data = c.read_frame()
-        assert ftype == 2, data
-        bodies.append(data[26:])
-        c.send(b"FIN " + data[10:26] + b"\n")
-    c.close()
-    return bodies
-
+from nsqpy.testing import WireClient, consume, http_get, http_request, nsqd_process, pub, wait_for
 
 ERROR_CODES = {
     cls.code
@@ -89,13 +69,13 @@ def test_acknowledged_messages_survive_sigkill(tmp_path: Path) -> None:
         c.send(b"  V2")
         for i in range(300):
             body = f"msg-{i}".encode()
-            c.send(pub_body("durable", body))
+            c.send(pub("durable", body))
             assert c.read_frame() == (0, b"OK")
             acked.append(body)
         nsqd.signal(signal.SIGKILL)
         nsqd.wait()
     with nsqd_process(tmp_path / "data") as again:
-        got = consume_all(again.tcp_port, "durable", "c", len(acked))
+        got = consume(again.tcp_port, "durable", "c", len(acked))
         assert set(got) >= set(acked)
 
 
@@ -104,9 +84,9 @@ def test_sigterm_shuts_down_cleanly_and_keeps_cursor(tmp_path: Path) -> None:
     c = WireClient(nsqd.tcp_port)
     c.send(b"  V2")
     for i in range(10):
-        c.send(pub_body("t", str(i).encode()))
+        c.send(pub("t", str(i).encode()))
         assert c.read_frame() == (0, b"OK")
-    assert consume_all(nsqd.tcp_port, "t", "c", 4)[:4] == [b"0", b"1", b"2", b"3"]
+    assert consume(nsqd.tcp_port, "t", "c", 4)[:4] == [b"0", b"1", b"2", b"3"]
     # the 4 FINs are applied before the consumer's connection is gone
     wait_for(
         lambda: (
@@ -122,7 +102,7 @@ def test_sigterm_shuts_down_cleanly_and_keeps_cursor(tmp_path: Path) -> None:
         (topic,) = stats["topics"]
         assert topic["topic_name"] == "t"
         assert [ch["channel_name"] for ch in topic["channels"]] == ["c"]
-        got = consume_all(again.tcp_port, "t", "c", 6)
+        got = consume(again.tcp_port, "t", "c", 6)
         assert sorted(got) == [b"4", b"5", b"6", b"7", b"8", b"9"]
 
 
@@ -163,7 +143,7 @@ def test_fuzzed_commands_never_take_the_daemon_down(tmp_path: Path) -> None:
     with nsqd_process(tmp_path / "data") as nsqd:
         good = WireClient(nsqd.tcp_port)
         good.send(b"  V2")
-        good.send(pub_body("safe", b"before"))
+        good.send(pub("safe", b"before"))
         assert good.read_frame() == (0, b"OK")
         for _ in range(300):
             sock = socket.create_connection(("127.0.0.1", nsqd.tcp_port), timeout=2)
@@ -201,6 +181,6 @@ def test_fuzzed_commands_never_take_the_daemon_down(tmp_path: Path) -> None:
             assert status < 500 or status == 503
         assert replies > 200  # (most connections were answered, and every answer was checked)
         assert http_get(f"{nsqd.http}/ping")[:2] == (200, b"OK")
-        good.send(pub_body("safe", b"after"))
+        good.send(pub("safe", b"after"))
         assert good.read_frame() == (0, b"OK")
-        assert sorted(consume_all(nsqd.tcp_port, "safe", "c", 2)) == [b"after", b"before"]
+        assert sorted(consume(nsqd.tcp_port, "safe", "c", 2)) == [b"after", b"before"]

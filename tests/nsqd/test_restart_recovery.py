@@ -16,14 +16,17 @@ from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import DelayedStore, SyncPolicy
-from nsqpy.testing import FakeClock, FrameSink
-
-from .conftest import make_opts, mpub, publisher, read_message, subscriber
-from .test_tcp_wire import until
-
-
-def cursor_file(tmp_path: Path, topic: str, channel: str) -> Path:
-    return tmp_path / "data" / "topics" / f"topic-{topic}" / "cursors" / f"channel-{channel}.cursor"
+from nsqpy.testing import (
+    FakeClock,
+    FrameSink,
+    cursor_path,
+    eventually,
+    mpub,
+    nsqd_options,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 
 async def consume(port: int, topic: str, channel: str, n: int) -> list[bytes]:
@@ -41,22 +44,22 @@ async def consume(port: int, topic: str, channel: str, n: int) -> list[bytes]:
 async def test_a_channel_whose_cursor_is_lost_restarts_at_the_low_watermark(
     tmp_path: Path, clock: FakeClock, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = NsqdServer(make_opts(tmp_path), clock=clock)
+    first = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await first.start()
     p = await publisher(first.tcp_port)
     await p.send(mpub("t", [b"m%d" % i for i in range(10)]))
     assert await p.read_frame() == (0, b"OK")
     assert await consume(first.tcp_port, "t", "c", 4) == [b"m0", b"m1", b"m2", b"m3"]
     channel = first.broker.topics["t"].channels["c"]
-    await until(lambda: channel.cursor.confirmed == 4)
+    await eventually(lambda: channel.cursor.confirmed == 4)
     await first.stop()
 
-    path = cursor_file(tmp_path, "t", "c")
+    path = cursor_path(tmp_path / "data", "t", "c")
     if damage == "corrupt":
         path.write_bytes(b"\x00garbage" + path.read_bytes()[8:])
     else:
         path.unlink()
-    again = NsqdServer(make_opts(tmp_path), clock=clock)
+    again = NsqdServer(nsqd_options(tmp_path), clock=clock)
     with caplog.at_level(logging.ERROR, "nsqpy"):
         await again.start()
     try:
@@ -71,7 +74,7 @@ async def test_a_channel_whose_cursor_is_lost_restarts_at_the_low_watermark(
 async def test_a_corrupt_batch_mid_log_is_skipped_by_channels_and_the_log_read_api(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = NsqdServer(make_opts(tmp_path), clock=clock)
+    first = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await first.start()
     p = await publisher(first.tcp_port)
     for b in range(5):  # one batch each: every MPUB is acknowledged before the next
@@ -84,7 +87,7 @@ async def test_a_corrupt_batch_mid_log_is_skipped_by_channels_and_the_log_read_a
     data[where] ^= 0xFF
     seg.write_bytes(bytes(data))
 
-    again = NsqdServer(make_opts(tmp_path), clock=clock)
+    again = NsqdServer(nsqd_options(tmp_path), clock=clock)
     with caplog.at_level(logging.ERROR, "nsqpy"):
         await again.start()
     try:
@@ -93,7 +96,7 @@ async def test_a_corrupt_batch_mid_log_is_skipped_by_channels_and_the_log_read_a
         kept = [b"b%d-%d" % (b, i) for b in range(5) for i in range(3) if (b, i) != (2, 1)]
         assert await consume(again.tcp_port, "t", "c", 14) == kept
         channel = again.broker.topics["t"].channels["c"]
-        await until(lambda: channel.cursor.confirmed == 15)  # the lost offsets do not pin it
+        await eventually(lambda: channel.cursor.confirmed == 15)  # the lost offsets do not pin it
         url = f"http://127.0.0.1:{again.http_port}/log/read?topic=t&offset=4"
         async with aiohttp.ClientSession() as session, session.get(url) as resp:
             assert resp.status == 200

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.testing import WireClient, http_get, http_request, nsqd_process, pub_body, wait_for
+from nsqpy.testing import WireClient, http_get, http_request, nsqd_process, pub, wait_for
 
 
 def channel_stats(http: str) -> tuple[int, int]:
@@ -25,7 +25,7 @@ def test_signal_stops_nsqd_cleanly_with_everything_persisted(tmp_path: Path, sig
         producer = WireClient(nsqd.tcp_port)
         producer.send(b"  V2")
         for i in range(10):
-            producer.send(pub_body("sig", b"%d" % i))
+            producer.send(pub("sig", b"%d" % i))
             assert producer.read_frame() == (0, b"OK")
         consumer = WireClient(nsqd.tcp_port)
         consumer.send(b"  V2SUB sig c\nRDY 1\n")

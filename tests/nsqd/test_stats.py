@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
-import pytest
 from yarl import URL
 
 from nsqpy.nsqd.server import NsqdServer
-
-from .conftest import identify, mpub, pub, publisher, read_message, subscriber
+from nsqpy.testing import identify, mpub, pub, publisher, read_message, subscriber
 
 V1 = "nsq; version=1.0"
 TOP = ["version", "health", "start_time", "topics", "memory", "producers"]
@@ -34,12 +32,6 @@ INFO = ["version", "broadcast_address", "hostname", "http_port", "tcp_port", "st
         "max_deflate_level"]  # fmt: skip
 
 
-@pytest.fixture
-async def http(nsqd: NsqdServer) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    async with aiohttp.ClientSession() as session:
-        yield session, f"http://127.0.0.1:{nsqd.http_port}"
-
-
 async def request(
     http: tuple[aiohttp.ClientSession, str], method: str, path: str, body: bytes | None = None
 ) -> tuple[int, bytes, dict[str, str]]:
@@ -49,7 +41,7 @@ async def request(
         return resp.status, await resp.read(), dict(resp.headers)
 
 
-async def stats_json(http: tuple[aiohttp.ClientSession, str], query: str = "") -> dict[str, object]:
+async def stats_json(http: tuple[aiohttp.ClientSession, str], query: str = "") -> dict[str, Any]:
     status, body, headers = await request(http, "GET", "/stats?format=json" + query)
     assert status == 200 and headers["X-NSQ-Content-Type"] == V1
     assert headers["Content-Type"] == "application/json; charset=utf-8"
@@ -77,10 +69,10 @@ async def test_json_fields_are_exactly_specs(
     doc = await stats_json(http)
     assert list(doc) == TOP
     assert doc["version"] == "1.3.0" and doc["health"] == "OK"
-    assert list(doc["memory"]) == MEMORY  # type: ignore[arg-type]
+    assert list(doc["memory"]) == MEMORY
     topics = doc["topics"]
-    assert [t["topic_name"] for t in topics] == ["alpha", "beta"]  # type: ignore[attr-defined]
-    alpha = topics[0]  # type: ignore[index]
+    assert [t["topic_name"] for t in topics] == ["alpha", "beta"]
+    alpha = topics[0]
     assert list(alpha) == TOPIC
     assert (alpha["message_count"], alpha["message_bytes"], alpha["depth"]) == (3, 3, 0)
     assert alpha["e2e_processing_latency"] == {"count": 0, "percentiles": None}
@@ -101,7 +93,7 @@ async def test_json_fields_are_exactly_specs(
         client["ready_count"],
         client["in_flight_count"],
     ) == ("V2", 3, 1, 1)
-    (producer,) = doc["producers"]  # type: ignore[misc]
+    (producer,) = doc["producers"]
     assert list(producer) == [*CLIENT_HEAD, "pub_counts", *CLIENT_TLS]
     assert (producer["client_id"], producer["hostname"], producer["user_agent"]) == (
         "prod",
@@ -114,22 +106,20 @@ async def test_json_fields_are_exactly_specs(
 async def test_filters(http: tuple[aiohttp.ClientSession, str], nsqd: NsqdServer) -> None:
     await busy_daemon(nsqd)
     doc = await stats_json(http, "&topic=beta")
-    assert [t["topic_name"] for t in doc["topics"]] == ["beta"]  # type: ignore[attr-defined]
-    (producer,) = doc["producers"]  # type: ignore[misc]
+    assert [t["topic_name"] for t in doc["topics"]] == ["beta"]
+    (producer,) = doc["producers"]
     assert producer["pub_counts"] == [{"topic": "beta", "count": 1}]
     doc = await stats_json(http, "&channel=two")  # topics without that channel are left out
     assert [
         (t["topic_name"], [c["channel_name"] for c in t["channels"]]) for t in doc["topics"]
-    ] == [  # type: ignore[attr-defined]
-        ("alpha", ["two"])
-    ]
+    ] == [("alpha", ["two"])]
     doc = await stats_json(http, "&topic=missing")
     assert (doc["topics"], doc["producers"]) == (None, None)
     doc = await stats_json(http, "&include_clients=false&include_mem=false")
     assert list(doc) == ["version", "health", "start_time", "topics", "producers"]
     assert doc["producers"] is None
-    assert all(c["clients"] is None for t in doc["topics"] for c in t["channels"])  # type: ignore[attr-defined]
-    assert doc["topics"][0]["channels"][0]["client_count"] == 1  # type: ignore[index]
+    assert all(c["clients"] is None for t in doc["topics"] for c in t["channels"])
+    assert doc["topics"][0]["channels"][0]["client_count"] == 1
     doc = await stats_json(http, "&include_clients=bogus&include_mem=0")  # unknown -> true
     assert doc["producers"] and "memory" not in doc
     status, body, _ = await request(http, "GET", "/stats?format=json&topic=%zz")

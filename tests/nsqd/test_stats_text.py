@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
 
 from nsqpy.broker.stats import go_duration, stats_text
 from nsqpy.nsqd.server import NsqdServer
-
-from .conftest import identify, mpub, publisher
+from nsqpy.testing import identify, mpub, publisher
 
 START = 1_700_000_000  # 2023-11-14T22:13:20Z
 S = 1_000_000_000
@@ -56,7 +56,7 @@ def channel(
     return doc
 
 
-DOC: dict[str, object] = {
+DOC: dict[str, Any] = {
     "version": "1.3.0",
     "health": "OK",
     "start_time": START,
@@ -125,7 +125,7 @@ def test_short_ids_are_padded_and_an_empty_daemon_says_none(utc: None) -> None:
                 )
             ],
         )
-    ]  # type: ignore[index]
+    ]
     text = stats_text(doc, now_ns=START * S + 59 * S, start_ns=START * S)
     assert "uptime 59s\n" in text
     assert "\nMemory:\n   heap_objects             \t7\n" in text

@@ -10,10 +10,7 @@ import pytest
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.storage import log as log_module
-from nsqpy.testing import FakeClock
-
-from .conftest import make_opts, mpub, pub, publisher
-from .test_tcp_wire import until
+from nsqpy.testing import FakeClock, eventually, mpub, nsqd_options, pub, publisher
 
 
 class FsyncGate:
@@ -42,19 +39,19 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncGate]:
 async def test_ok_waits_for_the_covering_fsync(
     tmp_path: Path, clock: FakeClock, gate: FsyncGate
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path, sync_always=True), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path, sync_always=True), clock=clock)
     await server.start()
     try:
         p = await publisher(server.tcp_port)
         await p.send(pub("t", b"only after fsync"))
-        await until(lambda: gate.calls == 1)  # the fsync is running (in a worker thread)
+        await eventually(lambda: gate.calls == 1)  # the fsync is running (in a worker thread)
         with pytest.raises(TimeoutError):
             await p.read_frame(timeout=0.3)  # ... and the OK waits for it
         topic = server.broker.topics["t"]
         assert topic.log.flushed_offset == 1 and topic.log.durable_offset == 0
         # Meanwhile the loop is free: another publish is taken (and waits its own turn).
         await p.send(mpub("t", [b"a", b"b"]))
-        await until(lambda: topic.log.flushed_offset == 3)
+        await eventually(lambda: topic.log.flushed_offset == 3)
         gate.open.set()
         assert await p.read_frame() == (0, b"OK")
         assert await p.read_frame() == (0, b"OK")
@@ -67,7 +64,7 @@ async def test_ok_waits_for_the_covering_fsync(
 async def test_without_sync_always_ok_comes_after_the_write(
     tmp_path: Path, clock: FakeClock, gate: FsyncGate
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await server.start()
     try:
         p = await publisher(server.tcp_port)

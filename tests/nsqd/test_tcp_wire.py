@@ -9,19 +9,21 @@ import re
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire, FakeClock
-
-from .conftest import dpub, identify, make_opts, mpub, pub, publisher, read_message, subscriber
+from nsqpy.testing import (
+    AsyncWire,
+    FakeClock,
+    dpub,
+    eventually,
+    identify,
+    mpub,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
 ERR = 1
-
-
-async def until(predicate: object, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.01)
 
 
 async def test_wrong_magic_gets_bad_protocol_and_close(nsqd: NsqdServer) -> None:
@@ -59,7 +61,7 @@ async def test_pub_sub_fin_delivers_with_id_attempts_and_timestamp(
     assert ts == clock.now
     await s.send(b"FIN " + msg_id + b"\n")
     channel = nsqd.broker.topics["orders"].channels["ch"]
-    await until(lambda: channel.finish_count == 1)
+    await eventually(lambda: channel.finish_count == 1)
     assert channel.in_flight_count == 0
 
 
@@ -84,7 +86,7 @@ async def test_each_channel_gets_every_message_and_consumers_share_one(nsqd: Nsq
     for _ in range(30):
         for i, wire in enumerate((a1, a2)):
             try:
-                _, _, msg_id, body = await read_message_soon(wire)
+                _, _, msg_id, body = await read_message(wire, timeout=0.3)
             except TimeoutError:
                 continue
             got_a[i].append(body)
@@ -93,12 +95,6 @@ async def test_each_channel_gets_every_message_and_consumers_share_one(nsqd: Nsq
             break
     assert sorted(got_a[0] + got_a[1]) == sorted([b"warmup", *bodies])
     assert got_a[0] and got_a[1], "both consumers of channel a get a share"
-
-
-async def read_message_soon(wire: AsyncWire) -> tuple[int, int, bytes, bytes]:
-    ftype, data = await wire.read_frame(timeout=0.3)
-    assert ftype == 2
-    return 0, 0, data[10:26], data[26:]
 
 
 async def test_rdy_is_a_window_not_a_credit(nsqd: NsqdServer) -> None:
@@ -136,14 +132,14 @@ async def test_req_with_delay_is_deferred_until_due(nsqd: NsqdServer, clock: Fak
     _, _, msg_id, _ = await read_message(s)
     await s.send(b"REQ " + msg_id + b" 5000\n")
     channel = nsqd.broker.topics["d"].channels["c"]
-    await until(lambda: channel.deferred_count == 1)
+    await eventually(lambda: channel.deferred_count == 1)
     with pytest.raises(TimeoutError):
         await s.read_frame(timeout=0.2)
     clock.advance_ms(5001)
     _, attempts, again, body = await read_message(s)
     assert (again, attempts, body) == (msg_id, 2, b"later")
     await s.send(b"FIN " + again + b"\n")
-    await until(lambda: channel.deferred.count() == 0)
+    await eventually(lambda: channel.deferred.count() == 0)
 
 
 async def test_dpub_waits_for_its_delay(nsqd: NsqdServer, clock: FakeClock) -> None:
@@ -161,7 +157,7 @@ async def test_dpub_waits_for_its_delay(nsqd: NsqdServer, clock: FakeClock) -> N
 async def test_in_flight_timeout_requeues_and_touch_extends(
     tmp_path: object, clock: FakeClock
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path, msg_timeout_ms=1000), clock=clock)  # type: ignore[arg-type]
+    server = NsqdServer(nsqd_options(tmp_path, msg_timeout_ms=1000), clock=clock)  # type: ignore[arg-type]
     await server.start()
     try:
         p = await publisher(server.tcp_port)
@@ -240,7 +236,7 @@ async def test_cls_stops_delivery_ignores_rdy_and_still_takes_fin(nsqd: NsqdServ
     assert client.ready_count == 0
     # What it has in flight can still be finished.
     await s.send(b"FIN " + msg_id + b"\n")
-    await until(lambda: channel.finish_count == 1 and channel.depth == 3)
+    await eventually(lambda: channel.finish_count == 1 and channel.depth == 3)
     other = await subscriber(nsqd.tcp_port, "cls", "c", rdy=10)
     assert sorted([(await read_message(other))[3] for _ in range(3)]) == [b"b", b"c", b"d"]
     with pytest.raises(TimeoutError):
@@ -288,13 +284,13 @@ async def test_ephemeral_channel_goes_away_with_its_last_client(nsqd: NsqdServer
     topic = nsqd.broker.topics["e"]
     assert "tmp#ephemeral" in topic.channels
     await s.close()
-    await until(lambda: "tmp#ephemeral" not in topic.channels)
+    await eventually(lambda: "tmp#ephemeral" not in topic.channels)
 
 
 async def test_restart_keeps_messages_cursor_and_metadata(
     tmp_path: object, clock: FakeClock
 ) -> None:
-    opts = make_opts(tmp_path)  # type: ignore[arg-type]
+    opts = nsqd_options(tmp_path)  # type: ignore[arg-type]
     server = NsqdServer(opts, clock=clock)
     await server.start()
     p = await publisher(server.tcp_port)
@@ -305,11 +301,11 @@ async def test_restart_keeps_messages_cursor_and_metadata(
     assert body == b"a"
     await s.send(b"FIN " + msg_id + b"\n")
     channel = server.broker.topics["keep"].channels["c"]
-    await until(lambda: channel.finish_count == 1)
+    await eventually(lambda: channel.finish_count == 1)
     server.broker.topics["keep"].channels["c"].paused = True
     await server.stop()
 
-    again = NsqdServer(make_opts(tmp_path, tcp_address="127.0.0.1:0"), clock=clock)  # type: ignore[arg-type]
+    again = NsqdServer(nsqd_options(tmp_path, tcp_address="127.0.0.1:0"), clock=clock)  # type: ignore[arg-type]
     await again.start()
     try:
         assert again.broker.topics["keep"].channels["c"].paused is True
@@ -367,7 +363,7 @@ async def test_finished_messages_do_not_pile_up_in_the_timeout_heap(
         _, _, msg_id, _ = await read_message(s)
         await s.send(b"FIN " + msg_id + b"\n")
     part = nsqd.broker.topics["heap"].channels["c"].parts[0]
-    await until(lambda: part.finish_count == total - 1)
+    await eventually(lambda: part.finish_count == total - 1)
     assert len(part._timeouts) <= 2 * 50 + TIMEOUT_SLACK + 1
     assert part.in_flight_count == 1
     half = nsqd.opts.msg_timeout_ms // 2

@@ -3,32 +3,26 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import FakeClock
+from nsqpy.testing import (
+    FakeClock,
+    cursor_path,
+    mpub,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
 
-from .conftest import make_opts, mpub, pub, publisher, read_message, subscriber
+from .conftest import post
 
 ERR = 1
-
-
-@pytest.fixture
-async def http(nsqd: NsqdServer) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    async with aiohttp.ClientSession() as session:
-        yield session, f"http://127.0.0.1:{nsqd.http_port}"
-
-
-async def post(
-    http: tuple[aiohttp.ClientSession, str], path: str, body: bytes = b""
-) -> tuple[int, bytes]:
-    session, base = http
-    async with session.post(base + path, data=body) as resp:
-        return resp.status, await resp.read()
 
 
 async def topic_stats(http: tuple[aiohttp.ClientSession, str], topic: str) -> dict[str, object]:
@@ -44,7 +38,7 @@ async def test_channel_delete_closes_its_clients_only(
     gone1 = await subscriber(nsqd.tcp_port, "cd", "gone")
     gone2 = await subscriber(nsqd.tcp_port, "cd", "gone")
     stays = await subscriber(nsqd.tcp_port, "cd", "stays")
-    cursor = nsqd.broker.data_path / "topics" / "topic-cd" / "cursors" / "channel-gone.cursor"
+    cursor = cursor_path(nsqd.broker.data_path, "cd", "gone")
     assert cursor.exists()
     assert await post(http, "/channel/delete?topic=cd&channel=gone") == (200, b"")
     await gone1.expect_closed()
@@ -114,7 +108,7 @@ async def test_topic_pause_holds_new_messages_for_every_channel(
 async def test_topic_pause_and_what_it_holds_survive_a_restart(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
+    server = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await server.start()
     await subscriber(server.tcp_port, "tr", "c", rdy=0)
     p = await publisher(server.tcp_port)
@@ -125,7 +119,7 @@ async def test_topic_pause_and_what_it_holds_survive_a_restart(
     assert await p.read_frame() == (0, b"OK")
     server.broker.save_metadata()
     await server.stop()
-    again = NsqdServer(make_opts(tmp_path), clock=clock)
+    again = NsqdServer(nsqd_options(tmp_path), clock=clock)
     await again.start()
     try:
         topic = again.broker.topics["tr"]
@@ -204,7 +198,7 @@ async def test_topic_empty_drops_what_the_topic_holds(
 
 
 async def test_a_bad_topic_name_is_invalid_topic_on_topic_routes_and_invalid_arg_topic_on_channel_ones(
-    http: str,
+    http: tuple[aiohttp.ClientSession, str],
 ) -> None:
     assert await post(http, "/topic/create?topic=bad!") == (400, b'{"message":"INVALID_TOPIC"}')
     for route in ("/channel/create", "/channel/delete", "/channel/empty", "/channel/pause"):

@@ -1,36 +1,21 @@
 """Helpers for the partition, ordered-channel and message-extension tests.
 
-In-process nsqd (fake clock) for wire transcripts; the real program is started by the
-tests that need a process (restarts, killed consumers, real clients).
+In-process nsqd (fake clock) for wire transcripts (the ``nsqd`` and ``clock`` fixtures of
+``nsqpy.testing``); the real program is started by the tests that need a process (restarts,
+killed consumers, real clients).
 """
 
 from __future__ import annotations
 
 import json
-import struct
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import aiohttp
-import pytest
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.message import Message, decode_message
-from nsqpy.testing import AsyncWire, FakeClock
-from nsqpy.testing import nsqd_options as make_opts
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def nsqd(tmp_path: Path, clock: FakeClock) -> AsyncIterator[NsqdServer]:
-    server = NsqdServer(make_opts(tmp_path), clock=clock)
-    await server.start()
-    yield server
-    await server.stop()
+from nsqpy.testing import AsyncWire, identify
 
 
 async def http(
@@ -52,7 +37,7 @@ async def post(server: NsqdServer, path: str, body: bytes = b"") -> tuple[int, b
     return await http(server, "POST", path, body)
 
 
-async def stats(server: NsqdServer, topic: str) -> dict[str, object]:
+async def stats(server: NsqdServer, topic: str) -> dict[str, Any]:
     status, body = await http(server, "GET", f"/stats?format=json&topic={topic}")
     assert status == 200, body
     doc = json.loads(body)
@@ -72,12 +57,7 @@ async def create_topic(server: NsqdServer, topic: str, partitions: int, extra: s
     )
 
 
-def identify(fields: dict[str, object]) -> bytes:
-    body = json.dumps(fields).encode()
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
-
-
-async def connect(port: int, fields: dict[str, object] | None = None) -> AsyncWire:
+async def connect(port: int, fields: Mapping[str, object] | None = None) -> AsyncWire:
     wire = await AsyncWire.connect(port)
     if fields is not None:
         await wire.send(identify({"feature_negotiation": True, **fields}))
@@ -87,7 +67,7 @@ async def connect(port: int, fields: dict[str, object] | None = None) -> AsyncWi
 
 
 async def subscribe(
-    port: int, line: str, rdy: int = 10, fields: dict[str, object] | None = None
+    port: int, line: str, rdy: int = 10, fields: Mapping[str, object] | None = None
 ) -> AsyncWire:
     """A consumer: optional IDENTIFY, then ``line`` (a SUB or SUB_ORDERED), then RDY."""
     wire = await connect(port, fields)

@@ -19,7 +19,7 @@ from nsqpy.protocol.extend import (
     encode_pub_trace,
 )
 from nsqpy.protocol.message import JSON_HEADER_EXT_VERSION, NO_EXT_VERSION
-from nsqpy.testing import AsyncWire
+from nsqpy.testing import AsyncWire, eventually
 
 from .conftest import connect, create_topic, err, http, message, post, subscribe
 
@@ -227,11 +227,5 @@ async def test_ephemeral_topic_delivers_headers_after_the_topic_let_go(nsqd: Nsq
 
 
 async def eventually_finished(nsqd: NsqdServer, topic: str) -> None:
-    import asyncio
-
     channel = nsqd.broker.topics[topic].channels["c"]
-    for _ in range(500):
-        if channel.finish_count == 1:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the FIN was not processed")
+    await eventually(lambda: channel.finish_count == 1, what="the FIN processed")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from nsqpy.broker.client import Client
@@ -26,7 +25,7 @@ from nsqpy.protocol.extend import (
 from nsqpy.protocol.message import decode_message
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import SyncPolicy
-from nsqpy.testing import AsyncWire, FakeClock, FrameSink
+from nsqpy.testing import AsyncWire, FakeClock, FrameSink, eventually
 
 from .conftest import create_topic, err, http, message, partition_of, post, stats, subscribe
 
@@ -46,24 +45,6 @@ async def take(wire: AsyncWire, count: int, *, fin: bool = True) -> list[bytes]:
         if fin:
             await wire.send(b"FIN " + msg.id + b"\n")
     return bodies
-
-
-async def nothing_more(wire: AsyncWire) -> bool:
-    try:
-        frame = await wire.read_frame(timeout=0.2)
-    except TimeoutError:
-        return True
-    raise AssertionError(f"unexpected frame {frame!r}")
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 10
-    while not await check():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 async def set_offset(nsqd: NsqdServer, query: str, body: bytes) -> tuple[int, object]:
@@ -91,7 +72,7 @@ async def test_replay_resets_every_partition_or_the_one_asked_for(nsqd: NsqdServ
     status, doc = await set_offset(nsqd, "&partition=1", b"offset:1")
     assert (status, doc["partitions"]) == (200, [{"partition": 1, "offset": 1}])  # type: ignore[index]
     assert await take(s, 1) == [b"1-1"]  # that partition only, from its own offset 1
-    assert await nothing_more(s)
+    assert await s.frame_within(0.2) is None
 
     assert await post(nsqd, "/channel/setoffset?topic=rp&channel=c&partition=3", b"offset:0") == (
         404,
@@ -101,7 +82,7 @@ async def test_replay_resets_every_partition_or_the_one_asked_for(nsqd: NsqdServ
     before = [p.cursor.confirmed for p in nsqd.broker.topics["rp"].channels["c"].parts]
     assert await set_offset(nsqd, "", b"offset:3") == (400, {"message": "OFFSET_OUT_OF_RANGE"})
     assert [p.cursor.confirmed for p in nsqd.broker.topics["rp"].channels["c"].parts] == before
-    assert await nothing_more(s)
+    assert await s.frame_within(0.2) is None
 
 
 async def test_dead_letters_from_every_partition_keep_ids_trace_ids_and_keys(
@@ -126,10 +107,10 @@ async def test_dead_letters_from_every_partition_keep_ids_trace_ids_and_keys(
 
     async def both_dead() -> bool:
         doc = await stats(nsqd, "dl")
-        return bool(doc["channels"][0].get("dead_letter_count") == 2)  # type: ignore[index]
+        return bool(doc["channels"][0].get("dead_letter_count") == 2)
 
-    await eventually(both_dead, "two dead letters")
-    (channel,) = (await stats(nsqd, "dl"))["channels"]  # type: ignore[misc]
+    await eventually(both_dead, what="two dead letters")
+    (channel,) = (await stats(nsqd, "dl"))["channels"]
     assert [e["dead_letter_count"] for e in channel["partitions"]] == [1, 1]
     assert channel["depth"] == 0 and channel["in_flight_count"] == 0
 
@@ -155,7 +136,7 @@ async def test_ttl_expires_on_every_partition(nsqd: NsqdServer, clock: FakeClock
     clock.advance_ms(2000)
     nsqd.broker.housekeeping()  # the TTL sweep (run by nsqd's ticker every 50 ticks)
     doc = await stats(nsqd, "tt")
-    (channel,) = doc["channels"]  # type: ignore[misc]
+    (channel,) = doc["channels"]
     assert (doc["expired_count"], channel["expired_count"], channel["depth"]) == (3, 3, 0)
     assert [e["expired_count"] for e in channel["partitions"]] == [1, 1, 1]
 
@@ -169,7 +150,7 @@ async def test_drop_oldest_takes_from_the_deepest_partitions(nsqd: NsqdServer) -
     await publish(nsqd, "db", 1, 1)
     for i in range(2):  # two more for partition 1: two over the bound of the whole topic
         assert await post(nsqd, "/pub?topic=db&partition=1", b"new%d" % i) == (200, b"OK")
-    (channel,) = (await stats(nsqd, "db"))["channels"]  # type: ignore[misc]
+    (channel,) = (await stats(nsqd, "db"))["channels"]
     assert [e["depth"] for e in channel["partitions"]] == [1, 3]
     assert (channel["depth"], channel["depth_dropped_count"]) == (4, 2)
     s = await subscribe(nsqd.tcp_port, "SUB db c", rdy=10)
@@ -212,7 +193,7 @@ async def test_trace_ids_of_every_publish_form_reach_the_trace_store(nsqd: NsqdS
                 "finished",
             ]
 
-        await eventually(traced, f"the events of trace id {trace_id}")
+        await eventually(traced, what=f"the events of trace id {trace_id}")
         _, data = await http(nsqd, "GET", f"/message/trace?trace_id={trace_id}")
         events = json.loads(data)["events"]
         msg_id = "%016x" % (partition << 54 | offset)

@@ -56,5 +56,5 @@ async def test_garbage_into_partition_and_extension_handlers(nsqd: NsqdServer) -
                     assert json.loads(data)["message"] in CODES, (path, pairs, data)
     topic = nsqd.broker.topics["keep"]
     assert topic.partition_count == 3
-    for part in topic.partitions:
-        assert [r.body for r in part.log.read(0, 10)] == [b"kept"]
+    for partition in topic.partitions:
+        assert [r.body for r in partition.log.read(0, 10)] == [b"kept"]

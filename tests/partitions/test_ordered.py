@@ -6,7 +6,7 @@ partitions, one owner each, and a leaving owner's partitions pass on in order.
 from __future__ import annotations
 
 from nsqpy.nsqd.server import NsqdServer
-from nsqpy.testing import AsyncWire, FakeClock
+from nsqpy.testing import AsyncWire, FakeClock, identify
 
 from .conftest import create_topic, err, message, offset_of, partition_of, post, stats, subscribe
 
@@ -17,14 +17,6 @@ async def publish(nsqd: NsqdServer, topic: str, partition: int, count: int, tag:
         assert await post(nsqd, path, f"{tag}{partition}-{i}".encode()) == (200, b"OK")
 
 
-async def nothing_more(wire: AsyncWire) -> bool:
-    try:
-        frame = await wire.read_frame(timeout=0.15)
-    except TimeoutError:
-        return True
-    raise AssertionError(f"unexpected frame {frame!r}")
-
-
 async def test_one_message_in_flight_the_next_after_fin(nsqd: NsqdServer) -> None:
     await create_topic(nsqd, "o", 1)
     await publish(nsqd, "o", 0, 4)
@@ -32,10 +24,10 @@ async def test_one_message_in_flight_the_next_after_fin(nsqd: NsqdServer) -> Non
     for i in range(4):
         msg = await message(s)
         assert msg.body == b"0-%d" % i
-        assert await nothing_more(s)
+        assert await s.frame_within(0.15) is None
         await s.send(b"FIN " + msg.id + b"\n")
     doc = await stats(nsqd, "o")
-    (channel,) = doc["channels"]  # type: ignore[misc]
+    (channel,) = doc["channels"]
     assert channel["ordered"] is True and channel["partitions"][0]["owner"] == "127.0.0.1"
 
 
@@ -50,7 +42,7 @@ async def test_requeue_keeps_the_order_and_a_delay_holds_the_partition(
     again = await message(s)
     assert (again.id, again.attempts) == (first.id, 2)
     await s.send(b"REQ " + first.id + b" 5000\n")
-    assert await nothing_more(s)  # held: nothing passes the requeued message
+    assert await s.frame_within(0.15) is None  # held: nothing passes the requeued message
     clock.advance_ms(5001)
     third = await message(s)
     assert (third.id, third.attempts) == (first.id, 3)
@@ -108,7 +100,7 @@ async def test_a_leaving_owner_hands_its_in_flight_message_on_first(nsqd: NsqdSe
     b = await subscribe(nsqd.tcp_port, "SUB_ORDERED lv c", rdy=5)
     first = await message(a)
     assert first.body == b"0-0"
-    assert await nothing_more(b)  # b owns nothing: the only partition is a's
+    assert await b.frame_within(0.15) is None  # b owns nothing: the only partition is a's
     a.writer.transport.abort()  # the owner dies with its message in flight
     again = await message(b)
     assert (again.id, again.attempts) == (first.id, 2)
@@ -123,7 +115,7 @@ async def test_pinned_ordered_consumers_own_only_their_partition(nsqd: NsqdServe
     await publish(nsqd, "pn", 1, 2)
     one = await subscribe(nsqd.tcp_port, "SUB_ORDERED pn c 1", rdy=5)
     msg = await message(one)
-    assert partition_of(msg.id) == 1 and await nothing_more(one)
+    assert partition_of(msg.id) == 1 and await one.frame_within(0.15) is None
     await one.send(b"FIN " + msg.id + b"\n")
     assert (await message(one)).body == b"1-1"
 
@@ -147,7 +139,7 @@ async def test_set_order_over_http_and_plain_sub_then_delivers_in_order(
     await publish(nsqd, "ho", 1, 2)
     s = await subscribe(nsqd.tcp_port, "SUB ho c", rdy=10)
     got = {(await message(s)).body, (await message(s)).body}
-    assert got == {b"0-0", b"1-0"} and await nothing_more(s)
+    assert got == {b"0-0", b"1-0"} and await s.frame_within(0.15) is None
     assert await post(nsqd, "/channel/setorder?topic=ho&channel=c&order=false") == (200, b"")
     got = {(await message(s)).body, (await message(s)).body}
     assert got == {b"0-1", b"1-1"}
@@ -158,8 +150,6 @@ async def test_ordered_topic_flag_and_sample_rate_refusal(nsqd: NsqdServer) -> N
     assert await post(nsqd, "/channel/create?topic=of&channel=c") == (200, b"")
     assert nsqd.broker.topics["of"].channels["c"].ordered
     wire = await AsyncWire.connect(nsqd.tcp_port)
-    from .conftest import identify
-
     await wire.send(identify({"sample_rate": 50}))
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(b"SUB_ORDERED of c\n")

@@ -12,13 +12,21 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nsqpy.protocol.extend import encode_mpub_ext, encode_pub_ext, encode_pub_partition
 from nsqpy.protocol.message import decode_message
-from nsqpy.storage import CursorState
-from nsqpy.testing import DaemonProcess, WireClient, http_get, http_request, nsqd_process, wait_for
+from nsqpy.testing import (
+    DaemonProcess,
+    WireClient,
+    http_get,
+    http_request,
+    nsqd_process,
+    saved_cursor,
+    wait_for,
+)
 
 HERE = Path(__file__).parent
 COMPAT = HERE.parent / "compat" / "clients"
@@ -29,14 +37,14 @@ def post(daemon: DaemonProcess, path: str, body: bytes = b"") -> tuple[int, byte
     return status, data
 
 
-def topic_stats(daemon: DaemonProcess, topic: str) -> dict[str, object]:
+def topic_stats(daemon: DaemonProcess, topic: str) -> dict[str, Any]:
     status, body, _ = http_get(f"{daemon.http}/stats?format=json&topic={topic}")
     assert status == 200
     found = json.loads(body)["topics"]
     return found[0] if found else {}
 
 
-def channel_stats(daemon: DaemonProcess, topic: str) -> dict[str, object]:
+def channel_stats(daemon: DaemonProcess, topic: str) -> dict[str, Any]:
     channels = topic_stats(daemon, topic).get("channels") or []
     assert isinstance(channels, list)
     return channels[0] if channels else {}
@@ -210,13 +218,8 @@ def test_partitions_ordered_position_and_headers_survive_a_restart(tmp_path: Pat
 
 def saved_confirmed(data: Path, topic: str, partition: int, channel: str) -> int | None:
     """What the cursor file of ``channel`` in ``partition`` says is confirmed (None: none)."""
-    base = data / "topics" / f"topic-{topic}"
-    folder = base if partition == 0 else base / f"p{partition}"
-    path = folder / "cursors" / f"channel-{channel}.cursor"
-    try:
-        return CursorState.from_bytes(path.read_bytes()).confirmed
-    except (OSError, ValueError):
-        return None
+    state = saved_cursor(data, topic, channel, partition)
+    return None if state is None else state.confirmed
 
 
 def test_periodic_cursor_saves_of_every_partition_survive_sigkill(tmp_path: Path) -> None:
@@ -250,11 +253,7 @@ def test_periodic_cursor_saves_of_every_partition_survive_sigkill(tmp_path: Path
         consumer.send(b"SUB ck c\nRDY 10\n")
         assert consumer.read_frame() == (0, b"OK")
         assert decode_message(consumer.read_frame()[1]).body == b"0-0"
-        consumer.sock.settimeout(0.5)
-        try:
-            extra = consumer.read_frame()
-        except TimeoutError:
-            extra = None
+        extra = consumer.frame_within(0.5)
         assert extra is None, f"a finished message came again: {extra}"
 
 

@@ -8,12 +8,11 @@ fields) and the log-read API serves every partition.
 from __future__ import annotations
 
 import json
-import struct
 import zlib
 
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.extend import encode_mpub_partition, encode_pub_partition
-from nsqpy.testing import AsyncWire, FakeClock
+from nsqpy.testing import AsyncWire, FakeClock, eventually
 
 from .conftest import (
     create_topic,
@@ -26,10 +25,6 @@ from .conftest import (
     stats,
     subscribe,
 )
-
-
-def pub(topic: str, body: bytes) -> bytes:
-    return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
 
 
 async def test_topic_created_with_partitions_has_a_log_per_partition(nsqd: NsqdServer) -> None:
@@ -49,7 +44,7 @@ async def test_topic_created_with_partitions_has_a_log_per_partition(nsqd: NsqdS
     assert got == (400, err("PARTITION_NUM_MISMATCH"))
     assert nsqd.broker.topics["four"].partition_count == 4
     saved = nsqd.broker.data_path / "nsqd.dat"
-    await until(saved.exists)  # (written by the next tick after the creation)
+    await eventually(saved.exists)  # (written by the next tick after the creation)
     meta = json.loads(saved.read_bytes())
     (entry,) = [t for t in meta["topics"] if t["name"] == "four"]
     assert entry["partition_num"] == 4 and len(entry["partitions"]) == 4
@@ -112,19 +107,8 @@ async def test_fin_req_touch_route_by_the_partition_in_the_id(
     assert (await s.read_frame())[0] == 1
     await s.send(b"FIN " + again.id + b"\n")
     channel = nsqd.broker.topics["r"].channels["c"]
-    await until(lambda: channel.finish_count == 1)
+    await eventually(lambda: channel.finish_count == 1)
     assert channel.parts[1].cursor.confirmed == 1 and channel.in_flight_count == 0
-
-
-async def until(predicate: object, timeout: float = 5.0) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise TimeoutError("condition not met")
-        await asyncio.sleep(0.01)
 
 
 async def test_partition_key_is_stable_and_unkeyed_publishes_take_turns(nsqd: NsqdServer) -> None:
@@ -164,14 +148,14 @@ async def test_bad_partition_numbers_are_refused_and_nothing_is_stored(nsqd: Nsq
         ftype, data = await w.read_frame()
         assert ftype == 1 and data.startswith(code), (line, data)
         await w.expect_closed()
-    for path, status, code in (
+    for path, status, name in (
         ("/pub?topic=b&partition=2", 404, "PARTITION_NOT_FOUND"),
         ("/pub?topic=b&partition=x", 400, "INVALID_ARG_PARTITION"),
         ("/pub?topic=b&partition=-5", 400, "INVALID_ARG_PARTITION"),
         ("/mpub?topic=b&partition=3", 404, "PARTITION_NOT_FOUND"),
         ("/pub?topic=fresh2&partition=1", 404, "PARTITION_NOT_FOUND"),
     ):
-        assert await post(nsqd, path, b"m") == (status, err(code)), path
+        assert await post(nsqd, path, b"m") == (status, err(name)), path
     topic = nsqd.broker.topics["b"]
     assert [p.log.flushed_offset for p in topic.partitions] == [0, 0]
     assert "fresh" not in nsqd.broker.topics and "fresh2" not in nsqd.broker.topics
@@ -190,8 +174,8 @@ async def test_stats_aggregate_partitions_and_add_detail(nsqd: NsqdServer) -> No
     doc = await stats(nsqd, "st")
     assert doc["message_count"] == 6 and doc["depth"] == 0
     assert doc["partition_num"] == 3
-    assert [p["message_count"] for p in doc["partitions"]] == [1, 2, 3]  # type: ignore[index]
-    (channel,) = doc["channels"]  # type: ignore[misc]
+    assert [p["message_count"] for p in doc["partitions"]] == [1, 2, 3]
+    (channel,) = doc["channels"]
     assert channel["depth"] == 4 and channel["in_flight_count"] == 2
     assert channel["message_count"] == 6 and len(channel["clients"]) == 1
     assert sum(p["in_flight_count"] for p in channel["partitions"]) == 2

@@ -17,6 +17,8 @@ from nsqpy.protocol.auth import (
     unauthorized_text,
 )
 
+from .protocol_helpers import any_json
+
 NOW = 1_000_000_000_000
 
 
@@ -128,13 +130,7 @@ def test_unusable_replies_are_auth_reply_errors(body: bytes, reason: str) -> Non
         parse_auth_reply(body, NOW)
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+json_values = any_json(4, 20)
 field_values = st.fixed_dictionaries(
     {},
     optional={

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protocol_helpers import MAGIC, parse_chunks, split_ways
 
 from nsqpy.errors import ProtocolError
 from nsqpy.protocol.client_codec import (
@@ -44,6 +43,8 @@ from nsqpy.protocol.commands import (
     Touch,
 )
 from nsqpy.protocol.limits import Limits
+
+from .protocol_helpers import MAGIC, parse_chunks, split_at, split_ways
 
 ID = b"0a1b2c3d4e5f6071"
 
@@ -222,9 +223,7 @@ def test_encoders_round_trip_through_the_parser_under_any_split(
     pairs: list[tuple[bytes, Command]], cuts: list[int]
 ) -> None:
     stream = MAGIC + b"".join(raw for raw, _ in pairs)
-    points = sorted({min(c, len(stream)) for c in cuts})
-    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    assert parse_chunks(chunks) == [cmd for _, cmd in pairs]
+    assert parse_chunks(split_at(stream, cuts)) == [cmd for _, cmd in pairs]
 
 
 @settings(max_examples=300)

@@ -33,6 +33,20 @@ def drain(decoder: SnappyDecoder | DeflateDecoder, limit: int = 65536) -> bytes:
     return bytes(out)
 
 
+def decode_in_pieces(
+    decoder: SnappyDecoder | DeflateDecoder, data: bytes, cuts: list[int], limit: int
+) -> bytes:
+    """``data`` fed cut at ``cuts`` (each taken modulo its length + 1), drained in reads of
+    ``limit`` bytes after each piece: everything decoded."""
+    out = bytearray()
+    last = 0
+    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
+        decoder.feed(data[last:cut])
+        last = cut
+        out += drain(decoder, limit)
+    return bytes(out)
+
+
 def test_snappy_stream_starts_with_the_identifier_and_checksums_each_chunk() -> None:
     data = SnappyEncoder(SNAPPY_BLOCK).encode(b"OK" * 10)
     assert data.startswith(STREAM_IDENTIFIER)
@@ -71,14 +85,7 @@ def test_snappy_accepts_a_new_identifier_per_write_as_pynsq_sends() -> None:
 @given(cuts=st.lists(st.integers(min_value=0, max_value=len(TEXT)), max_size=12))
 def test_snappy_decodes_any_split_of_the_stream(cuts: list[int]) -> None:
     data = SnappyEncoder(SNAPPY_BLOCK).encode(TEXT)
-    dec = SnappyDecoder(SNAPPY_BLOCK)
-    out = bytearray()
-    last = 0
-    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
-        dec.feed(data[last:cut])
-        last = cut
-        out += drain(dec, 1000)
-    assert bytes(out) == TEXT
+    assert decode_in_pieces(SnappyDecoder(SNAPPY_BLOCK), data, cuts, 1000) == TEXT
 
 
 def test_snappy_skips_padding_and_skippable_chunks_split_across_feeds() -> None:
@@ -154,14 +161,7 @@ def test_deflate_is_raw_and_sync_flushed_per_batch() -> None:
 def test_deflate_decodes_any_split(cuts: list[int]) -> None:
     other = zlib.compressobj(9, zlib.DEFLATED, -15)
     data = other.compress(TEXT) + other.flush(zlib.Z_SYNC_FLUSH)
-    dec = DeflateDecoder()
-    out = bytearray()
-    last = 0
-    for cut in [*sorted(c % (len(data) + 1) for c in cuts), len(data)]:
-        dec.feed(data[last:cut])
-        last = cut
-        out += drain(dec, 4096)
-    assert bytes(out) == TEXT
+    assert decode_in_pieces(DeflateDecoder(), data, cuts, 4096) == TEXT
 
 
 def test_deflate_bomb_is_read_in_bounded_pieces() -> None:

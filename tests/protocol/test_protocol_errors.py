@@ -9,7 +9,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-from protocol_helpers import MAGIC, parse_chunks, parse_error, split_ways
 
 from nsqpy.errors import (
     BadBody,
@@ -22,6 +21,8 @@ from nsqpy.errors import (
 )
 from nsqpy.protocol.commands import CommandParser, Dpub, LineTooLong, Nop, Req
 from nsqpy.protocol.limits import MAX_LINE_LENGTH, Limits
+
+from .protocol_helpers import MAGIC, parse_chunks, parse_error, split_ways
 
 ID = b"0a1b2c3d4e5f6071"
 

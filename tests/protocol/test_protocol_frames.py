@@ -23,6 +23,8 @@ from nsqpy.protocol.frames import (
     encode_response,
 )
 
+from .protocol_helpers import split_at
+
 
 def test_magic_is_two_spaces_v_2() -> None:
     assert bytes([0x20, 0x20, 0x56, 0x32]) == MAGIC_V2
@@ -138,11 +140,9 @@ def test_frames_round_trip_under_any_split(
     frames: list[tuple[int, bytes]], cuts: list[int]
 ) -> None:
     stream = b"".join(encode_frame(t, d) for t, d in frames)
-    points = sorted({min(c, len(stream)) for c in cuts})
-    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     decoder = FrameDecoder()
     out: list[tuple[int, bytes]] = []
-    for piece in pieces:
+    for piece in split_at(stream, cuts):
         out += decoder.feed(piece)
     assert out == frames
 
@@ -217,11 +217,9 @@ def test_append_and_pop_round_trip_under_any_split(
     frames: list[tuple[int, bytes]], cuts: list[int]
 ) -> None:
     stream = b"".join(encode_frame(t, d) for t, d in frames)
-    points = sorted({min(c, len(stream)) for c in cuts})
-    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
     decoder = FrameDecoder()
     out: list[tuple[int, bytes]] = []
-    for piece in pieces:
+    for piece in split_at(stream, cuts):
         decoder.append(piece)
         out += pop_all(decoder)
     assert out == frames

@@ -19,6 +19,8 @@ from nsqpy.protocol.identify import (
 )
 from nsqpy.protocol.limits import Limits
 
+from .protocol_helpers import any_json
+
 L = Limits()
 DECODE = b"E_BAD_BODY IDENTIFY failed to decode JSON body"
 
@@ -255,13 +257,7 @@ def test_garbage_bodies_give_only_protocol_errors(body: bytes) -> None:
         assert err.fatal
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+json_values = any_json(3, 8)
 keys = st.sampled_from(
     ["client_id", "HOSTNAME", "heartbeat_interval", "sample_rate", "tls_v1", "msg_timeout", "x"]
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from protocol_helpers import MAGIC
 
 from nsqpy.errors import InvalidError
 from nsqpy.protocol.commands import (
@@ -28,10 +27,11 @@ from nsqpy.protocol.state import (
     DISCONNECTED,
     INIT,
     SUBSCRIBED,
-    check_state,
     check_sub_allowed,
     check_verb,
 )
+
+from .protocol_helpers import MAGIC
 
 ID = b"0123456789abcdef"
 STATES = [INIT, DISCONNECTED, CONNECTED, SUBSCRIBED, CLOSING]
@@ -61,20 +61,15 @@ def test_state_integers_match_nsqd_stats() -> None:
 @pytest.mark.parametrize("state", STATES)
 def test_state_table(verb: bytes, command: Command, allowed: set[int], state: int) -> None:
     if state in allowed:
-        assert check_state(state, command) is True
         assert check_verb(state, verb) is True
     elif verb == b"RDY" and state == CLOSING:
-        assert check_state(state, command) is False  # ignored silently
-        assert check_verb(state, verb) is False
+        assert check_verb(state, verb) is False  # ignored silently
     else:
         expected = b"E_INVALID cannot " + verb + b" in current state"
         with pytest.raises(InvalidError) as info:
-            check_state(state, command)
-        assert info.value.wire() == expected
-        assert info.value.fatal
-        with pytest.raises(InvalidError) as info:
             check_verb(state, verb)
         assert info.value.wire() == expected
+        assert info.value.fatal
 
 
 @pytest.mark.parametrize(
@@ -84,13 +79,9 @@ def test_tls_required_refuses_everything_but_identify(
     verb: bytes, command: Command, allowed: set[int]
 ) -> None:
     if verb == b"IDENTIFY":
-        assert check_state(INIT, command, tls_required_and_not_tls=True)
         assert check_verb(INIT, verb, tls_required_and_not_tls=True)
         return
     expected = b"E_INVALID cannot " + verb + b" in current state (TLS required)"
-    with pytest.raises(InvalidError) as info:
-        check_state(SUBSCRIBED, command, tls_required_and_not_tls=True)
-    assert info.value.wire() == expected
     with pytest.raises(InvalidError) as info:
         check_verb(SUBSCRIBED, verb, tls_required_and_not_tls=True)
     assert info.value.wire() == expected

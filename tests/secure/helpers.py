@@ -12,12 +12,8 @@ from typing import Any
 
 import snappy
 
+from nsqpy.testing import identify
 from nsqpy.testing.certs import CertFiles
-
-
-def identify_cmd(fields: dict[str, Any]) -> bytes:
-    body = json.dumps(fields).encode()
-    return b"IDENTIFY\n" + struct.pack(">i", len(body)) + body
 
 
 def client_context(certs: CertFiles, *, with_cert: bool = False) -> ssl.SSLContext:
@@ -100,7 +96,7 @@ class SecureWire:
         self, fields: dict[str, Any], tls: ssl.SSLContext | None = None
     ) -> dict[str, Any]:
         """IDENTIFY with feature negotiation and every upgrade the server agreed to."""
-        await self.send(identify_cmd({"feature_negotiation": True, **fields}))
+        await self.send(identify({"feature_negotiation": True, **fields}))
         ftype, data = await self.read_frame()
         assert ftype == 0, data
         self.settings = json.loads(data)
@@ -133,7 +129,3 @@ class SecureWire:
             await self.writer.wait_closed()
         except (ConnectionError, OSError, ssl.SSLError):
             pass
-
-
-def pub_cmd(topic: str, body: bytes) -> bytes:
-    return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body

@@ -15,11 +15,11 @@ import pytest
 from aiohttp import web
 
 from nsqpy.protocol.extend import encode_mpub_trace, encode_pub_ext, encode_pub_trace
-from nsqpy.testing import FakeClock
+from nsqpy.testing import FakeClock, pub, serve_http
 from nsqpy.testing.certs import CertFiles
 
 from .conftest import MakeNsqd
-from .helpers import SecureWire, client_context, pub_cmd
+from .helpers import SecureWire, client_context
 
 GRANT_PUB = {"topic": "^orders", "channels": [".*"], "permissions": ["publish"]}
 GRANT_SUB = {"topic": "orders", "channels": ["^archive$"], "permissions": ["subscribe"]}
@@ -62,14 +62,10 @@ async def auth_server() -> AsyncIterator[AuthServer]:
     app = web.Application()
     app.router.add_get("/auth", server.handle)
     app.router.add_get("/custom/path", server.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.port = int(runner.addresses[0][1])
-    yield server
-    server.released.set()
-    await runner.cleanup()
+    async with serve_http(app) as port:
+        server.port = port
+        yield server
+        server.released.set()
 
 
 def grant(ttl: int = 3600, *auths: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +103,9 @@ async def test_auth_grants_publish_and_subscribe_as_the_server_says(
         {"common_name": "", "remote_ip": "127.0.0.1", "secret": "s3cret", "tls": "false"}
     ]
     assert auth_server.headers[0]["Accept"] == "application/vnd.nsq; version=1.0"
-    await wire.send(pub_cmd("orders_eu", b"1"))
+    await wire.send(pub("orders_eu", b"1"))
     assert await wire.read_frame() == (0, b"OK")
-    await wire.send(pub_cmd("payments", b"1"))
+    await wire.send(pub("payments", b"1"))
     assert await wire.read_frame() == (1, b'E_UNAUTHORIZED AUTH failed for PUB on "payments" ""')
     await wire.expect_closed()
 
@@ -142,7 +138,7 @@ async def test_commands_before_auth_and_auth_misuse(
     auth_server.replies["nothing"]["authorizations"] = []
     nsqd = await make_nsqd(auth_http_addresses=[auth_server.address])
     for command, verb in [
-        (pub_cmd("orders", b"x"), "PUB"),
+        (pub("orders", b"x"), "PUB"),
         (b"SUB orders archive\n", "SUB"),
         (b"DPUB orders 10\n\x00\x00\x00\x01x", "DPUB"),
         (b"MPUB orders\n\x00\x00\x00\x09\x00\x00\x00\x01\x00\x00\x00\x01x", "MPUB"),
@@ -213,7 +209,7 @@ async def test_slow_auth_server_times_out_without_blocking_others(
     await slow.send(auth_cmd(b"slow"))
     fast, reply = await authed_wire(nsqd.tcp_port, b"fast")
     assert reply[0] == 0, "served while the other AUTH waits"
-    await fast.send(pub_cmd("orders", b"x"))
+    await fast.send(pub("orders", b"x"))
     assert await fast.read_frame() == (0, b"OK")
     assert await slow.read_frame(timeout=10) == (1, b"E_AUTH_FAILED AUTH failed")
 
@@ -238,25 +234,25 @@ async def test_ttl_expiry_asks_the_auth_server_again(
     clock = FakeClock()
     nsqd.auth.clock = clock
     wire, _ = await authed_wire(nsqd.tcp_port, b"s")
-    await wire.send(pub_cmd("orders", b"1"))
+    await wire.send(pub("orders", b"1"))
     assert await wire.read_frame() == (0, b"OK")
     assert len(auth_server.queries) == 1, "within the TTL: no new query"
     clock.advance_ms(31_000)
-    await wire.send(pub_cmd("orders", b"2") + pub_cmd("orders", b"3"))
+    await wire.send(pub("orders", b"2") + pub("orders", b"3"))
     assert [await wire.read_frame(), await wire.read_frame()] == [(0, b"OK")] * 2
     assert len(auth_server.queries) == 2, "expired: asked again once, then cached"
     auth_server.replies["s"] = grant(
         30, {"topic": "other", "channels": [".*"], "permissions": ["publish"]}
     )
     clock.advance_ms(31_000)
-    await wire.send(pub_cmd("orders", b"4"))
+    await wire.send(pub("orders", b"4"))
     assert await wire.read_frame() == (1, b'E_UNAUTHORIZED AUTH failed for PUB on "orders" ""')
     assert nsqd.broker.topics["orders"].message_count == 3
 
     again, _ = await authed_wire(nsqd.tcp_port, b"s")
     auth_server.replies["s"] = 500
     clock.advance_ms(31_000)
-    await again.send(pub_cmd("other", b"5"))
+    await again.send(pub("other", b"5"))
     assert await again.read_frame() == (1, b"E_AUTH_FAILED AUTH failed")
 
 
@@ -288,29 +284,20 @@ async def test_403_with_https_port_is_retried_over_https(
     secure = AuthServer(replies={"s": grant()})
     app = web.Application()
     app.router.add_get("/auth", secure.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(certs.server_cert, certs.server_key)
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx).start()
-    https_port = int(runner.addresses[0][1])
-    plain = AuthServer(replies={"s": (403, {"message": "TLS_REQUIRED", "https_port": https_port})})
+    plain = AuthServer()
     app2 = web.Application()
     app2.router.add_get("/auth", plain.handle)
-    runner2 = web.AppRunner(app2, access_log=None)
-    await runner2.setup()
-    await web.TCPSite(runner2, "127.0.0.1", 0).start()
-    try:
+    async with serve_http(app, ctx) as https_port, serve_http(app2) as plain_port:
+        plain.replies = {"s": (403, {"message": "TLS_REQUIRED", "https_port": https_port})}
         nsqd = await make_nsqd(
-            auth_http_addresses=[f"127.0.0.1:{runner2.addresses[0][1]}"],
+            auth_http_addresses=[f"127.0.0.1:{plain_port}"],
             tls_root_ca_file=certs.ca,
         )
         _, reply = await authed_wire(nsqd.tcp_port, b"s")
         assert reply[0] == 0, reply
         assert len(plain.queries) == 1 and len(secure.queries) == 1
-    finally:
-        await runner.cleanup()
-        await runner2.cleanup()
 
 
 async def test_http_publishing_is_never_auth_checked(

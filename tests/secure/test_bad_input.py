@@ -13,17 +13,11 @@ import pytest
 import snappy
 
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing import eventually, identify, pub
 from nsqpy.testing.certs import CertFiles
 
 from .conftest import MakeNsqd
-from .helpers import SecureWire, client_context, identify_cmd, pub_cmd
-
-
-async def eventually(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+from .helpers import SecureWire, client_context
 
 
 async def still_serving(server: NsqdServer, certs: CertFiles | None = None) -> None:
@@ -33,14 +27,14 @@ async def still_serving(server: NsqdServer, certs: CertFiles | None = None) -> N
     if certs is not None:
         fields["tls_v1"] = True
     await wire.negotiate(fields, tls=client_context(certs) if certs else None)
-    await wire.send(pub_cmd("alive", b"yes"))
+    await wire.send(pub("alive", b"yes"))
     assert await wire.read_frame() == (0, b"OK")
     await wire.close()
 
 
 async def identify_tls(server: NsqdServer) -> SecureWire:
     wire = await SecureWire.connect(server.tcp_port)
-    await wire.send(identify_cmd({"feature_negotiation": True, "tls_v1": True}))
+    await wire.send(identify({"feature_negotiation": True, "tls_v1": True}))
     _ftype, data = await wire.read_frame()
     assert json.loads(data)["tls_v1"] is True
     return wire
@@ -118,8 +112,8 @@ async def test_corrupt_chunk_after_good_commands_keeps_the_good_ones(make_nsqd: 
     server = await make_nsqd()
     wire = await SecureWire.connect(server.tcp_port)
     await wire.negotiate({"snappy": True})
-    good = snappy.StreamCompressor().compress(pub_cmd("kept", b"1"))
-    await wire.send(pub_cmd("kept", b"0"))
+    good = snappy.StreamCompressor().compress(pub("kept", b"1"))
+    await wire.send(pub("kept", b"0"))
     assert await wire.read_frame() == (0, b"OK")
     wire.writer.write(good + b"\x00\x08\x00\x00" + b"\x01" * 8)
     await wire.expect_closed()
@@ -150,7 +144,7 @@ async def test_client_certificate_policies(
         await without.read_frame()  # TLS 1.3 reports the refusal on the first read
     with_cert = await SecureWire.connect(server.tcp_port)
     await with_cert.negotiate({"tls_v1": True}, tls=client_context(certs, with_cert=True))
-    await with_cert.send(pub_cmd("mtls", b"x"))
+    await with_cert.send(pub("mtls", b"x"))
     assert await with_cert.read_frame() == (0, b"OK")
 
 
@@ -176,7 +170,7 @@ async def test_a_bomb_of_valid_commands_does_not_starve_other_clients(make_nsqd:
     await wire.negotiate({"deflate": True})
     (bomber,) = [c for c in server.connections if c.client.deflate]
     z = zlib.compressobj(9, zlib.DEFLATED, -15)
-    commands = b"NOP\n" * (1 << 19) + pub_cmd("bomb_done", b"x")  # 2 MiB of commands
+    commands = b"NOP\n" * (1 << 19) + pub("bomb_done", b"x")  # 2 MiB of commands
     bomb = z.compress(commands) + z.flush(zlib.Z_SYNC_FLUSH)
     assert len(bomb) < 4096
     before = bomber.last_recv

@@ -16,6 +16,7 @@ from nsqpy.client.conn import Connection
 from nsqpy.client.secure import AuthRequiredError, tls_context
 from nsqpy.errors import ConfigError, Unauthorized
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing import serve_http
 from nsqpy.testing.certs import CertFiles
 
 from .conftest import MakeNsqd
@@ -129,11 +130,8 @@ async def auth_url() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/auth", handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    yield f"127.0.0.1:{runner.addresses[0][1]}"
-    await runner.cleanup()
+    async with serve_http(app) as port:
+        yield f"127.0.0.1:{port}"
 
 
 async def test_auth_secret(make_nsqd: MakeNsqd, auth_url: str) -> None:
@@ -189,10 +187,7 @@ async def test_consumer_sends_its_auth_secret_to_lookupd(
 
     app = web.Application()
     app.router.add_get("/lookup", lookup)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
+    async with serve_http(app) as port:
 
         async def handle(msg: Message) -> None:
             pass
@@ -201,12 +196,10 @@ async def test_consumer_sends_its_auth_secret_to_lookupd(
             "granted_l",
             "c",
             handle,
-            lookupd_http_addresses=[f"127.0.0.1:{runner.addresses[0][1]}"],
+            lookupd_http_addresses=[f"127.0.0.1:{port}"],
             identify=IdentifyOptions(auth_secret="open-sesame"),
         )
         async with consumer:
             while not seen:
                 await asyncio.sleep(0.01)
         assert seen[0] == "Bearer open-sesame"
-    finally:
-        await runner.cleanup()

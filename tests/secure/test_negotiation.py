@@ -12,10 +12,11 @@ from nsqpy.broker.stats import stats
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.extend import decode_traced_reply, encode_pub_ext, encode_pub_trace
 from nsqpy.protocol.message import decode_message
+from nsqpy.testing import identify, pub
 from nsqpy.testing.certs import CertFiles
 
 from .conftest import MakeNsqd
-from .helpers import SecureWire, client_context, identify_cmd, pub_cmd
+from .helpers import SecureWire, client_context
 
 
 def client_stats(server: NsqdServer) -> list[dict[str, Any]]:
@@ -32,7 +33,7 @@ async def sub_and_receive(wire: SecureWire, topic: str, body: bytes) -> None:
     await wire.send(f"SUB {topic} ch\n".encode())
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(b"RDY 5\n")
-    await wire.send(pub_cmd(topic, body))
+    await wire.send(pub(topic, body))
     frames = [await wire.read_frame(), await wire.read_frame()]
     assert (0, b"OK") in frames
     message = next(data for ftype, data in frames if ftype == 2)
@@ -64,7 +65,7 @@ async def test_tls_upgrade_then_pub_sub_and_stats(
 async def test_compression_upgrade_sends_ok_compressed(make_nsqd: MakeNsqd, kind: str) -> None:
     server = await make_nsqd()
     wire = await SecureWire.connect(server.tcp_port)
-    await wire.send(identify_cmd({"feature_negotiation": True, kind: True}))
+    await wire.send(identify({"feature_negotiation": True, kind: True}))
     _ftype, data = await wire.read_frame()
     assert json.loads(data)[kind] is True
     # The raw bytes after the JSON reply are the compressed OK, not a plain OK frame.
@@ -108,7 +109,7 @@ async def test_deflate_level_is_clamped_to_max_deflate_level(make_nsqd: MakeNsqd
 async def test_snappy_and_deflate_together_are_refused(make_nsqd: MakeNsqd) -> None:
     server = await make_nsqd()
     wire = await SecureWire.connect(server.tcp_port)
-    await wire.send(identify_cmd({"feature_negotiation": True, "snappy": True, "deflate": True}))
+    await wire.send(identify({"feature_negotiation": True, "snappy": True, "deflate": True}))
     assert await wire.read_frame() == (
         1,
         b"E_IDENTIFY_FAILED cannot enable both deflate and snappy compression",
@@ -121,9 +122,9 @@ async def test_no_feature_negotiation_means_ok_and_no_upgrade(
 ) -> None:
     server = await make_nsqd(**tls_opts)
     wire = await SecureWire.connect(server.tcp_port)
-    await wire.send(identify_cmd({"tls_v1": True, "snappy": True}))
+    await wire.send(identify({"tls_v1": True, "snappy": True}))
     assert await wire.read_frame() == (0, b"OK")
-    await wire.send(pub_cmd("plain_t", b"hi"))
+    await wire.send(pub("plain_t", b"hi"))
     assert await wire.read_frame() == (0, b"OK")
     await wire.close()
 
@@ -136,7 +137,7 @@ async def test_features_the_server_lacks_or_disabled_are_not_negotiated(
     settings = await wire.negotiate({"tls_v1": True, "snappy": True, "deflate": True})
     assert (settings["tls_v1"], settings["snappy"], settings["deflate"]) == (False, False, False)
     assert settings["auth_required"] is False
-    await wire.send(pub_cmd("plain_t", b"hi"))
+    await wire.send(pub("plain_t", b"hi"))
     assert await wire.read_frame() == (0, b"OK")
     await wire.close()
 
@@ -146,12 +147,12 @@ async def test_tls_required_refuses_commands_until_upgraded(
 ) -> None:
     server = await make_nsqd(tls_required="tcp-https", **tls_opts)
     plain = await SecureWire.connect(server.tcp_port)
-    await plain.send(pub_cmd("t", b"x"))
+    await plain.send(pub("t", b"x"))
     assert await plain.read_frame() == (1, b"E_INVALID cannot PUB in current state (TLS required)")
     await plain.expect_closed()
     wire = await SecureWire.connect(server.tcp_port)
     await wire.negotiate({"tls_v1": True}, tls=client_context(certs))
-    await wire.send(pub_cmd("t", b"x"))
+    await wire.send(pub("t", b"x"))
     assert await wire.read_frame() == (0, b"OK")
     await wire.close()
 
@@ -162,15 +163,13 @@ async def test_publish_before_identify_gets_its_ok_in_plain_text_first(
     server = await make_nsqd()
     wire = await SecureWire.connect(server.tcp_port)
     # Pipelined: PUB's OK waits for the group commit, IDENTIFY's reply and upgrade after it.
-    await wire.send(
-        pub_cmd("early", b"x") + identify_cmd({"feature_negotiation": True, "snappy": True})
-    )
+    await wire.send(pub("early", b"x") + identify({"feature_negotiation": True, "snappy": True}))
     assert await wire.read_frame() == (0, b"OK")
     _ftype, data = await wire.read_frame()
     assert json.loads(data)["snappy"] is True
     wire._compress_from_here("snappy", 6)
     assert await wire.read_frame() == (0, b"OK")
-    await wire.send(pub_cmd("early", b"y"))
+    await wire.send(pub("early", b"y"))
     assert await wire.read_frame() == (0, b"OK")
     await wire.close()
 
@@ -183,8 +182,8 @@ async def test_bytes_pipelined_after_identify_are_read_in_the_new_encoding(
     server = await make_nsqd()
     wire = await SecureWire.connect(server.tcp_port)
     z = zlib.compressobj(6, zlib.DEFLATED, -15)
-    pub = z.compress(pub_cmd("piped", b"z")) + z.flush(zlib.Z_SYNC_FLUSH)
-    await wire.send(identify_cmd({"feature_negotiation": True, "deflate": True}) + pub)
+    piped = z.compress(pub("piped", b"z")) + z.flush(zlib.Z_SYNC_FLUSH)
+    await wire.send(identify({"feature_negotiation": True, "deflate": True}) + piped)
     _ftype, data = await wire.read_frame()
     assert json.loads(data)["deflate"] is True
     wire._compress_from_here("deflate", 6)
@@ -216,7 +215,7 @@ async def test_extensions_over_tls_and_compression(
     # the first channel gets what the topic kept, in order, then what follows
     await wire.send(encode_pub_ext("x", {"app": "b"}, b"three", partition=1))
     await wire.send(encode_pub_trace("x", 43, b"four", partition=1))
-    got = []
+    got: list[tuple[bytes, Any]] = []
     while len(got) < 4:
         ftype, data = await wire.read_frame()
         if ftype == 2:

@@ -15,10 +15,11 @@ import pytest
 
 from nsqpy.errors import ConfigError
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing import identify
 from nsqpy.testing.certs import CertFiles
 
 from .conftest import MakeNsqd, nsqd_opts
-from .helpers import SecureWire, identify_cmd
+from .helpers import SecureWire
 
 
 @pytest.mark.parametrize(
@@ -123,7 +124,7 @@ async def test_tls_min_version_refuses_older_clients(
 ) -> None:
     server = await make_nsqd(tls_min_version="tls1.3", **tls_opts)
     wire = await SecureWire.connect(server.tcp_port)
-    await wire.send(identify_cmd({"feature_negotiation": True, "tls_v1": True}))
+    await wire.send(identify({"feature_negotiation": True, "tls_v1": True}))
     await wire.read_frame()
     old = ssl.create_default_context(cafile=certs.ca)
     old.maximum_version = ssl.TLSVersion.TLSv1_2

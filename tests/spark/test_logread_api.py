@@ -9,7 +9,6 @@ are also checked against those).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 from collections.abc import AsyncIterator, Callable
@@ -31,7 +30,7 @@ from nsqpy.spark import wire
 from nsqpy.spark.wire import BadLogReply, decode_batches, decode_chunk, to_record_batch
 from nsqpy.storage import Entry, PartitionLog, RawBatch, Record
 from nsqpy.storage import records as layout
-from nsqpy.testing import AsyncWire, FakeClock
+from nsqpy.testing import AsyncWire, FakeClock, eventually
 
 T0 = 1_700_000_000_000_000_000  # FakeClock's start, ns
 
@@ -443,13 +442,6 @@ def mpub_body(bodies: list[bytes]) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
-
-
 def channel_state(server: NsqdServer, topic: str, channel: str) -> dict[str, object]:
     """What a consumer group depends on: cursor, queue, in-flight set and counters."""
     ch = server.broker.topics[topic].channels[channel]
@@ -479,7 +471,7 @@ async def test_reads_never_move_a_channel(tmp_path: Path) -> None:
         ids = [(await sub.read_frame())[1][10:26] for _ in range(4)]  # 4 in flight
         await sub.send(b"RDY 0\nFIN " + ids[0] + b"\n")  # one finished, three held
         ch = server.broker.topics["busy"].channels["workers"]
-        await until(lambda: ch.finish_count == 1)
+        await eventually(lambda: ch.finish_count == 1)
         before = channel_state(server, "busy", "workers")
         assert before["depth"] == 6 and len(before["in_flight"]) == 3  # type: ignore[arg-type]
 

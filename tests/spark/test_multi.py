@@ -17,7 +17,7 @@ import pytest
 from nsqpy.errors import ConfigError
 from nsqpy.spark.options import source_options
 from nsqpy.spark.plan import plan_batch
-from nsqpy.testing import DaemonProcess, http_get, wait_for
+from nsqpy.testing import DaemonProcess, http_get, lookupd_process, wait_for
 
 from .conftest import publish, start_nsqd
 
@@ -27,8 +27,7 @@ Cluster = tuple[DaemonProcess, DaemonProcess, DaemonProcess]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One nsqlookupd and two nsqd registered with it."""
-    args = ["--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0"]
-    lookupd = DaemonProcess("nsqlookupd", [*args, "--broadcast-address=127.0.0.1"]).start()
+    lookupd = lookupd_process().start()
     nodes: list[DaemonProcess] = []
     try:
         for name in ("a", "b"):

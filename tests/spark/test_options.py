@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -221,7 +222,7 @@ class FakeConn:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def mpub(self, topic: str, bodies: list[bytes], partition_key: bytes = b"") -> None:
+    def mpub(self, topic: str, bodies: Sequence[bytes], partition_key: bytes = b"") -> None:
         self.calls.append(("mpub", topic, partition_key, list(bodies)))
 
     def pub(self, topic: str, body: bytes, defer_ms: int = 0) -> None:

@@ -86,7 +86,7 @@ def test_archive_is_exactly_once_across_driver_kills(
         proc = start_archive(args, log)
         try:
             wait_for(
-                lambda p=proc, b=before: commits(checkpoint) >= b + 2 or p.poll() is not None,
+                lambda p=proc, b=before: commits(checkpoint) >= b + 2 or p.poll() is not None,  # type: ignore[misc]
                 timeout=110,
             )
             assert proc.poll() is None, log.read_text()[-3000:]

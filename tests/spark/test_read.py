@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, http_get, wait_for
+from nsqpy.testing import DaemonProcess, http_get, lookupd_process, wait_for
 
 from .conftest import log_contents, publish, start_nsqd
 
@@ -103,12 +103,7 @@ def lookupd_stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:
     """An nsqlookupd and an nsqd registered with it."""
-    args = [
-        "--tcp-address=127.0.0.1:0",
-        "--http-address=127.0.0.1:0",
-        "--broadcast-address=127.0.0.1",
-    ]
-    lookupd = DaemonProcess("nsqlookupd", args).start()
+    lookupd = lookupd_process().start()
     try:
         daemon = start_nsqd(
             tmp_path_factory.mktemp("nsqd"), f"--lookupd-tcp-address=127.0.0.1:{lookupd.tcp_port}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, WireClient
+from nsqpy.testing import DaemonProcess, consume
 
 from .conftest import log_contents, publish
 
@@ -16,29 +16,13 @@ def writer(df: Any, nsqd: DaemonProcess, **options: str) -> Any:
     return df.write.format("nsq").option("nsqd", nsqd.http).options(**options).mode("append")
 
 
-def consume_all(nsqd: DaemonProcess, topic: str, count: int) -> list[bytes]:
-    """SUB a new channel (the first one gets everything the topic holds) and FIN ``count``."""
-    client = WireClient(nsqd.tcp_port)
-    client.send(b"  V2")
-    client.send(f"SUB {topic} check\nRDY {min(count, 1000)}\n".encode())
-    assert client.read_frame() == (0, b"OK")
-    bodies = []
-    for _ in range(count):
-        frame_type, data = client.read_frame()
-        assert frame_type == 2
-        bodies.append(data[26:])
-        client.send(b"FIN " + data[10:26] + b"\n")
-    client.close()
-    return bodies
-
-
 def test_a_dataframe_written_to_a_topic_is_consumed_back_in_full(
     spark: Any, nsqd: DaemonProcess
 ) -> None:
     rows = [(b"row-%05d" % i,) for i in range(3000)]
     df = spark.createDataFrame(rows, "body binary").repartition(3)
     writer(df, nsqd, topic="sunk", mpubMaxBytes="4096").save()
-    got = consume_all(nsqd, "sunk", 3000)
+    got = consume(nsqd.tcp_port, "sunk", "check", 3000, rdy=1000)  # a new channel: all of it
     assert sorted(got) == [r[0] for r in rows]
     assert [o for o, _, _ in log_contents(nsqd, "sunk")] == list(range(3000))  # nothing else
 

@@ -1,21 +1,9 @@
-"""Shared helpers for the storage tests: a fake clock and file-level corruption."""
+"""Shared helpers for the storage tests: file-level corruption (the fake clock is
+``nsqpy.testing.FakeClock``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-
-class FakeClock:
-    """A clock in ns that only moves when told to."""
-
-    def __init__(self, now: int = 1_700_000_000_000_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance_ms(self, ms: int) -> None:
-        self.now += ms * 1_000_000
 
 
 def segments(directory: Path) -> list[Path]:

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from nsqpy.errors import CorruptRecord
 from nsqpy.storage import CursorFile, CursorState
-
-from .helpers import FakeClock
+from nsqpy.testing import FakeClock
 
 
 def test_in_order_confirms_advance_confirmed_and_next_read() -> None:

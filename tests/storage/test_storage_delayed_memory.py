@@ -9,8 +9,7 @@ import pytest
 
 from nsqpy.errors import StorageError
 from nsqpy.storage import DelayedEntry, DelayedStore, Entry, MemoryLog, OffsetOutOfRange
-
-from .helpers import FakeClock
+from nsqpy.testing import FakeClock
 
 
 def test_delayed_store_orders_due_entries_and_survives_restart(tmp_path: Path) -> None:
@@ -65,7 +64,7 @@ def test_memory_log_reads_and_drops_the_newest_on_overflow() -> None:
     assert [r.body for r in recs] == [b"a", b"b", b"c", b"d", b"e"]
     assert recs[3].trace_id == 9 and recs[0].timestamp == clock.now
     assert len(log.read(0, 10, max_bytes=2)) == 2 and len(log.read(0, 10, max_bytes=0)) == 1
-    assert log.read_frames(4, 10) == [(4, clock.now, 0, 0, b"e")]
+    assert log.read_frames(4, 10) == [(4, clock.now, 0, 0, b"e", b"")]
     assert log.read(5, 10) == []
     assert log.append_bodies([b"h"]) == 5 and log.dropped == 3  # still full
     # Once its readers are done with the front, there is room again.

@@ -89,7 +89,7 @@ def test_every_body_encoder_road_writes_the_reference_bytes(n: int, mixed: bool)
 def test_memoryview_bodies_take_the_general_road() -> None:
     bodies = [memoryview(b"abcd" * 3)] * 6  # struct's "s" refuses a memoryview
     want = reference_batch([Entry(b"abcd" * 3)] * 6, 0, 0, TS)
-    assert b"".join(encode_bodies(bodies, 0, 0, TS, 0)) == want  # type: ignore[arg-type]
+    assert b"".join(encode_bodies(bodies, 0, 0, TS, 0)) == want
 
 
 @settings(max_examples=150, deadline=None)

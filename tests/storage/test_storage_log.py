@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 
 from nsqpy.errors import ConfigError, StorageError
 from nsqpy.storage import Entry, OffsetOutOfRange, PartitionLog, Record, SyncPolicy
-from nsqpy.storage.records import BATCH_SIZE, RECORD_SIZE
+from nsqpy.storage.records import BATCH_SIZE, RECORD_SIZE, extension_bytes
+from nsqpy.testing import FakeClock
 
-from .helpers import FakeClock, segments
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from .helpers import segments
 
 
 def body(i: int, size: int = 20) -> bytes:
@@ -61,8 +57,8 @@ def test_flush_is_one_write_syscall_for_everything_pending(
     calls: list[str] = []
     real_pwrite, real_pwritev, real_write = os.pwrite, os.pwritev, os.write
 
-    def count(name: str, fn):  # type: ignore[no-untyped-def]
-        def wrapper(*a):  # type: ignore[no-untyped-def]
+    def count(name: str, fn):
+        def wrapper(*a):
             calls.append(name)
             return fn(*a)
 
@@ -479,6 +475,16 @@ def test_whole_batch_reads_agree_with_record_by_record_reads(
         frames = log.read_frames(0, 100)
         one_by_one = [log.read(i, 1)[0] for i in range(18)]
     assert whole == one_by_one
-    assert frames == [(r.offset, r.timestamp, r.deliver_at, r.flags, r.body) for r in whole]
+    assert frames == [
+        (
+            r.offset,
+            r.timestamp,
+            r.deliver_at,
+            r.flags,
+            r.body,
+            extension_bytes(r.trace_id, r.partition_key, r.headers),
+        )
+        for r in whole
+    ]
     assert [r.body for r in whole] == [e.body for e in entries] * 2
     assert [r.trace_id for r in whole] == [e.trace_id for e in entries] * 2

@@ -14,9 +14,9 @@ import pytest
 
 from nsqpy.storage import PartitionLog
 from nsqpy.storage.reservation import RESERVE_MIN, Reservation
-from nsqpy.testing import simulate_reboot
+from nsqpy.testing import FakeClock, simulate_reboot
 
-from .helpers import FakeClock, cut, segments
+from .helpers import cut, segments
 
 
 def write(directory: Path, n: int, **kw: object) -> PartitionLog:

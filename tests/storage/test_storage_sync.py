@@ -19,7 +19,7 @@ class HookedSegment(Segment):
 
     hook: Callable[[], None] | None = None
 
-    @property  # type: ignore[override]
+    @property
     def end(self) -> int:
         return int(self.__dict__.get("_end", 0))
 
@@ -43,7 +43,7 @@ def test_sync_between_the_write_and_its_bookkeeping_fsyncs_what_it_counts(
     log = PartitionLog(tmp_path)
     try:
         old = log._segments[-1]
-        fields: dict[str, Any] = {k: getattr(old, k) for k in Segment.__slots__}  # type: ignore[attr-defined]
+        fields: dict[str, Any] = {k: getattr(old, k) for k in Segment.__slots__}
         hooked = HookedSegment(**fields)
         log._segments[-1] = hooked
         seen: list[tuple[int, int]] = []

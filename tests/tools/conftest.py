@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nsqpy.testing import DaemonProcess, nsqd_process
+from nsqpy.testing import DaemonProcess, lookupd_process, nsqd_process
 
 from .helpers import RUNNING, Receiver
 
@@ -42,14 +42,7 @@ class LookupStack:
 
 @pytest.fixture(scope="session")
 def lookupd_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LookupStack]:
-    lookupd = DaemonProcess(
-        "nsqlookupd",
-        [
-            "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0",
-            "--broadcast-address=127.0.0.1",
-        ],
-    )
+    lookupd = lookupd_process()
     with lookupd:
         registered = nsqd_process(
             tmp_path_factory.mktemp("nsqd_lookupd"),

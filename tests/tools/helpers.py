@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
-from nsqpy.testing import DaemonProcess, WireClient, http_request
+from nsqpy.testing import DaemonProcess, WireClient, http_request, nsqd_stats
 
 BIN = Path(sys.executable).parent
 _counter = itertools.count()
@@ -102,18 +103,6 @@ class Tool:
         self.wait(10.0)
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:
-    """Poll ``predicate`` until truthy; fail with ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.02)
-
-
 def publish(nsqd: DaemonProcess, topic: str, bodies: Sequence[bytes]) -> None:
     """MPUB over HTTP in chunks."""
     for start in range(0, len(bodies), 500):
@@ -134,27 +123,18 @@ def create_channel(nsqd: DaemonProcess, topic: str, channel: str) -> None:
     assert status == 200, body
 
 
-def stats(nsqd: DaemonProcess, topic: str) -> dict[str, object] | None:
-    import json
-
-    status, body, _ = http_request("GET", f"{nsqd.http}/stats?format=json&topic={topic}")
-    assert status == 200, body
-    topics = json.loads(body)["topics"] or []
+def stats(nsqd: DaemonProcess, topic: str) -> dict[str, Any] | None:
+    """The topic's /stats entry, or None while nsqd has no such topic."""
+    topics = nsqd_stats(nsqd.http, topic)["topics"] or []
     return topics[0] if topics else None
 
 
 def find_channel(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, int] | None:
     entry = stats(nsqd, topic)
-    for ch in entry["channels"] if entry else []:  # type: ignore[attr-defined]
+    for ch in entry["channels"] if entry else []:
         if ch["channel_name"] == channel:
             return ch  # type: ignore[no-any-return]
     return None
-
-
-def channel_stats(nsqd: DaemonProcess, topic: str, channel: str) -> dict[str, int]:
-    ch = find_channel(nsqd, topic, channel)
-    assert ch is not None, f"no channel {topic}/{channel}"
-    return ch
 
 
 def drained(nsqd: DaemonProcess, topic: str, channel: str) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from nsqpy.testing import eventually
 from nsqpy.tools.filelogger import FileConfig, FileLogger
 from nsqpy.tools.to_file import TopicArchiver
 
@@ -44,12 +45,12 @@ def make(tmp_path: Path, max_in_flight: int) -> tuple[TopicArchiver, CountingLog
 async def test_handlers_return_only_after_the_covering_fsync(tmp_path: Path) -> None:
     archiver, flog, _ = make(tmp_path, max_in_flight=3)
     first = asyncio.ensure_future(archiver.handle(FakeMessage(b"one")))  # type: ignore[arg-type]
-    await asyncio.wait_for(_until(lambda: flog.out is not None), 5)
+    await eventually(lambda: flog.out is not None, 5, interval=0.005)
     # the file was opened for "one" (and that opening synced it); "two" waits for the next sync
     await first
     second = asyncio.ensure_future(archiver.handle(FakeMessage(b"two")))  # type: ignore[arg-type]
     # the router's turn is over once "two" counts as written-but-unsynced
-    await asyncio.wait_for(_until(lambda: len(archiver._written) == 1), 5)
+    await eventually(lambda: len(archiver._written) == 1, 5, interval=0.005)
     assert flog.pending == 1 and not second.done()  # not fsynced: not answered
     third = asyncio.ensure_future(archiver.handle(FakeMessage(b"three")))  # type: ignore[arg-type]
     fourth = asyncio.ensure_future(archiver.handle(FakeMessage(b"four")))  # type: ignore[arg-type]
@@ -74,8 +75,3 @@ async def test_a_failed_write_is_fatal_and_requeues(tmp_path: Path) -> None:
     await archiver.handle(late)  # type: ignore[arg-type]
     assert late.requeued == [0]
     await archiver.stop()
-
-
-async def _until(predicate: object) -> None:
-    while not predicate():  # type: ignore[operator]
-        await asyncio.sleep(0.005)

@@ -6,25 +6,23 @@ import json
 import signal
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, free_ports, nsqd_process
+from nsqpy.testing import DaemonProcess, channel_stats, free_ports, nsqd_process, wait_for
 
 from .helpers import (
     Tool,
     assert_clean_error,
-    channel_stats,
     consume_until,
     drained,
     publish,
     run_tool,
     stats,
     unique,
-    wait_for,
 )
 
 
 def forwarded(daemon: DaemonProcess, topic: str) -> int:
     entry = stats(daemon, topic)
-    return 0 if entry is None else int(entry["message_count"])  # type: ignore[call-overload]
+    return 0 if entry is None else int(entry["message_count"])
 
 
 def test_forwards_with_a_new_topic_name(
@@ -60,7 +58,7 @@ def test_sigterm_mid_stream_loses_nothing(
     first = Tool("nsq_to_nsq", args, tmp_path)
     wait_for(lambda: forwarded(nsqd2, source) >= 200, what="forwarding to start")
     assert first.stop(signal.SIGTERM) == 0, first.stderr
-    after_first = channel_stats(nsqd, source, "nsq_to_nsq")
+    after_first = channel_stats(nsqd.http, source, "nsq_to_nsq")
     sent = forwarded(nsqd2, source)
     assert 0 < sent < len(bodies), "SIGTERM did not land mid-stream"
     assert after_first["in_flight_count"] == 0
@@ -158,7 +156,7 @@ def test_destination_dying_mid_stream_requeues_and_loses_nothing(
         wait_for(lambda: forwarded(dest, source) >= 300, what="forwarding under way")
         dest.kill()  # SIGKILL: PUBs in flight fail, nothing acknowledged is lost
         wait_for(
-            lambda: channel_stats(nsqd, source, "nsq_to_nsq")["requeue_count"] > 0,
+            lambda: channel_stats(nsqd.http, source, "nsq_to_nsq")["requeue_count"] > 0,
             what="failed forwards requeued at the source",
         )
         assert tool.running()

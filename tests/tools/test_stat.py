@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nsqpy.testing import DaemonProcess, http_request
+from nsqpy.testing import DaemonProcess, http_request, wait_for
 
 from .conftest import LookupStack
-from .helpers import assert_clean_error, create_channel, publish, run_tool, unique, wait_for
+from .helpers import assert_clean_error, create_channel, publish, run_tool, unique
 
 HEADER_1 = (
     "------rate------+----------------depth----------------+--------------metadata---------------"

@@ -6,10 +6,10 @@ import re
 import signal
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess, http_request
+from nsqpy.testing import DaemonProcess, http_request, wait_for
 
 from .conftest import LookupStack
-from .helpers import Tool, publish, run_tool, stats, unique, wait_for
+from .helpers import Tool, publish, run_tool, stats, unique
 
 
 def test_prints_n_messages_then_exits(nsqd: DaemonProcess) -> None:

@@ -7,19 +7,10 @@ import signal
 import socket
 from pathlib import Path
 
-from nsqpy.testing import DaemonProcess
+from nsqpy.testing import DaemonProcess, channel_stats, wait_for
 
 from .conftest import LookupStack
-from .helpers import (
-    Tool,
-    assert_clean_error,
-    channel_stats,
-    drained,
-    publish,
-    run_tool,
-    unique,
-    wait_for,
-)
+from .helpers import Tool, assert_clean_error, drained, publish, run_tool, unique
 
 SHORT_HOST = socket.gethostname().split(".")[0]
 
@@ -92,7 +83,7 @@ def test_sigterm_mid_stream_loses_nothing(nsqd: DaemonProcess, tmp_path: Path) -
     written = lines_in(out)
     assert list(work.iterdir()) == []  # closed and moved
     assert 0 < len(set(written)) < len(bodies), "SIGTERM did not land mid-stream"
-    after_first = channel_stats(nsqd, topic, "nsq_to_file")
+    after_first = channel_stats(nsqd.http, topic, "nsq_to_file")
     assert after_first["in_flight_count"] == 0  # FIN'd (written) or REQ'd (not written)
     # each message was either written once and FIN'd, or not written and is still in nsqd
     assert len(written) == len(set(written))

@@ -7,19 +7,17 @@ import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from nsqpy.testing import DaemonProcess
+from nsqpy.testing import DaemonProcess, channel_stats, wait_for
 
 from .helpers import (
     Receiver,
     Request,
     Tool,
     assert_clean_error,
-    channel_stats,
     find_channel,
     publish,
     run_tool,
     unique,
-    wait_for,
 )
 
 FAST_RETRY = ["--consumer-opt=default_requeue_delay,0s", "--consumer-opt=backoff_multiplier,10ms"]
@@ -147,7 +145,7 @@ def test_failures_and_timeouts_are_requeued_until_delivered(
         release.set()
     assert tool.stop() == 0, tool.stderr
     assert seen[b"bad"] == 3 and seen[b"slow"] >= 2 and seen[b"fine"] == 1
-    assert channel_stats(nsqd, topic, "nsq_to_http")["requeue_count"] >= 3
+    assert channel_stats(nsqd.http, topic, "nsq_to_http")["requeue_count"] >= 3
     assert "got status code 503" in tool.stderr
 
 
@@ -204,7 +202,7 @@ def test_sigterm_mid_stream_loses_nothing(
     assert first.stop(signal.SIGTERM) == 0, first.stderr
     delivered = {r.body for r in receiver.snapshot()}
     assert 0 < len(delivered) < len(bodies), "SIGTERM did not land mid-stream"
-    after_first = channel_stats(nsqd, topic, "nsq_to_http")
+    after_first = channel_stats(nsqd.http, topic, "nsq_to_http")
     assert after_first["in_flight_count"] == 0  # each message FIN'd or REQ'd before the exit
     waiting = after_first["depth"] + after_first["deferred_count"]
     assert waiting >= len(bodies) - len(delivered)  # nothing undelivered was FIN'd

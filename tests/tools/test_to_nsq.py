@@ -6,17 +6,9 @@ import signal
 import subprocess
 import time
 
-from nsqpy.testing import DaemonProcess
+from nsqpy.testing import DaemonProcess, wait_for
 
-from .helpers import (
-    assert_clean_error,
-    consume_until,
-    run_tool,
-    stats,
-    tool_path,
-    unique,
-    wait_for,
-)
+from .helpers import assert_clean_error, consume_until, run_tool, stats, tool_path, unique
 
 
 def test_publishes_each_line_and_exits_at_end_of_input(nsqd: DaemonProcess) -> None:

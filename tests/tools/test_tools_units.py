@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nsqpy import version_line
 from nsqpy.flags import FlagError, Option, format_help, parse_into
 from nsqpy.tools.clientopts import parse_client_opts
-from nsqpy.tools.common import ephemeral_channel, version_line
+from nsqpy.tools.common import ephemeral_channel
 from nsqpy.tools.hostpool import INITIAL_RETRY, Selector
 from nsqpy.tools.metrics import TimerMetrics
 from nsqpy.tools.nsq_to_nsq import JsonFilter

@@ -24,7 +24,7 @@ from nsqpy.broker.channel_partition import ChannelPartition
 from nsqpy.broker.client import Client
 from nsqpy.broker.deferred import Deferred
 from nsqpy.broker.e2e import LatencyWindow
-from nsqpy.broker.inflight import InFlight
+from nsqpy.broker.inflight import FROM_LOG, InFlight
 from nsqpy.broker.ordered import OrderedDelivery
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, TouchFailed
@@ -170,6 +170,16 @@ class Channel:
     def next_deadline(self) -> int | None:
         found = [d for d in (part.next_deadline() for part in self.parts) if d is not None]
         return min(found) if found else None
+
+    def stored_extension(self, partition: int, offset: int) -> bytes | None:
+        """The extension, as stored, of a message just delivered (kept with its in-flight
+        entry); None when it is not known there (read it with ``extension``)."""
+        if not 0 <= partition < len(self.parts):
+            return b""
+        item = self.parts[partition].in_flight.get(offset)
+        if item is None or (not item.ext and item.source != FROM_LOG):
+            return None  # (a deferred message of an ephemeral channel keeps only its body)
+        return item.ext
 
     def extension(self, partition: int, offset: int) -> tuple[int, bytes]:
         """The extension delivered with a message (``broker.extensions``); none for an ID

@@ -55,7 +55,8 @@ from nsqpy.storage import (
 log = logging.getLogger("nsqpy.broker")
 
 # (client, offset, attempts, timestamp, body, source, now): the channel's delivery
-Deliver = Callable[[Client, int, int, int, bytes, int, int], None]
+# client, offset, attempts, timestamp, body, source, now, the record's extension as stored
+Deliver = Callable[[Client, int, int, int, bytes, int, int, bytes], None]
 
 
 class Expire(Protocol):
@@ -254,7 +255,7 @@ class ChannelDeferral:
             self.stalled = False  # gone, or due now: the read delivers it as any other
             self._deferral_ok()
             return
-        _, timestamp, deliver_at, _, body = frames[0]
+        _, timestamp, deliver_at, _, body, _ = frames[0]
         if self.defer_read(offset, deliver_at, timestamp, body):
             self.cursor.next_read = max(self.cursor.next_read, offset + 1)
             self.stalled = False
@@ -317,7 +318,7 @@ class ChannelDeferral:
             self.deferred.remove(due.offset)  # a DPUB'd message nobody took in time
             expire(due.offset, now, confirm=False)  # (it left the cursor's window)
             return 0
-        body, timestamp = due.body, due.timestamp
+        body, timestamp, ext = due.body, due.timestamp, b""
         if body is None:
             try:
                 frames = self.source.log.read_frames(due.offset, 1)
@@ -326,14 +327,14 @@ class ChannelDeferral:
             if not frames or frames[0][0] != due.offset:
                 self.deferred.remove(due.offset)
                 return 0
-            timestamp, body = frames[0][1], frames[0][4]
+            timestamp, body, ext = frames[0][1], frames[0][4], frames[0][5]
         if not ready:
             self.deferred.put(due.offset, now, due.attempts, timestamp, body)
             return 0
         client = self.next_client(ready)
         deadline = now + client.msg_timeout_ns  # the in-flight deadline ``deliver`` gives it
         self.deferred.put(due.offset, deadline, due.attempts + 1, timestamp, body)
-        self.deliver(client, due.offset, due.attempts + 1, timestamp, body, FROM_DEFERRED, now)
+        self.deliver(client, due.offset, due.attempts + 1, timestamp, body, FROM_DEFERRED, now, ext)
         self.leased += 1
         if client.capacity <= 0:
             ready.remove(client)

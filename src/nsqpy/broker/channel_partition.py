@@ -76,7 +76,7 @@ class ChannelPartition:
         self.consumers: list[Client] = []
         self.in_flight: dict[int, InFlight] = {}
         self._timeouts: list[tuple[int, int]] = []
-        self._requeued: deque[tuple[int, int, int, bytes]] = deque()
+        self._requeued: deque[tuple[int, int, int, bytes, bytes]] = deque()
         self._rr = 0
         self._unsaved = 0
         self.message_count = 0
@@ -196,9 +196,9 @@ class ChannelPartition:
     def _pump_requeued(self, ready: list[Client], now: int) -> int:
         sent = 0
         while self._requeued and ready:
-            offset, attempts, timestamp, body = self._requeued.popleft()
+            offset, attempts, timestamp, body, ext = self._requeued.popleft()
             client = self._next_client(ready)
-            self._deliver(client, offset, attempts + 1, timestamp, body, FROM_LOG, now)
+            self._deliver(client, offset, attempts + 1, timestamp, body, FROM_LOG, now, ext)
             sent += 1
             if client.capacity <= 0:
                 ready.remove(client)
@@ -227,7 +227,7 @@ class ChannelPartition:
             if not frames:
                 break
             skip_at = deferral.next_ahead()  # a DPUB deferred on arrival: skipped, confirmed
-            for offset, timestamp, deliver_at, _flags, body in frames:
+            for offset, timestamp, deliver_at, _flags, body, ext in frames:
                 if offset != cursor.next_read:  # offsets the log lost (quarantined): skipped
                     self._unsaved += cursor.confirm_range(cursor.next_read, offset)
                 cursor.next_read = offset + 1
@@ -249,7 +249,7 @@ class ChannelPartition:
                 if client.sample_rate and random.randint(0, 99) > client.sample_rate:
                     self._confirm(offset)  # NSQ discards what sampling skips
                     continue
-                self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now)
+                self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now, ext)
                 sent += 1
                 if client.capacity <= 0:
                     ready.remove(client)
@@ -266,9 +266,12 @@ class ChannelPartition:
         body: bytes,
         source: int,
         now: int,
+        ext: bytes = b"",
     ) -> None:
         deadline = now + client.msg_timeout_ns
-        self.in_flight[offset] = InFlight(client, attempts, deadline, now, timestamp, body, source)
+        self.in_flight[offset] = InFlight(
+            client, attempts, deadline, now, timestamp, body, source, ext
+        )
         self._push_timeout(deadline, offset)
         client.in_flight_count += 1
         client.message_count += 1
@@ -397,7 +400,7 @@ class ChannelPartition:
             except StorageError as exc:  # its lease stays: due again when the lease ends
                 self.deferral.storage_failed("failed to requeue a deferred message", exc)
         else:
-            self._requeued.append((offset, item.attempts, item.timestamp, item.body))
+            self._requeued.append((offset, item.attempts, item.timestamp, item.body, item.ext))
 
     def _exhausted(self, offset: int, item: InFlight, reason: str, now: int) -> bool:
         """After a failed attempt: True when the message used its last attempt and went to

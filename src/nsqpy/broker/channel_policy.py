@@ -110,7 +110,7 @@ class PolicyPaths:
             if not frames:
                 break
             skip_at = deferral.next_ahead()
-            for offset, timestamp, deliver_at, _flags, body in frames:
+            for offset, timestamp, deliver_at, _flags, body, _ext in frames:
                 if offset >= skip_at and deferral.take_ahead(offset):
                     skip_at = deferral.next_ahead()
                 elif cursor.is_confirmed(offset):

@@ -25,7 +25,7 @@ from nsqpy.protocol.message import (
     try_decode_message_id,
 )
 from nsqpy.storage import Entry, Record
-from nsqpy.storage.records import EXT_SIZE, RECORD_SIZE
+from nsqpy.storage.records import EXT_SIZE, RECORD_SIZE, parse_extension
 
 Extension: TypeAlias = tuple[int, bytes]  # (extension version, extension bytes)
 NO_EXTENSION: Extension = (NO_EXT_VERSION, b"")
@@ -70,7 +70,11 @@ class ExtendSink:
         channel = self.client.channel
         decoded = try_decode_message_id(frame[_ID_AT : _ID_AT + 16])
         if decoded is not None and isinstance(channel, Channel):
-            version, ext = channel.extension(*decoded)
+            raw = channel.stored_extension(*decoded)  # kept with the in-flight entry
+            if raw is None:
+                version, ext = channel.extension(*decoded)
+            else:
+                version, ext = extension_from(*parse_extension(raw))
         self.sink.send_message(extend_frame(frame, version, ext))
 
     def close_by_server(self) -> None:

@@ -27,6 +27,7 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
 from nsqpy.protocol.names import is_ephemeral, valid_channel_name, valid_topic_name
+from nsqpy.storage.files import write_atomic
 
 log = logging.getLogger("nsqpy.broker")
 
@@ -71,16 +72,8 @@ def document(topics: Iterable[Topic]) -> dict[str, object]:
 
 def write(data_path: Path, doc: dict[str, object]) -> None:
     """Replace ``nsqd.dat`` atomically with ``doc``."""
-    path = data_path / METADATA_FILE
-    tmp = path.with_name(f"{METADATA_FILE}.{os.getpid()}.tmp")
     data = json.dumps(doc, separators=(",", ":")).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(data_path / METADATA_FILE, data, mode=0o600)
 
 
 def read(data_path: Path) -> list[object] | None:

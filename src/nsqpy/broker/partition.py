@@ -20,6 +20,7 @@ channels to defer as they reach them. Must not import asyncio or any server.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from nsqpy.storage import (
     PartitionLog,
     SyncPolicy,
 )
+from nsqpy.storage.files import fsync_dir
 
 log = logging.getLogger("nsqpy.broker")
 
@@ -63,6 +65,31 @@ class LogSettings:
     clock: Callable[[], int] = field(default=time.time_ns)  # cursor files' save timing
     health: Health = field(default_factory=Health)  # where storage failures are reported
     dpub_budget: NoteBudget = field(default_factory=NoteBudget)  # DPUB notes of them all
+
+
+CURSORS = "cursors"  # <topic dir>/p<N>/cursors/channel-<name>.cursor
+
+
+def move_old_cursors(topic_dir: Path) -> None:
+    """Data paths written before every partition kept its cursors in its own directory had
+    partition 0's in ``<topic dir>/cursors``: move them to ``p0/cursors`` (each a rename,
+    then the directories fsynced), so there is one layout."""
+    old = topic_dir / CURSORS
+    if not old.is_dir():
+        return
+    new = topic_dir / "p0" / CURSORS
+    new.mkdir(parents=True, exist_ok=True)
+    moved = 0
+    for path in old.iterdir():
+        if path.name.endswith(".tmp"):
+            path.unlink(missing_ok=True)
+            continue
+        os.replace(path, new / path.name)
+        moved += 1
+    fsync_dir(new)
+    old.rmdir()
+    fsync_dir(topic_dir)
+    log.info("topic %s: %d cursor files moved to p0/%s", topic_dir.name, moved, CURSORS)
 
 
 class Partition:
@@ -113,6 +140,8 @@ class Partition:
                 retention_ms=settings.retention_ms,
                 retention_bytes=settings.retention_bytes,
             )
+            if number == 0:
+                move_old_cursors(directory)
         self.buffer_start = self.log.low_watermark if buffer_start is None else buffer_start
 
     @property
@@ -125,8 +154,7 @@ class Partition:
     def _cursor_path(self, channel: str) -> Path | None:
         if self.directory is None or is_ephemeral(channel):
             return None
-        base = self.directory if self.number == 0 else self.directory / f"p{self.number}"
-        folder = base / "cursors"
+        folder = self.directory / f"p{self.number}" / CURSORS
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"channel-{channel}.cursor"
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from nsqpy.errors import StorageError
 from nsqpy.protocol.names import valid_topic_name
+from nsqpy.storage.files import write_atomic
 
 if TYPE_CHECKING:
     from nsqpy.broker.inflight import InFlight
@@ -137,15 +138,8 @@ class PolicyFile:
             }
             topics[name] = entry
         doc = {"topics": topics}
-        tmp = self.path.with_name(f"{FEATURES_FILE}.{os.getpid()}.tmp")
         data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+        write_atomic(self.path, data, mode=0o600)
 
     def topic(self, name: str) -> TopicSettings:
         settings = self.topics.get(name)
@@ -159,10 +153,6 @@ class PolicyFile:
         if settings is None:
             settings = channels[name] = ChannelSettings()
         return settings
-
-    def get_channel(self, topic: str, name: str) -> ChannelSettings | None:
-        settings = self.topics.get(topic)
-        return None if settings is None else settings.channels.get(name)
 
     def forget_topic(self, name: str) -> bool:
         return self.topics.pop(name, None) is not None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from nsqpy.errors import ConfigError
 from nsqpy.flags.values import KINDS, LOG_LEVELS, Kind, log_level_number
@@ -78,6 +78,18 @@ def _kind_of(default: object) -> Kind:
     return "str"
 
 
+class OptionDetails(TypedDict, total=False):
+    """What ``option`` takes beyond name, default, help and kind: ``Option``'s fields of the
+    same names, with their defaults."""
+
+    check: Check | None
+    config_key: str
+    api: bool
+    shown: Callable[[Any], object] | None
+    default_text: str | None
+    metavar: str
+
+
 @overload
 def option(
     name: str,
@@ -85,12 +97,7 @@ def option(
     help: str,
     *,
     kind: Kind | None = None,
-    check: Check | None = None,
-    config_key: str = "",
-    api: bool = True,
-    shown: Callable[[Any], object] | None = None,
-    default_text: str | None = None,
-    metavar: str = "",
+    **details: Unpack[OptionDetails],
 ) -> T: ...
 
 
@@ -101,12 +108,7 @@ def option(
     factory: Callable[[], T],
     help: str,
     kind: Kind | None = None,
-    check: Check | None = None,
-    config_key: str = "",
-    api: bool = True,
-    shown: Callable[[Any], object] | None = None,
-    default_text: str | None = None,
-    metavar: str = "",
+    **details: Unpack[OptionDetails],
 ) -> T: ...
 
 
@@ -117,27 +119,18 @@ def option(
     *,
     factory: Callable[[], Any] | None = None,
     kind: Kind | None = None,
-    check: Check | None = None,
-    config_key: str = "",
-    api: bool = True,
-    shown: Callable[[Any], object] | None = None,
-    default_text: str | None = None,
-    metavar: str = "",
+    **details: Unpack[OptionDetails],
 ) -> Any:
     """A dataclass field that is the flag ``name`` (see the module doc). A list default is
-    copied for each instance; ``factory`` computes the default instead."""
+    copied for each instance; ``factory`` computes the default instead; ``kind`` is
+    inferred from the default when not given."""
     declaration = Option(
         name,
         "",  # the field's name, filled in by ``declared``
         kind or _kind_of(default),
         help,
-        check=check,
-        config_key=config_key,
-        api=api,
-        shown=shown,
-        default_text=default_text,
-        metavar=metavar,
         factory=factory,
+        **details,
     )
     metadata = {_METADATA_KEY: declaration}
     if factory is not None:

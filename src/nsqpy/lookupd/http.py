@@ -2,11 +2,13 @@
 
 Every response follows NSQ's V1 conventions through ``nsqpy.httpapi`` (``/ping`` is plain
 text, as in NSQ). Arguments come from the URL query, parsed as Go's ``url.ParseQuery``
-does: the first value wins, ``?topic=`` gives an empty topic, and a malformed query (a bad
+does (``httpapi.query_args``, as nsqd reads them): the first value wins, ``?topic=`` gives an empty topic, and a malformed query (a bad
 ``%`` escape, a ``;``) is 400 INVALID_REQUEST. As in nsqlookupd, ``*`` given as a topic
 where names are not validated (/channels, /lookup, /topic/delete, /topic/tombstone) is a
 wildcard. JSON objects keep nsqlookupd's key orders (Go sorts map keys, keeps struct
-order). Imports aiohttp, nsqpy.httpapi and the registry; never the TCP side.
+order). Handlers and their argument checks raise ``HttpError(status, code)``; the one
+``nsq_middleware`` writes it. Imports aiohttp, nsqpy.httpapi, the registry and the metrics
+exporter (which reads the daemon through ``LookupdView``); never the TCP side.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
-from nsqpy.httpapi import nsq_middleware, v1_empty, v1_error, v1_json
+from nsqpy.httpapi import Args, HttpError, first, nsq_middleware, query_args, v1_empty, v1_json
 from nsqpy.lookupd.registry import PeerInfo, Registry
 from nsqpy.metrics.lookupd_metrics import LookupdView, add_lookupd_metrics
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
@@ -26,7 +28,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Go's zero time.Time in UnixNano (what /debug shows for a producer never tombstoned).
 GO_ZERO_TIME_NS = -6795364578871345152
-_HEX = "0123456789abcdefABCDEF"
 
 
 def make_app(daemon: LookupdView) -> web.Application:
@@ -55,72 +56,22 @@ def make_app(daemon: LookupdView) -> web.Application:
 # -- query arguments ---------------------------------------------------------------------------
 
 
-def _unescape(text: str) -> str:
-    """Go's url.QueryUnescape: ``+`` is a space, ``%XX`` a byte; a bad escape is a ValueError."""
-    if "%" not in text:
-        return text.replace("+", " ")
-    raw = bytearray()
-    i = 0
-    data = text.encode("utf-8", "surrogateescape")
-    while i < len(data):
-        byte = data[i]
-        if byte == 0x25:  # %
-            pair = data[i + 1 : i + 3].decode("latin-1")
-            if len(pair) != 2 or pair[0] not in _HEX or pair[1] not in _HEX:
-                raise ValueError(f"invalid URL escape {data[i : i + 3]!r}")
-            raw.append(int(pair, 16))
-            i += 3
-            continue
-        raw.append(0x20 if byte == 0x2B else byte)
-        i += 1
-    return raw.decode("utf-8", "surrogateescape")
+def _required(args: Args, name: str) -> str:
+    """The argument's first value; 400 ``MISSING_ARG_<NAME>`` when it is absent."""
+    value = first(args, name)
+    if value is None:
+        raise HttpError(400, f"MISSING_ARG_{name.upper()}")
+    return value
 
 
-def parse_query(raw_query: str) -> dict[str, list[str]]:
-    """Go's url.ParseQuery; raises ValueError where Go returns an error."""
-    values: dict[str, list[str]] = {}
-    for part in raw_query.split("&"):
-        if ";" in part:
-            raise ValueError("invalid semicolon separator in query")
-        if not part:
-            continue
-        key, _, value = part.partition("=")
-        values.setdefault(_unescape(key), []).append(_unescape(value))
-    return values
-
-
-class Args:
-    """The query arguments of one request (``None`` when the query was malformed)."""
-
-    def __init__(self, request: web.Request) -> None:
-        try:
-            self.values: dict[str, list[str]] | None = parse_query(request.rel_url.raw_query_string)
-        except ValueError:
-            self.values = None
-
-    def get(self, name: str) -> str | None:
-        assert self.values is not None
-        found = self.values.get(name)
-        return found[0] if found else None
-
-
-def _args(request: web.Request) -> Args | web.Response:
-    args = Args(request)
-    return args if args.values is not None else v1_error("INVALID_REQUEST", 400)
-
-
-def _topic_channel(args: Args) -> tuple[str, str] | web.Response:
+def _topic_channel(args: Args) -> tuple[str, str]:
     """http_api.GetTopicChannelArgs: both present and valid, in that order."""
-    topic = args.get("topic")
-    if topic is None:
-        return v1_error("MISSING_ARG_TOPIC", 400)
+    topic = _required(args, "topic")
     if not valid_topic_name(topic):
-        return v1_error("INVALID_ARG_TOPIC", 400)
-    channel = args.get("channel")
-    if channel is None:
-        return v1_error("MISSING_ARG_CHANNEL", 400)
+        raise HttpError(400, "INVALID_ARG_TOPIC")
+    channel = _required(args, "channel")
     if not valid_channel_name(channel):
-        return v1_error("INVALID_ARG_CHANNEL", 400)
+        raise HttpError(400, "INVALID_ARG_CHANNEL")
     return topic, channel
 
 
@@ -183,24 +134,16 @@ class HttpApi:
         return v1_json({"topics": self.registry.topics()})
 
     async def channels(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
-        topic = args.get("topic")
-        if topic is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+        args = query_args(request)
+        topic = _required(args, "topic")
         return v1_json({"channels": self.registry.channels(topic)})
 
     async def lookup(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
-        topic = args.get("topic")
-        if topic is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+        args = query_args(request)
+        topic = _required(args, "topic")
         found = self.registry.lookup(topic)
         if found is None:
-            return v1_error("TOPIC_NOT_FOUND", 404)
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         channels, peers = found
         return v1_json({"channels": channels, "producers": [peer_json(p) for p in peers]})
 
@@ -212,57 +155,35 @@ class HttpApi:
         return v1_json({"producers": producers})
 
     async def topic_create(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
-        topic = args.get("topic")
-        if topic is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+        args = query_args(request)
+        topic = _required(args, "topic")
         if not valid_topic_name(topic):
-            return v1_error("INVALID_ARG_TOPIC", 400)
+            raise HttpError(400, "INVALID_ARG_TOPIC")
         self.registry.create_topic(topic)
         return v1_empty()
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
-        topic = args.get("topic")
-        if topic is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+        args = query_args(request)
+        topic = _required(args, "topic")
         self.registry.delete_topic(topic)
         return v1_empty()
 
     async def channel_create(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
+        args = query_args(request)
         names = _topic_channel(args)
-        if isinstance(names, web.Response):
-            return names
         self.registry.create_channel(*names)
         return v1_empty()
 
     async def channel_delete(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
+        args = query_args(request)
         names = _topic_channel(args)
-        if isinstance(names, web.Response):
-            return names
         if not self.registry.delete_channel(*names):
-            return v1_error("CHANNEL_NOT_FOUND", 404)
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
         return v1_empty()
 
     async def topic_tombstone(self, request: web.Request) -> web.StreamResponse:
-        args = _args(request)
-        if isinstance(args, web.Response):
-            return args
-        topic = args.get("topic")
-        if topic is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
-        node = args.get("node")
-        if node is None:
-            return v1_error("MISSING_ARG_NODE", 400)
+        args = query_args(request)
+        topic = _required(args, "topic")
+        node = _required(args, "node")
         self.registry.tombstone(topic, node)
         return v1_empty()

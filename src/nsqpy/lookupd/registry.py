@@ -228,23 +228,24 @@ class Registry:
         """UNREGISTER: see SPEC 3.1; returns the registrations the peer left."""
         left: list[Registration] = []
         if channel:
-            reg = Registration(CHANNEL, topic, channel)
-            removed, remaining = self.db.remove_producer(reg, peer.id)
-            if removed:
-                left.append(reg)
-            if remaining == 0 and is_ephemeral(channel):
-                self.db.remove_registration(reg)
+            self._leave(Registration(CHANNEL, topic, channel), peer, channel, left)
             return left
         for reg in self.db.find_registrations(CHANNEL, topic, WILDCARD):
             if self.db.remove_producer(reg, peer.id)[0]:
                 left.append(reg)
-        reg = Registration(TOPIC, topic)
+        self._leave(Registration(TOPIC, topic), peer, topic, left)
+        return left
+
+    def _leave(
+        self, reg: Registration, peer: PeerInfo, name: str, left: list[Registration]
+    ) -> None:
+        """``peer`` leaves ``reg`` (noted in ``left``); once no producer is left, an ephemeral
+        ``name`` (the channel's or the topic's) takes its registration with it."""
         removed, remaining = self.db.remove_producer(reg, peer.id)
         if removed:
             left.append(reg)
-        if remaining == 0 and is_ephemeral(topic):
+        if remaining == 0 and is_ephemeral(name):
             self.db.remove_registration(reg)
-        return left
 
     def remove_peer(self, peer_id: str) -> list[Registration]:
         """The connection closed: leave every registration (they stay, maybe empty)."""

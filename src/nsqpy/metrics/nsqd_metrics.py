@@ -5,23 +5,24 @@ counters (``nsqd_topic_messages_total``, ``nsqd_channel_requeued_total``, …) a
 as gauges (depth, backend depth, in-flight, deferred, clients, paused), e2e latency
 percentiles as gauges in seconds with a ``quantile`` label when configured, plus node-wide
 gauges and the garbage collector's counts. One call registers the route:
-``add_nsqd_metrics(app, server)`` from nsqd's HTTP module. Reads the broker through
-``broker.stats``; never changes anything.
+``add_nsqd_metrics(app, daemon)`` from nsqd's HTTP module. Sees nsqd only through
+``NsqdView`` (never imports ``nsqpy.nsqd``); reads the broker through ``broker.stats``;
+never changes anything.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sized
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
+from nsqpy.broker.broker import Broker
 from nsqpy.broker.stats import stats
 from nsqpy.metrics.exposition import Family
 from nsqpy.metrics.routes import add_metrics_route
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.server import NsqdServer
+from nsqpy.options import NsqdOptions
 
 TOPIC_METRICS = [  # (/stats field, family name, kind, help)
     ("message_count", "nsqd_topic_messages", "counter", "messages published to the topic"),
@@ -43,26 +44,40 @@ CHANNEL_METRICS = [
 ]
 
 
+class NsqdView(Protocol):
+    """What the exporter reads of nsqd: its broker, options (the broadcast address) and TCP
+    connections (counted). ``NsqdServer`` is one; this module never names it."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def opts(self) -> NsqdOptions: ...
+
+    @property
+    def connections(self) -> Sized: ...
+
+
 def _latency(family: Family, latency: Any, **labels: str) -> None:
     for item in (latency or {}).get("percentiles") or []:
         family.add(float(item["value"]) / 1e9, quantile=f"{item['quantile']:g}", **labels)
 
 
-def nsqd_families(server: NsqdServer) -> list[Family]:
+def nsqd_families(daemon: NsqdView) -> list[Family]:
     """Every family of one scrape, from a single /stats document."""
-    doc = stats(server.broker, include_clients=False, include_mem=True)
+    doc = stats(daemon.broker, include_clients=False, include_mem=True)
     topics: list[dict[str, Any]] = doc["topics"] or []  # type: ignore[assignment]
     node = [
         Family("nsqd_info", "gauge", "1, labelled with the NSQ version and broadcast address").add(
-            1, version=NSQ_VERSION, broadcast_address=server.opts.broadcast_address
+            1, version=NSQ_VERSION, broadcast_address=daemon.opts.broadcast_address
         ),
         Family("nsqd_start_time_seconds", "gauge", "start time, Unix seconds").add(
             int(doc["start_time"])  # type: ignore[call-overload]
         ),
-        Family("nsqd_healthy", "gauge", "1 while nsqd is healthy").add(int(server.broker.healthy)),
+        Family("nsqd_healthy", "gauge", "1 while nsqd is healthy").add(int(daemon.broker.healthy)),
         Family("nsqd_topics", "gauge", "topics").add(len(topics)),
         Family("nsqd_channels", "gauge", "channels").add(sum(len(t["channels"]) for t in topics)),
-        Family("nsqd_clients", "gauge", "TCP clients connected").add(len(server.connections)),
+        Family("nsqd_clients", "gauge", "TCP clients connected").add(len(daemon.connections)),
     ]
     by_topic = {name: Family(name, kind, text) for _, name, kind, text in TOPIC_METRICS}
     by_channel = {name: Family(name, kind, text) for _, name, kind, text in CHANNEL_METRICS}
@@ -101,6 +116,6 @@ def nsqd_families(server: NsqdServer) -> list[Family]:
     ]
 
 
-def add_nsqd_metrics(app: web.Application, server: NsqdServer) -> None:
+def add_nsqd_metrics(app: web.Application, daemon: NsqdView) -> None:
     """Register nsqd's ``GET /metrics``."""
-    add_metrics_route(app, "nsqd", lambda: nsqd_families(server))
+    add_metrics_route(app, "nsqd", lambda: nsqd_families(daemon))

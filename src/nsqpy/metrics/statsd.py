@@ -16,8 +16,9 @@ since the previous push) and ``|g`` (gauges) lines over UDP to ``--statsd-addres
 with ``.`` and ``:`` turned into ``_``, and gets a trailing ``.``. Lines are packed whole into
 packets of at most ``--statsd-udp-packet-size`` bytes (a longer line goes alone) and the
 packets are spread over the interval minus one second, as NSQ's writers do.
-``--statsd-exclude-ephemeral`` skips ``#ephemeral`` topics and channels. Reads the broker
-through ``broker.stats``; imports asyncio and socket, never the servers' modules.
+``--statsd-exclude-ephemeral`` skips ``#ephemeral`` topics and channels. ``StatsdEmitter`` is
+given what it reads (the broker, the options and the HTTP port) by nsqd's server; reads the
+broker through ``broker.stats``; imports asyncio and socket, never the servers' modules.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ import asyncio
 import logging
 import socket
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from nsqpy.broker.broker import Broker
 from nsqpy.broker.stats import memory_stats, stats
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.server import NsqdServer
+from nsqpy.options import NsqdOptions
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -145,19 +145,20 @@ def pack(lines: Iterable[str], packet_size: int) -> list[bytes]:
 
 
 class StatsdEmitter:
-    """The push loop of one nsqd; ``run()`` until cancelled."""
+    """The push loop of one nsqd; ``run()`` until cancelled. ``http_port`` is the port its
+    HTTP listener got (the key prefix names it unless ``--broadcast-http-port`` is set)."""
 
-    def __init__(self, server: NsqdServer) -> None:
-        self.server = server
-        opts = server.opts
-        port = opts.broadcast_http_port or server.http_port
+    def __init__(self, broker: Broker, opts: NsqdOptions, http_port: int) -> None:
+        self.broker = broker
+        self.opts = opts
+        port = opts.broadcast_http_port or http_port
         self.collector = StatsdCollector(
             statsd_prefix(opts.statsd_prefix, opts.broadcast_address, port),
             exclude_ephemeral=opts.statsd_exclude_ephemeral,
         )
 
     async def run(self) -> None:
-        interval = self.server.opts.statsd_interval_ms / 1000
+        interval = self.opts.statsd_interval_ms / 1000
         loop = asyncio.get_running_loop()
         next_push = loop.time() + interval
         while True:
@@ -166,17 +167,17 @@ class StatsdEmitter:
             try:
                 await self.push(spread=max(0.0, interval - 1.0))
             except OSError as exc:
-                log.error("STATSD: failed to push to %s - %s", self.server.opts.statsd_address, exc)
+                log.error("STATSD: failed to push to %s - %s", self.opts.statsd_address, exc)
 
     async def push(self, spread: float = 0.0) -> int:
         """Collect, pack and send one round; returns the number of packets sent."""
-        opts = self.server.opts
+        opts = self.opts
         host, _, port = opts.statsd_address.rpartition(":")
         infos = await asyncio.get_running_loop().getaddrinfo(
             host.strip("[]"), int(port), type=socket.SOCK_DGRAM
         )
         family, kind, proto, _, address = infos[0]
-        doc = stats(self.server.broker, include_clients=False, include_mem=False)
+        doc = stats(self.broker, include_clients=False, include_mem=False)
         topics: list[dict[str, Any]] = doc["topics"] or []  # type: ignore[assignment]
         mem = memory_stats() if opts.statsd_mem_stats else None
         packets = pack(self.collector.collect(topics, mem), opts.statsd_udp_packet_size)

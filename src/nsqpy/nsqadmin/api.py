@@ -3,11 +3,16 @@
 V1 conventions through ``nsqpy.httpapi``. Every body carries ``"message"``: "" or
 ``"WARNING: ..."`` naming the upstreams that failed; when all failed, 502
 ``UPSTREAM_ERROR: ...``. Privileged actions answer 403 FORBIDDEN unless the caller is an
-``--admin-user`` (by the ``--acl-http-header``). Bad input is always a 4xx JSON error:
-a bad topic/channel name in the path is 400 INVALID_TOPIC/INVALID_CHANNEL, an unparsable
-body 400 INVALID_BODY, an unknown action 400 INVALID_ACTION, an unknown topic, channel or
-node 404 TOPIC_NOT_FOUND/CHANNEL_NOT_FOUND/NODE_NOT_FOUND. Also ``/api/history`` (nsqpy:
-the sampled series behind the built-in graphs) and ``/config/:opt``.
+``--admin-user`` (by the ``--acl-http-header``). Bad input is always a 4xx JSON error,
+raised as ``HttpError`` and written by ``nsq_middleware``: a bad topic/channel name in the
+path is 400 INVALID_TOPIC/INVALID_CHANNEL, an unparsable body 400 INVALID_BODY, an unknown
+action 400 INVALID_ACTION, an unknown topic, channel or node 404
+TOPIC_NOT_FOUND/CHANNEL_NOT_FOUND/NODE_NOT_FOUND. Also ``/api/history`` (nsqpy: the sampled
+series behind the built-in graphs) and ``/config/:opt``. ``cluster_errors``, the middleware
+the server mounts, turns the cluster's ``NotFound`` into 404 and ``AllFailed`` into 502 for
+every route (the pages catch both first and render them). Handlers are given an
+``AdminContext``; imports aiohttp, ``nsqpy.httpapi`` and the nsqadmin modules below the
+handlers, never ``server``.
 """
 
 from __future__ import annotations
@@ -16,36 +21,25 @@ import ipaddress
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from nsqpy.errors import ConfigError
 from nsqpy.flags import LOG_LEVELS
-from nsqpy.httpapi import query_arg, v1_error, v1_json, v1_text
+from nsqpy.httpapi import HttpError, query_arg, v1_json, v1_text
 from nsqpy.nsqadmin import queries
-from nsqpy.nsqadmin.cluster import AllFailed, Cluster, Errors, find_producer
+from nsqpy.nsqadmin.cluster import AllFailed, Cluster, Errors, NotFound, find_producer
+from nsqpy.nsqadmin.context import AdminContext
 from nsqpy.nsqadmin.graphite import fetch_rate
 from nsqpy.nsqadmin.options import check_upstream, config_value
 from nsqpy.nsqadmin.upstream import UpstreamError
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
-if TYPE_CHECKING:
-    from nsqpy.nsqadmin.server import NsqAdmin
-
 log = logging.getLogger("nsqpy.nsqadmin")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY = 1024 * 1024
-
-
-class BadRequest(Exception):
-    """A 4xx answer decided while reading a request."""
-
-    def __init__(self, code: str, status: int = 400) -> None:
-        super().__init__(code)
-        self.code = code
-        self.status = status
 
 
 def routes(api: Api) -> list[tuple[str, str, Handler]]:
@@ -73,14 +67,14 @@ def routes(api: Api) -> list[tuple[str, str, Handler]]:
 def path_topic(request: web.Request) -> str:
     name = request.match_info["topic"]
     if not valid_topic_name(name):
-        raise BadRequest("INVALID_TOPIC")
+        raise HttpError(400, "INVALID_TOPIC")
     return name
 
 
 def path_channel(request: web.Request) -> str:
     name = request.match_info["channel"]
     if not valid_channel_name(name):
-        raise BadRequest("INVALID_CHANNEL")
+        raise HttpError(400, "INVALID_CHANNEL")
     return name
 
 
@@ -88,13 +82,13 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object, else 400 INVALID_BODY."""
     raw = await request.content.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
-        raise BadRequest("INVALID_BODY", 413)
+        raise HttpError(413, "INVALID_BODY")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested too deep
-        raise BadRequest("INVALID_BODY") from None
+        raise HttpError(400, "INVALID_BODY") from None
     if not isinstance(doc, dict):
-        raise BadRequest("INVALID_BODY")
+        raise HttpError(400, "INVALID_BODY")
     return doc
 
 
@@ -108,7 +102,7 @@ def body_name(doc: dict[str, Any], key: str, *, required: bool) -> str:
         else ("INVALID_CHANNEL", valid_channel_name)
     )
     if not isinstance(value, str) or (required and not value) or (value and not valid(value)):
-        raise BadRequest(code)
+        raise HttpError(400, code)
     return value
 
 
@@ -116,38 +110,34 @@ def answer(errors: Errors, payload: dict[str, Any] | None = None) -> web.Respons
     return v1_json({**(payload or {}), "message": errors.warning()})
 
 
-def guarded(fn: Handler) -> Handler:
-    """Map the errors of a handler to NSQ's JSON answers (never a 500 for bad input)."""
-
-    async def run(request: web.Request) -> web.StreamResponse:
-        try:
-            return await fn(request)
-        except BadRequest as exc:
-            return v1_error(exc.code, exc.status)
-        except queries.NotFound as exc:
-            return v1_error(exc.code, 404)
-        except AllFailed as exc:
-            log.warning("%s %s: %s", request.method, request.path, exc)
-            return v1_error(f"UPSTREAM_ERROR: {exc}", 502)
-
-    return run
+@web.middleware
+async def cluster_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The cluster's failures as HTTP errors: an unknown topic, channel or node is 404 with
+    its code, every upstream failing 502 ``UPSTREAM_ERROR: ...`` (logged)."""
+    try:
+        return await handler(request)
+    except NotFound as exc:
+        raise HttpError(404, exc.code) from None
+    except AllFailed as exc:
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        raise HttpError(502, f"UPSTREAM_ERROR: {exc}") from None
 
 
 class Api:
-    def __init__(self, admin: NsqAdmin) -> None:
-        self.admin = admin
-        self.opts = admin.opts
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+        self.opts = ctx.opts
 
     @property
     def cluster(self) -> Cluster:
-        return self.admin.cluster
+        return self.ctx.cluster
 
     def authorize(self, request: web.Request) -> None:
         """403 FORBIDDEN unless ``--admin-user`` is unset or the ACL header names one."""
         if self.opts.admin_users:
             user = request.headers.get(self.opts.acl_http_header, "")
             if user not in self.opts.admin_users:
-                raise BadRequest("FORBIDDEN", 403)
+                raise HttpError(403, "FORBIDDEN")
 
     async def ping(self, request: web.Request) -> web.StreamResponse:
         return v1_text("OK")
@@ -164,12 +154,12 @@ class Api:
     async def topic(self, request: web.Request) -> web.StreamResponse:
         name, errors = path_topic(request), Errors()
         doc = await queries.topic(self.cluster, name, errors)
-        return answer(errors, queries.with_rates(self.admin.history, doc, name))
+        return answer(errors, queries.with_rates(self.ctx.history, doc, name))
 
     async def channel(self, request: web.Request) -> web.StreamResponse:
         topic, channel, errors = path_topic(request), path_channel(request), Errors()
         doc = await queries.channel(self.cluster, topic, channel, errors)
-        return answer(errors, queries.with_rates(self.admin.history, doc, topic, channel))
+        return answer(errors, queries.with_rates(self.ctx.history, doc, topic, channel))
 
     async def nodes(self, request: web.Request) -> web.StreamResponse:
         errors = Errors()
@@ -189,10 +179,10 @@ class Api:
         channel = query_arg(request, "channel") or ""
         node = query_arg(request, "node") or "*"
         if topic and not valid_topic_name(topic):
-            raise BadRequest("INVALID_TOPIC")
+            raise HttpError(400, "INVALID_TOPIC")
         if channel and (not topic or not valid_channel_name(channel)):
-            raise BadRequest("INVALID_CHANNEL")
-        history = self.admin.history
+            raise HttpError(400, "INVALID_CHANNEL")
+        history = self.ctx.history
         return v1_json(
             {
                 "topic": topic,
@@ -208,17 +198,17 @@ class Api:
 
     async def graphite(self, request: web.Request) -> web.StreamResponse:
         if query_arg(request, "metric") != "rate":
-            raise BadRequest("INVALID_ARG_METRIC")
+            raise HttpError(400, "INVALID_ARG_METRIC")
         target = query_arg(request, "target")
         if not target:
-            raise BadRequest("INVALID_ARG_TARGET")
+            raise HttpError(400, "INVALID_ARG_TARGET")
         if not self.opts.graphite_url:
-            raise BadRequest("GRAPHITE_NOT_CONFIGURED")
+            raise HttpError(400, "GRAPHITE_NOT_CONFIGURED")
         interval_s = max(1, self.opts.statsd_interval_ms // 1000)
         try:
-            rate = await fetch_rate(self.admin.upstream, self.opts.graphite_url, target, interval_s)
+            rate = await fetch_rate(self.ctx.upstream, self.opts.graphite_url, target, interval_s)
         except UpstreamError as exc:
-            return v1_error(f"UPSTREAM_ERROR: {exc}", 502)
+            raise HttpError(502, f"UPSTREAM_ERROR: {exc}") from None
         return v1_json({"rate": rate})
 
     # -- actions ---------------------------------------------------------------------------
@@ -230,9 +220,9 @@ class Api:
         channel = body_name(doc, "channel", required=False)
         errors = Errors()
         await self.cluster.create_topic_channel(topic, channel, errors)
-        self.admin.notifier.notify(request, "create_topic", topic)
+        self.ctx.notifier.notify(request, "create_topic", topic)
         if channel:
-            self.admin.notifier.notify(request, "create_channel", topic, channel)
+            self.ctx.notifier.notify(request, "create_channel", topic, channel)
         return answer(errors)
 
     async def topic_action(self, request: web.Request) -> web.StreamResponse:
@@ -246,26 +236,26 @@ class Api:
     async def _action(self, request: web.Request, topic: str, channel: str) -> web.StreamResponse:
         action = (await json_body(request)).get("action")
         if action not in ("pause", "unpause", "empty"):
-            raise BadRequest("INVALID_ACTION")
+            raise HttpError(400, "INVALID_ACTION")
         errors = Errors()
         kind = "channel" if channel else "topic"
         params = {"topic": topic, "channel": channel} if channel else {"topic": topic}
         await self.cluster.producer_action(topic, f"/{kind}/{action}", params, errors)
-        self.admin.notifier.notify(request, f"{action}_{kind}", topic, channel)
+        self.ctx.notifier.notify(request, f"{action}_{kind}", topic, channel)
         return answer(errors)
 
     async def delete_topic(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         topic, errors = path_topic(request), Errors()
         await self.cluster.delete_topic(topic, errors)
-        self.admin.notifier.notify(request, "delete_topic", topic)
+        self.ctx.notifier.notify(request, "delete_topic", topic)
         return answer(errors)
 
     async def delete_channel(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)
         topic, channel, errors = path_topic(request), path_channel(request), Errors()
         await self.cluster.delete_channel(topic, channel, errors)
-        self.admin.notifier.notify(request, "delete_channel", topic, channel)
+        self.ctx.notifier.notify(request, "delete_channel", topic, channel)
         return answer(errors)
 
     async def tombstone_topic_producer(self, request: web.Request) -> web.StreamResponse:
@@ -275,9 +265,9 @@ class Api:
         errors = Errors()
         producer = find_producer(await self.cluster.producers(errors), node)
         if producer is None:
-            raise queries.NotFound("NODE_NOT_FOUND")
+            raise NotFound("NODE_NOT_FOUND")
         await self.cluster.tombstone(topic, producer, errors)
-        self.admin.notifier.notify(request, "tombstone_topic_producer", topic, "", node)
+        self.ctx.notifier.notify(request, "tombstone_topic_producer", topic, "", node)
         return answer(errors)
 
     # -- /config ---------------------------------------------------------------------------
@@ -288,12 +278,12 @@ class Api:
         if request.method == "PUT":
             raw = await request.content.read(MAX_BODY + 1)
             if not raw or len(raw) > MAX_BODY:
-                raise BadRequest("INVALID_VALUE", 413)
+                raise HttpError(413, "INVALID_VALUE")
             self._config_put(opt, raw)
         try:
             return v1_json(config_value(self.opts, opt))
         except KeyError:
-            raise BadRequest("INVALID_OPTION") from None
+            raise HttpError(400, "INVALID_OPTION") from None
 
     def _config_allowed(self, request: web.Request) -> None:
         cidr = self.opts.allow_config_from_cidr
@@ -305,32 +295,32 @@ class Api:
         except ValueError:
             ip = None
         if ip is None:
-            raise BadRequest("INVALID_REMOTE_ADDR")
+            raise HttpError(400, "INVALID_REMOTE_ADDR")
         if ip not in ipaddress.ip_network(cidr, strict=False):
-            raise BadRequest("FORBIDDEN", 403)
+            raise HttpError(403, "FORBIDDEN")
 
     def _config_put(self, opt: str, raw: bytes) -> None:
         if opt == "log_level":
             level = raw.decode("utf-8", "replace").strip().lower()
             if level not in LOG_LEVELS:
-                raise BadRequest("INVALID_VALUE")
+                raise HttpError(400, "INVALID_VALUE")
             self.opts.log_level = level
             logging.getLogger("nsqpy.nsqadmin").setLevel(LOG_LEVELS[level])
             return
         if opt != "nsqlookupd_http_addresses":
-            raise BadRequest("INVALID_OPTION")
+            raise HttpError(400, "INVALID_OPTION")
         try:
             addresses = json.loads(raw)
         except (ValueError, RecursionError):  # RecursionError: nested too deep
-            raise BadRequest("INVALID_VALUE") from None
+            raise HttpError(400, "INVALID_VALUE") from None
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-            raise BadRequest("INVALID_VALUE")
+            raise HttpError(400, "INVALID_VALUE")
         if not addresses or self.opts.nsqd_http_addresses:
-            raise BadRequest("INVALID_VALUE")  # exactly one of lookupd / nsqd lists is in use
+            raise HttpError(400, "INVALID_VALUE")  # exactly one of lookupd / nsqd lists is in use
         try:
             for a in addresses:
                 check_upstream("lookupd-http-address", a)  # what the flag accepts
         except ConfigError:
-            raise BadRequest("INVALID_VALUE") from None
+            raise HttpError(400, "INVALID_VALUE") from None
         self.opts.lookupd_http_addresses = list(addresses)
         self.cluster.lookupd = list(addresses)

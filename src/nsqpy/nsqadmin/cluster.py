@@ -274,30 +274,21 @@ class Cluster:
             await self.producer_action(topic, "/channel/create", params, errors)
 
     async def delete_topic(self, topic: str, errors: Errors) -> None:
-        """Producers first (lookupd forgets them), then lookupd, then each nsqd."""
-        producers = await self.topic_producers(topic, errors)
-        if producers is None:
-            raise NotFound("TOPIC_NOT_FOUND")
-        params = {"topic": topic}
-        if self.uses_lookupd:
-            await self.post_all(
-                self.lookupd, "/topic/delete", params, errors, "nsqlookupd", required=False
-            )
-        addresses = [p.http_address for p in producers]
-        await self.post_all(addresses, "/topic/delete", params, errors, "nsqd")
+        await self._delete(topic, "/topic/delete", {"topic": topic}, errors)
 
     async def delete_channel(self, topic: str, channel: str, errors: Errors) -> None:
-        """lookupd (a failure there is only a warning), then every nsqd with the topic."""
+        await self._delete(topic, "/channel/delete", {"topic": topic, "channel": channel}, errors)
+
+    async def _delete(self, topic: str, path: str, params: dict[str, str], errors: Errors) -> None:
+        """The topic's producers first (lookupd forgets them; none: 404), then lookupd (a
+        failure there is only a warning), then every nsqd with the topic."""
         producers = await self.topic_producers(topic, errors)
         if producers is None:
             raise NotFound("TOPIC_NOT_FOUND")
-        params = {"topic": topic, "channel": channel}
         if self.uses_lookupd:
-            await self.post_all(
-                self.lookupd, "/channel/delete", params, errors, "nsqlookupd", required=False
-            )
+            await self.post_all(self.lookupd, path, params, errors, "nsqlookupd", required=False)
         addresses = [p.http_address for p in producers]
-        await self.post_all(addresses, "/channel/delete", params, errors, "nsqd")
+        await self.post_all(addresses, path, params, errors, "nsqd")
 
     async def tombstone(self, topic: str, producer: Producer, errors: Errors) -> None:
         """lookupd ``/topic/tombstone`` everywhere, then ``/topic/delete`` on that node."""

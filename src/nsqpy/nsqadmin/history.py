@@ -89,7 +89,6 @@ class History:
         self.size = size
         self.max_series = max_series
         self.generation = 0  # number of samples recorded
-        self.last_ts = 0.0
         self._series: OrderedDict[SeriesKey, Series] = OrderedDict()
 
     def __len__(self) -> int:
@@ -104,7 +103,6 @@ class History:
         changes, its rate for this sample is a gap rather than a false drop or spike.
         """
         self.generation += 1
-        self.last_ts = ts
         tags = tags or {}
         for key, sample in values.items():
             series = self._series.get(key)

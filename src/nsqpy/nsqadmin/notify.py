@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nsqpy.daemon import cancel_and_wait
 from nsqpy.nsqadmin.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("nsqpy.nsqadmin")
@@ -105,11 +106,7 @@ class Notifier:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
 
     def notify(

@@ -5,26 +5,25 @@ lookup (inactive topics, create a topic/channel), counter. A page always renders
 that did not answer are listed in a warning; a cluster that did not answer at all gives
 the page with the error and status 200, as NSQ's nsqadmin serves its page whatever the
 cluster's state (its JSON API, like ours, answers 502); an unknown topic/channel/node a
-page saying so (404), a bad name in the URL a page saying so (400). Actions are buttons that the page script confirms
-and sends to the JSON API. Imports aiohttp, queries, render and views.
+page saying so (404), a bad name in the URL a page saying so (400): pages render their own
+errors as HTML, never a JSON ``HttpError``. Actions are buttons that the page script
+confirms and sends to the JSON API. Given an ``AdminContext``; imports aiohttp, context,
+queries, render and views, never ``api`` or ``server``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nsqpy.nsqadmin import queries
 from nsqpy.nsqadmin.cluster import AllFailed, Errors
+from nsqpy.nsqadmin.context import AdminContext
 from nsqpy.nsqadmin.render import Links, layout
 from nsqpy.nsqadmin.views import Graphite
 from nsqpy.nsqadmin.views_nodes import ClusterViews
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqadmin.server import NsqAdmin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Build = Callable[[Errors], Awaitable[str]]
@@ -48,9 +47,9 @@ def html_response(text: str, status: int = 200) -> web.Response:
 
 
 class Pages:
-    def __init__(self, admin: NsqAdmin) -> None:
-        self.admin = admin
-        o = admin.opts
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+        o = ctx.opts
         self.links = Links(o.base_path)
         interval = o.stats_sample_interval_ms
         # Graphs poll the history as often as it is sampled, at most twice a second.
@@ -107,13 +106,13 @@ class Pages:
 
     @property
     def cluster(self) -> queries.Cluster:
-        return self.admin.cluster
+        return self.ctx.cluster
 
     async def topics(self, request: web.Request) -> web.StreamResponse:
         q = request.rel_url.query.get("q", "").strip()
 
         async def build(errors: Errors) -> str:
-            rows = await queries.overview(self.cluster, self.admin.history, errors)
+            rows = await queries.overview(self.cluster, self.ctx.history, errors)
             return self.views.topics(rows, q)
 
         return await self._page(request, "Topics", "topics", build)
@@ -125,7 +124,7 @@ class Pages:
 
         async def build(errors: Errors) -> str:
             doc = await queries.topic(self.cluster, name, errors)
-            return self.views.topic(name, queries.with_rates(self.admin.history, doc, name))
+            return self.views.topic(name, queries.with_rates(self.ctx.history, doc, name))
 
         return await self._page(request, f"topic {name}", "topics", build)
 
@@ -138,7 +137,7 @@ class Pages:
 
         async def build(errors: Errors) -> str:
             doc = await queries.channel(self.cluster, topic, name, errors)
-            doc = queries.with_rates(self.admin.history, doc, topic, name)
+            doc = queries.with_rates(self.ctx.history, doc, topic, name)
             return self.views.channel(topic, name, doc)
 
         return await self._page(request, f"channel {topic}/{name}", "topics", build)

@@ -2,9 +2,12 @@
 
 Owns the aiohttp application (every route mounted under ``--base-path``), static assets,
 the optional graphite ``/render`` proxy, response compression, and the background tasks:
-the stats sampler that feeds the built-in graphs and the notification sender. Logs
-``HTTP: listening on <host>:<port>`` once the listener is up. Imports aiohttp and the
-nsqadmin modules; never nsqd or lookupd code.
+the stats sampler that feeds the built-in graphs and the notification sender. It builds
+the ``AdminContext`` the API, pages and trace are given (none of them imports this
+module). Errors are ``HttpError`` written by ``nsq_middleware``; the middlewares run
+outermost first: compression, NSQ's error body, the cluster's failures as HTTP errors.
+Logs ``HTTP: listening on <host>:<port>`` once the listener is up. Imports aiohttp and
+the nsqadmin modules; never nsqd or lookupd code.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nsqpy.daemon import cancel_and_wait
 from nsqpy.flags import listen_host_port
-from nsqpy.httpapi import nsq_middleware, v1_error
-from nsqpy.nsqadmin.api import Api, guarded
+from nsqpy.httpapi import HttpError, nsq_middleware
+from nsqpy.nsqadmin.api import Api, cluster_errors
 from nsqpy.nsqadmin.api import routes as api_routes
 from nsqpy.nsqadmin.cluster import Cluster, Errors, NotFound
+from nsqpy.nsqadmin.context import AdminContext
 from nsqpy.nsqadmin.history import History, samples_from_stats
 from nsqpy.nsqadmin.notify import Notifier
 from nsqpy.nsqadmin.options import NsqAdminOptions, validate
@@ -98,11 +103,7 @@ class NsqAdmin:
 
     async def stop(self) -> None:
         if self._sampler is not None:
-            self._sampler.cancel()
-            try:
-                await self._sampler
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._sampler)
             self._sampler = None
         await self.notifier.stop()
         if self._runner is not None:
@@ -148,17 +149,30 @@ class NsqAdmin:
 
     # -- the application -----------------------------------------------------------------
 
+    def context(self) -> AdminContext:
+        """What the request handlers are given."""
+        return AdminContext(
+            opts=self.opts,
+            cluster=self.cluster,
+            history=self.history,
+            upstream=self.upstream,
+            notifier=self.notifier,
+        )
+
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[nsq_middleware, compress], client_max_size=1024**2 + 1)
+        # compress sees every answer, NSQ's error bodies included (only long ones, such as
+        # UPSTREAM_ERROR, are worth compressing); cluster_errors raises for nsq_middleware.
+        middlewares = [compress, nsq_middleware, cluster_errors]
+        app = web.Application(middlewares=middlewares, client_max_size=1024**2 + 1)
         base = "" if self.opts.base_path == "/" else self.opts.base_path
-        api, pages = Api(self), Pages(self)
-        for method, path, handler in api_routes(api):
-            app.router.add_route(method, base + path, guarded(handler))
-        for method, path, handler in page_routes(pages):
+        ctx = self.context()
+        for method, path, handler in api_routes(Api(ctx)):
+            app.router.add_route(method, base + path, handler)
+        for method, path, handler in page_routes(Pages(ctx)):
             if path == "/" and base:
                 app.router.add_route(method, base, handler)
             app.router.add_route(method, base + path, handler)
-        for method, path, handler in trace_routes(Trace(self)):  # nsqpy: message trace
+        for method, path, handler in trace_routes(Trace(ctx)):  # nsqpy: message trace
             app.router.add_route(method, base + path, handler)
         app.router.add_route("GET", base + "/static/{asset}", self.static)
         app.router.add_route("GET", base + "/fonts/{asset}", self.static)
@@ -171,7 +185,7 @@ class NsqAdmin:
         folder = Path(self.opts.dev_static_dir) if self.opts.dev_static_dir else STATIC_DIR
         path = folder / name
         if "/" in name or "\\" in name or name.startswith(".") or not path.is_file():
-            return v1_error("NOT_FOUND", 404)
+            raise HttpError(404, "NOT_FOUND")
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         headers = {"Cache-Control": "no-cache"}
         return web.Response(body=path.read_bytes(), content_type=ctype, headers=headers)
@@ -184,5 +198,5 @@ class NsqAdmin:
         try:
             status, ctype, body = await self.upstream.fetch(url)
         except UpstreamError as exc:
-            return v1_error(f"UPSTREAM_ERROR: {exc}", 502)
+            raise HttpError(502, f"UPSTREAM_ERROR: {exc}") from None
         return web.Response(body=body, status=status, headers={"Content-Type": ctype})

@@ -4,9 +4,12 @@ Owns ``GET /api/trace`` (``topic`` and ``id``, or ``trace_id`` with an optional
 ``topic``): it asks the nsqd that have the topic (every nsqd when no topic is given),
 merges their events in time order, each marked with the node it came from, and answers
 ``{"events": [...], "message": warning}`` like the other API routes (a node that does
-not trace, such as NSQ's own nsqd, is a warning). And ``GET /trace``, the page: a form
-and the table of a message's life (published, delivered, requeued, timed out, finished,
-dead-lettered, expired). Imports aiohttp and nsqadmin's cluster, API and render helpers.
+not trace, such as NSQ's own nsqd, is a warning; a bad argument an ``HttpError``, the
+cluster's failures mapped by the app's middleware as for the API). And ``GET /trace``, the
+page: a form and the table of a message's life (published, delivered, requeued, timed out,
+finished, dead-lettered, expired), with its errors rendered on the page. Given an
+``AdminContext``; imports aiohttp, ``nsqpy.httpapi`` and nsqadmin's cluster, context and
+render helpers, never ``api`` or ``server``.
 """
 
 from __future__ import annotations
@@ -14,18 +17,16 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-from nsqpy.nsqadmin.api import BadRequest, guarded
+from nsqpy.httpapi import HttpError
 from nsqpy.nsqadmin.cluster import AllFailed, Errors, NotFound, fan_out
+from nsqpy.nsqadmin.context import AdminContext
 from nsqpy.nsqadmin.render import Links, alert, attrs, esc, layout, table
 from nsqpy.nsqadmin.stats import as_list
 from nsqpy.protocol.names import valid_topic_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqadmin.server import NsqAdmin
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _MSG_ID = re.compile(r"[0-9a-f]{16}")
@@ -34,36 +35,36 @@ COLUMNS = ("time", "event", "node", "channel", "client", "attempt", "id", "trace
 
 
 def routes(trace: Trace) -> list[tuple[str, str, Handler]]:
-    return [("GET", "/api/trace", guarded(trace.api)), ("GET", "/trace", trace.page)]
+    return [("GET", "/api/trace", trace.api), ("GET", "/trace", trace.page)]
 
 
 def _query(request: web.Request) -> dict[str, str]:
-    """The trace query from the URL, checked; BadRequest names the bad argument."""
+    """The trace query from the URL, checked; an HttpError names the bad argument."""
     q = request.rel_url.query
     topic, msg_id, trace_id = (q.get(k, "").strip() for k in ("topic", "id", "trace_id"))
     if topic and not valid_topic_name(topic):
-        raise BadRequest("INVALID_TOPIC")
+        raise HttpError(400, "INVALID_TOPIC")
     if msg_id:
         if _MSG_ID.fullmatch(msg_id) is None:
-            raise BadRequest("INVALID_MESSAGE_ID")
+            raise HttpError(400, "INVALID_MESSAGE_ID")
         if not topic:
-            raise BadRequest("MISSING_ARG_TOPIC")
+            raise HttpError(400, "MISSING_ARG_TOPIC")
         return {"topic": topic, "id": msg_id}
     if trace_id:
         if _DIGITS.fullmatch(trace_id) is None or not 0 < int(trace_id) < 1 << 64:
-            raise BadRequest("INVALID_TRACE_ID")
+            raise HttpError(400, "INVALID_TRACE_ID")
         return {"trace_id": trace_id, **({"topic": topic} if topic else {})}
-    raise BadRequest("MISSING_ARG_ID")
+    raise HttpError(400, "MISSING_ARG_ID")
 
 
 class Trace:
-    def __init__(self, admin: NsqAdmin) -> None:
-        self.admin = admin
-        self.links = Links(admin.opts.base_path)
+    def __init__(self, ctx: AdminContext) -> None:
+        self.ctx = ctx
+        self.links = Links(ctx.opts.base_path)
 
     async def events(self, params: dict[str, str], errors: Errors) -> list[dict[str, Any]]:
         """The merged events of every nsqd asked, oldest first."""
-        cluster = self.admin.cluster
+        cluster = self.ctx.cluster
         topic = params.get("topic", "")
         producers = (
             await cluster.topic_producers(topic, errors)
@@ -75,7 +76,7 @@ class Trace:
         nodes = {p.http_address: p.node for p in producers}
 
         async def one(address: str) -> list[dict[str, Any]]:
-            doc = await self.admin.upstream.get_object(address, "/message/trace", params)
+            doc = await self.ctx.upstream.get_object(address, "/message/trace", params)
             return [
                 {**e, "node": nodes[address]}
                 for e in as_list(doc.get("events"))
@@ -101,7 +102,7 @@ class Trace:
             try:
                 events = await self.events(_query(request), errors)
                 body = self.events_table(events)
-            except BadRequest as exc:
+            except HttpError as exc:
                 status, error = exc.status, f"{exc.code}: check the message ID or trace ID"
             except (AllFailed, NotFound) as exc:
                 status, error = 502, f"UPSTREAM_ERROR: {exc}"

@@ -125,6 +125,49 @@ def channel_sums(channels: list[Json]) -> list[str]:
     ]
 
 
+def topic_counters(t: Json) -> list[str]:
+    """A topic's queue cells, for one node's row or the total: depth, memory + disk,
+    in-flight, deferred, messages, rate, channels."""
+    return [
+        commafy(t["depth"]),
+        mem_disk(t),
+        *channel_sums(t["channels"]),
+        commafy(t["message_count"]),
+        rate_text(t.get("rate")),
+        commafy(len(t["channels"])),
+    ]
+
+
+# The columns of ``channel_counters``: a topic page's channel table and a channel page's
+# per-node table show the same counters.
+CHANNEL_COUNTER_HEADERS = [
+    "Depth",
+    "Memory + Disk",
+    "In-Flight",
+    "Deferred",
+    "Requeued",
+    "Timed Out",
+    "Messages",
+    "Rate",
+    "Connections",
+]
+
+
+def channel_counters(c: Json) -> list[str]:
+    """A channel's cells under ``CHANNEL_COUNTER_HEADERS`` (one node's or the sum)."""
+    return [
+        commafy(c["depth"]),
+        mem_disk(c),
+        commafy(c["in_flight_count"]),
+        commafy(c["deferred_count"]),
+        commafy(c["requeue_count"]),
+        commafy(c["timeout_count"]),
+        commafy(c["message_count"]),
+        rate_text(c.get("rate")),
+        commafy(c["client_count"]),
+    ]
+
+
 def e2e_text(latency: Json) -> str:
     items = latency["percentiles"] or []
     text = ", ".join(f"p{p['quantile'] * 100:g}: {duration_ns(int(p['max']))}" for p in items)
@@ -246,25 +289,11 @@ class Views:
             rows.append(
                 [
                     self.a(self.links.node(n["node"]), n["node"]) + paused_badge(n["paused"]),
-                    commafy(n["depth"]),
-                    mem_disk(n),
-                    *channel_sums(n["channels"]),
-                    commafy(n["message_count"]),
-                    rate_text(n.get("rate")),
-                    commafy(len(n["channels"])),
+                    *topic_counters(n),
                     tomb,
                 ]
             )
-        foot = [
-            "Total",
-            commafy(t["depth"]),
-            mem_disk(t),
-            *channel_sums(t["channels"]),
-            commafy(t["message_count"]),
-            rate_text(t.get("rate")),
-            commafy(len(t["channels"])),
-            "",
-        ]
+        foot = ["Total", *topic_counters(t), ""]
         nodes = table(
             [
                 "NSQd Host",
@@ -301,35 +330,13 @@ class Views:
             [
                 self.a(self.links.channel(topic, c["channel_name"]), c["channel_name"])
                 + paused_badge(c["paused"]),
-                commafy(c["depth"]),
-                mem_disk(c),
-                commafy(c["in_flight_count"]),
-                commafy(c["deferred_count"]),
-                commafy(c["requeue_count"]),
-                commafy(c["timeout_count"]),
-                commafy(c["message_count"]),
-                rate_text(c.get("rate")),
-                commafy(c["client_count"]),
+                *channel_counters(c),
                 esc(e2e_text(c["e2e_processing_latency"])),
             ]
             for c in channels
         ]
         return table(
-            [
-                "Channel",
-                "Depth",
-                "Memory + Disk",
-                "In-Flight",
-                "Deferred",
-                "Requeued",
-                "Timed Out",
-                "Messages",
-                "Rate",
-                "Connections",
-                "E2E latency",
-            ],
-            rows,
-            table_id="channels",
+            ["Channel", *CHANNEL_COUNTER_HEADERS, "E2E latency"], rows, table_id="channels"
         )
 
     # -- channel ---------------------------------------------------------------------------
@@ -343,18 +350,7 @@ class Views:
             after=self.links.topic(topic),
         )
         nodes = table(
-            [
-                "NSQd Host",
-                "Depth",
-                "Memory + Disk",
-                "In-Flight",
-                "Deferred",
-                "Requeued",
-                "Timed Out",
-                "Messages",
-                "Rate",
-                "Connections",
-            ],
+            ["NSQd Host", *CHANNEL_COUNTER_HEADERS],
             [self.channel_row(n, n["node"]) for n in c["nodes"]],
             table_id="channel-nodes",
             foot=self.channel_row(c, ""),
@@ -372,18 +368,7 @@ class Views:
 
     def channel_row(self, n: Json, node: str) -> list[str]:
         host = self.a(self.links.node(node), node) + paused_badge(n["paused"]) if node else "Total"
-        return [
-            host,
-            commafy(n["depth"]),
-            mem_disk(n),
-            commafy(n["in_flight_count"]),
-            commafy(n["deferred_count"]),
-            commafy(n["requeue_count"]),
-            commafy(n["timeout_count"]),
-            commafy(n["message_count"]),
-            rate_text(n.get("rate")),
-            commafy(n["client_count"]),
-        ]
+        return [host, *channel_counters(n)]
 
     def clients(self, clients: list[Json]) -> str:
         if not clients:

@@ -1,8 +1,10 @@
 """The ``nsqd`` program: flags -> NsqdOptions -> NsqdServer, until SIGTERM/SIGINT.
 
-A thin shell: parsing (the flags are declared on ``NsqdOptions``; the checks across them
-are ``validate``'s), logging set-up, the event loop (uvloop when installed) and a
-graceful shutdown that stops accepting, flushes and persists before exiting.
+A thin shell (``nsqpy.daemon.DaemonProgram``: parsing, with the flags declared on
+``NsqdOptions`` and the checks across them in ``validate``), logging set-up, the event loop
+and a graceful shutdown that stops accepting, flushes and persists before exiting. Beyond
+the other daemons' shell, ``main`` raises the open files limit first and turns a failing
+disk or any other fatal error into one line too.
 """
 
 from __future__ import annotations
@@ -10,19 +12,19 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from nsqpy import NSQ_VERSION, __version__
-from nsqpy.daemon import raise_open_files_limit, run, serve_until_signal
+from nsqpy.daemon import DaemonProgram, raise_open_files_limit, run
 from nsqpy.errors import ConfigError, StorageError
-from nsqpy.flags import check_options, declared, parse_flags
+from nsqpy.flags import check_options
 from nsqpy.logs import setup_daemon_logging
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.names import valid_topic_name
 
-FLAGS = declared(NsqdOptions)  # every flag, declared on NsqdOptions
-DESCRIPTION = "nsqd (nsqpy): the NSQ daemon that receives, keeps on disk and delivers messages"
+if TYPE_CHECKING:
+    from nsqpy.nsqd.server import NsqdServer
 
-VERSION_LINE = f"nsqd v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
+DESCRIPTION = "nsqd (nsqpy): the NSQ daemon that receives, keeps on disk and delivers messages"
 
 
 def validate(opts: NsqdOptions) -> None:
@@ -37,34 +39,22 @@ def validate(opts: NsqdOptions) -> None:
     TlsSettings.from_options(opts)  # unreadable certificate or key, incomplete TLS flags
 
 
-def setup_logging(level: str, prefix: str) -> None:
-    """nsqd's log lines (``nsqpy.logs``): prefix, time, level; one line per event."""
-    setup_daemon_logging(level, prefix)
+def _server(opts: NsqdOptions) -> NsqdServer:
+    from nsqpy.nsqd.server import NsqdServer  # the whole daemon: not needed for --help
+
+    return NsqdServer(opts)
 
 
-def parse_args(argv: Sequence[str]) -> NsqdOptions:
-    return parse_flags(
-        NsqdOptions,
-        argv,
-        prog="nsqd",
-        description=DESCRIPTION,
-        version=VERSION_LINE,
-        validate=validate,
-    )
-
-
-async def serve(opts: NsqdOptions) -> None:
-    from nsqpy.nsqd.server import NsqdServer
-
-    await serve_until_signal(NsqdServer(opts))
-
+PROGRAM = DaemonProgram("nsqd", DESCRIPTION, NsqdOptions, validate, _server)
+FLAGS = PROGRAM.flags  # every flag, declared on NsqdOptions
+parse_args = PROGRAM.parse_args
 
 MIN_OPEN_FILES = 64  # listeners, the event loop, a few clients and files
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging(opts.log_level, opts.log_prefix)
+    setup_daemon_logging(opts.log_level, opts.log_prefix)
     _, open_files = raise_open_files_limit()
     log = logging.getLogger("nsqpy")
     if open_files < MIN_OPEN_FILES:
@@ -74,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         return 1
     try:
-        run(serve(opts))
+        run(PROGRAM.serve(opts))
     except (OSError, StorageError) as exc:  # a port or the data path is taken, a disk fails
         log.error("FATAL: %s", exc)
         return 1

@@ -13,7 +13,9 @@ connection holds its commands while the auth servers are asked again; not permit
 ``E_UNAUTHORIZED``; auth servers failing or answering junk -> ``E_AUTH_FAILED`` (details only
 logged). All of them are fatal. Until the client has authenticated, an IDENTIFY or AUTH body
 may be at most ``PRE_AUTH_BODY_SIZE`` bytes (fatal ``E_BAD_BODY ... body too big`` as soon as
-the size arrives). Imports aiohttp; never the broker.
+the size arrives). It drives its connection through ``AuthedConnection`` (what it calls;
+``nsqd.tcp``'s ``V2Connection`` is one, never named here). Imports aiohttp; of the broker
+only the ``Client`` record it fills in.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
-from nsqpy.errors import AuthFailed, AuthFirst, InvalidError, Unauthorized
+from nsqpy.errors import AuthFailed, AuthFirst, InvalidError, ProtocolError, Unauthorized
 from nsqpy.nsqd.tls import peer_common_name
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.auth import (
@@ -40,14 +42,14 @@ from nsqpy.protocol.auth import (
     parse_auth_reply,
     unauthorized_text,
 )
-from nsqpy.protocol.commands import Auth
+from nsqpy.protocol.commands import Auth, CommandParser
 from nsqpy.protocol.frames import encode_response
 from nsqpy.protocol.identify import auth_response
 from nsqpy.protocol.limits import PRE_AUTH_BODY_SIZE
 from nsqpy.protocol.state import verb_of
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.tcp import V2Connection
+    from nsqpy.broker.client import Client
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -139,10 +141,41 @@ def _https_url(url: str, body: bytes) -> str:
     return urlunsplit(("https", f"{parts.hostname}:{port}", parts.path, parts.query, ""))
 
 
+class AuthedConnection(Protocol):
+    """What ``ConnectionAuth`` uses of its client connection."""
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def parser(self) -> CommandParser: ...
+
+    @property
+    def transport(self) -> asyncio.Transport | None: ...
+
+    def hold(self, *, pause_reading: bool = True) -> None:
+        """Run no more commands until ``resume``."""
+        ...
+
+    def resume(self) -> None: ...
+
+    def dispatch(self, command: object) -> None:
+        """Run a command (one held back while the auth servers were asked)."""
+        ...
+
+    def send_error(self, err: ProtocolError) -> None:
+        """Answer an error frame (a fatal one closes the connection)."""
+        ...
+
+    def respond(self, frame: bytes) -> None:
+        """Answer a frame, in order with the other replies."""
+        ...
+
+
 class ConnectionAuth:
     """AUTH and the permission checks of one client connection."""
 
-    def __init__(self, conn: V2Connection, client: AuthClient) -> None:
+    def __init__(self, conn: AuthedConnection, client: AuthClient) -> None:
         self.conn = conn
         self.auth_client = client
         self.secret = ""
@@ -190,20 +223,20 @@ class ConnectionAuth:
         state = self.state
         assert state is not None
         if not state.authorizations:
-            self.conn._error(Unauthorized("AUTH no authorizations found"))
+            self.conn.send_error(Unauthorized("AUTH no authorizations found"))
             return
         reply = auth_response(state.identity, state.identity_url, len(state.authorizations))
-        self.conn._reply(None, encode_response(reply))
+        self.conn.respond(encode_response(reply))
 
     async def _recheck(self, command: object, verb: str, topic: str, channel: str) -> None:
         if not await self._query():
             return
         assert self.state is not None
         if not self.state.is_allowed(topic, channel):
-            self.conn._error(Unauthorized(unauthorized_text(verb, topic, channel)))
+            self.conn.send_error(Unauthorized(unauthorized_text(verb, topic, channel)))
             return
         self._checked = command
-        self.conn._dispatch(command)
+        self.conn.dispatch(command)
 
     async def _query(self) -> bool:
         """Ask the auth servers; on failure the client gets E_AUTH_FAILED and False is returned."""
@@ -219,7 +252,7 @@ class ConnectionAuth:
             )
         except AuthQueryError as exc:
             log.warning("[%s] AUTH failed %s", conn.client.remote_address, exc)
-            conn._error(AuthFailed("AUTH failed"))
+            conn.send_error(AuthFailed("AUTH failed"))
             return False
         self.state = state
         client = conn.client
@@ -239,5 +272,5 @@ class ConnectionAuth:
     def _done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("AUTH check failed", exc_info=task.exception())
-            self.conn._error(AuthFailed("AUTH failed"))
+            self.conn.send_error(AuthFailed("AUTH failed"))
         self.conn.resume()

@@ -5,8 +5,9 @@ checks and the small helpers ``/pub`` uses for a trace ID. Where Youzan's NSQ ha
 feature the form is theirs (``/channel/setoffset`` with a ``type:value`` body,
 ``/message/trace/enable`` and ``/disable``); the rest follows nsqd's conventions: query
 arguments, V1 responses, errors as ``{"message": CODE}``. Every check runs before
-anything changes. README.md ("Beyond NSQ") documents them. Imports aiohttp,
-``nsqpy.httpapi``, the nsqd parameter parsers and the broker; the server only for typing.
+anything changes; a bad one raises ``HttpError``. README.md ("Beyond NSQ") documents them.
+Imports aiohttp, ``nsqpy.httpapi`` (queries read as Go's ``url.ParseQuery``) and the
+broker; the daemon is seen only through ``FeatureHost``.
 
 Routes::
 
@@ -25,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
+from nsqpy.broker.broker import Broker
 from nsqpy.broker.policy import (
     DEPTH_POLICIES,
     MAX_ATTEMPTS,
@@ -38,14 +40,12 @@ from nsqpy.broker.policy import (
 from nsqpy.broker.replay import BadPosition, channel_partitions, parse_position, set_offset
 from nsqpy.durations import parse_duration
 from nsqpy.errors import ConfigError
-from nsqpy.httpapi import v1_error, v1_json
-from nsqpy.nsqd.params import BadQuery, parse_query
+from nsqpy.httpapi import Args, HttpError, first, query_args, v1_json
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 from nsqpy.storage.tracestore import TraceEvent
 
 if TYPE_CHECKING:
     from nsqpy.broker.topic import Topic
-    from nsqpy.nsqd.server import NsqdServer
 
 MAX_POSITION_BODY = 1024
 MAX_TTL_MS = 10 * 365 * 86_400_000  # ten years
@@ -53,8 +53,6 @@ MAX_DEPTH = (1 << 53) - 1
 MAX_TRACE_LIMIT = 10_000
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _MSG_ID = re.compile(r"[0-9a-fA-F]{16}")
-
-Args = dict[str, list[str]]
 
 
 def http_source(request: web.Request) -> str:
@@ -105,110 +103,92 @@ def _event_doc(e: TraceEvent) -> dict[str, object]:
     }
 
 
+class FeatureHost(Protocol):
+    """What these routes use of nsqd (``NsqdServer`` is one; never named here)."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    def after_change(self) -> None:
+        """An action changed delivery state: write whatever connections now have."""
+        ...
+
+
 class FeatureApi:
-    def __init__(self, server: NsqdServer) -> None:
-        self.server = server
-        self.broker = server.broker
-        self.features = server.broker.features
+    def __init__(self, host: FeatureHost) -> None:
+        self.host = host
+        self.broker = host.broker
+        self.features = host.broker.features
 
     # -- arguments -------------------------------------------------------------------
 
-    @staticmethod
-    def _args(request: web.Request) -> Args | web.Response:
-        try:
-            return parse_query(request.rel_url.raw_query_string)
-        except BadQuery:
-            return v1_error("INVALID_REQUEST", 400)
-
-    @staticmethod
-    def _first(args: Args, name: str) -> str | None:
-        values = args.get(name)
-        return values[0] if values else None
-
-    def _topic(self, args: Args) -> Topic | web.Response:
-        name = self._first(args, "topic")
+    def _topic(self, args: Args) -> Topic:
+        name = first(args, "topic")
         if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+            raise HttpError(400, "MISSING_ARG_TOPIC")
         if not valid_topic_name(name):
-            return v1_error("INVALID_ARG_TOPIC", 400)
+            raise HttpError(400, "INVALID_ARG_TOPIC")
         topic = self.broker.get_topic(name)
         if topic is None:
-            return v1_error("TOPIC_NOT_FOUND", 404)
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         return topic
 
-    def _channel_name(self, args: Args, topic: Topic) -> str | web.Response:
-        name = self._first(args, "channel")
+    def _channel_name(self, args: Args, topic: Topic) -> str:
+        name = first(args, "channel")
         if name is None:
-            return v1_error("MISSING_ARG_CHANNEL", 400)
+            raise HttpError(400, "MISSING_ARG_CHANNEL")
         if not valid_channel_name(name):
-            return v1_error("INVALID_ARG_CHANNEL", 400)
+            raise HttpError(400, "INVALID_ARG_CHANNEL")
         if name not in topic.channels:
-            return v1_error("CHANNEL_NOT_FOUND", 404)
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
         return name
 
-    def _args_topic(self, request: web.Request) -> tuple[Args, Topic] | web.Response:
-        """The request's arguments and its existing ``topic``, or the error to answer."""
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        topic = self._topic(args)
-        if isinstance(topic, web.Response):
-            return topic
-        return args, topic
+    def _args_topic(self, request: web.Request) -> tuple[Args, Topic]:
+        """The request's arguments and its existing ``topic``."""
+        args = query_args(request)
+        return args, self._topic(args)
 
-    def _topic_channel(self, request: web.Request) -> tuple[Args, Topic, str] | web.Response:
-        found = self._args_topic(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic = found
-        channel = self._channel_name(args, topic)
-        if isinstance(channel, web.Response):
-            return channel
-        return args, topic, channel
+    def _topic_channel(self, request: web.Request) -> tuple[Args, Topic, str]:
+        args, topic = self._args_topic(request)
+        return args, topic, self._channel_name(args, topic)
 
     # -- replay ----------------------------------------------------------------------
 
     async def set_offset(self, request: web.Request) -> web.StreamResponse:
-        found = self._topic_channel(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic, channel = found
-        raw_part = self._first(args, "partition")
+        args, topic, channel = self._topic_channel(request)
+        raw_part = first(args, "partition")
         partition = None
         if raw_part is not None and raw_part != "":
             partition = _uint(raw_part, 1023)
             if partition is None:
-                return v1_error("INVALID_ARG_PARTITION", 400)
+                raise HttpError(400, "INVALID_ARG_PARTITION")
         body = await request.content.read(MAX_POSITION_BODY + 1)
         if not body.strip():
-            return v1_error("MSG_EMPTY", 406)  # Youzan's answer to an empty body
+            raise HttpError(406, "MSG_EMPTY")  # Youzan's answer to an empty body
         if len(body) > MAX_POSITION_BODY:
-            return v1_error("INVALID_POSITION", 400)
+            raise HttpError(400, "INVALID_POSITION")
         group = topic.channels[channel]
         try:
             position = parse_position(body)
             targets = set_offset(group, channel_partitions(topic, channel, partition), position)
         except BadPosition as exc:
-            return v1_error(exc.code, exc.status)
+            raise HttpError(exc.status, exc.code) from None
         group.pump(self.broker.clock())
-        self.server.after_change()
+        self.host.after_change()
         parts = [{"partition": ch.topic.partition, "offset": off} for ch, off in targets]
         return v1_json({"topic": topic.name, "channel": channel, "partitions": parts})
 
     # -- dead letters, TTL, depth ----------------------------------------------------
 
     async def set_max_attempts(self, request: web.Request) -> web.StreamResponse:
-        found = self._topic_channel(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic, channel = found
-        attempts = _uint(self._first(args, "max_attempts"), MAX_ATTEMPTS)
+        args, topic, channel = self._topic_channel(request)
+        attempts = _uint(first(args, "max_attempts"), MAX_ATTEMPTS)
         if attempts is None:
-            return v1_error("INVALID_MAX_ATTEMPTS", 400)
-        target = self._first(args, "dead_letter_topic") or ""
+            raise HttpError(400, "INVALID_MAX_ATTEMPTS")
+        target = first(args, "dead_letter_topic") or ""
         name = target or dead_letter_name(topic.name, self.features.suffix)
         if attempts and not valid_dead_letter_topic(name, topic.name):
-            return v1_error("INVALID_DEAD_LETTER_TOPIC", 400)
+            raise HttpError(400, "INVALID_DEAD_LETTER_TOPIC")
         self.features.set_max_attempts(topic, channel, attempts, target)
         policy = topic.channels[channel].policy
         return v1_json(
@@ -216,46 +196,34 @@ class FeatureApi:
         )
 
     async def set_ttl(self, request: web.Request) -> web.StreamResponse:
-        found = self._args_topic(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic = found
-        raw = self._first(args, "ttl")
+        args, topic = self._args_topic(request)
+        raw = first(args, "ttl")
         if raw is None:
-            return v1_error("MISSING_ARG_TTL", 400)
+            raise HttpError(400, "MISSING_ARG_TTL")
         ttl = _ttl_ms(raw)
         if ttl is None:
-            return v1_error("INVALID_TTL", 400)
+            raise HttpError(400, "INVALID_TTL")
         self.features.set_ttl(topic, ttl)
         return v1_json({"ttl_ms": ttl})
 
     async def set_max_depth(self, request: web.Request) -> web.StreamResponse:
-        found = self._args_topic(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic = found
-        depth = _uint(self._first(args, "max_depth"), MAX_DEPTH)
+        args, topic = self._args_topic(request)
+        depth = _uint(first(args, "max_depth"), MAX_DEPTH)
         if depth is None:
-            return v1_error("INVALID_MAX_DEPTH", 400)
-        policy = self._first(args, "policy") or "refuse"
+            raise HttpError(400, "INVALID_MAX_DEPTH")
+        policy = first(args, "policy") or "refuse"
         if policy not in DEPTH_POLICIES:
-            return v1_error("INVALID_DEPTH_POLICY", 400)
+            raise HttpError(400, "INVALID_DEPTH_POLICY")
         self.features.set_max_depth(topic, depth, policy)
         return v1_json({"max_depth": depth, "policy": policy})
 
     # -- tracing ---------------------------------------------------------------------
 
     async def _trace_switch(self, request: web.Request, on: bool) -> web.StreamResponse:
-        found = self._args_topic(request)
-        if isinstance(found, web.Response):
-            return found
-        args, topic = found
+        args, topic = self._args_topic(request)
         channel: str | None = None
-        if self._first(args, "channel") is not None:
-            name = self._channel_name(args, topic)
-            if isinstance(name, web.Response):
-                return name
-            channel = name
+        if first(args, "channel") is not None:
+            channel = self._channel_name(args, topic)
         self.features.set_trace(topic, channel, on)
         return v1_json({"topic": topic.name, "channel": channel or "", "trace": on})
 
@@ -266,28 +234,26 @@ class FeatureApi:
         return await self._trace_switch(request, False)
 
     async def trace_query(self, request: web.Request) -> web.StreamResponse:
-        args = self._args(request)
-        if not isinstance(args, dict):
-            return args
-        topic = self._first(args, "topic")
+        args = query_args(request)
+        topic = first(args, "topic")
         if topic is not None and not valid_topic_name(topic):
-            return v1_error("INVALID_ARG_TOPIC", 400)
-        limit = _uint(self._first(args, "limit") or "1000", MAX_TRACE_LIMIT)
+            raise HttpError(400, "INVALID_ARG_TOPIC")
+        limit = _uint(first(args, "limit") or "1000", MAX_TRACE_LIMIT)
         if not limit:
-            return v1_error("INVALID_LIMIT", 400)
-        msg_id, raw_tid = self._first(args, "id"), self._first(args, "trace_id")
+            raise HttpError(400, "INVALID_LIMIT")
+        msg_id, raw_tid = first(args, "id"), first(args, "trace_id")
         trace_id = 0
         if msg_id is not None:
             if _MSG_ID.fullmatch(msg_id) is None:
-                return v1_error("INVALID_MESSAGE_ID", 400)
+                raise HttpError(400, "INVALID_MESSAGE_ID")
             if topic is None:
-                return v1_error("MISSING_ARG_TOPIC", 400)
+                raise HttpError(400, "MISSING_ARG_TOPIC")
         elif raw_tid is not None:
             trace_id = parse_trace_id(raw_tid) or 0
             if not trace_id:
-                return v1_error("INVALID_TRACE_ID", 400)
+                raise HttpError(400, "INVALID_TRACE_ID")
         else:
-            return v1_error("MISSING_ARG_ID", 400)
+            raise HttpError(400, "MISSING_ARG_ID")
         tracer = self.features.tracer
 
         def run() -> list[TraceEvent]:
@@ -300,8 +266,8 @@ class FeatureApi:
         return v1_json({"events": [_event_doc(e) for e in events]})
 
 
-def add_feature_routes(app: web.Application, server: NsqdServer) -> None:
-    api = FeatureApi(server)
+def add_feature_routes(app: web.Application, host: FeatureHost) -> None:
+    api = FeatureApi(host)
     app.router.add_route("POST", "/channel/setoffset", api.set_offset)
     app.router.add_route("POST", "/channel/setmaxattempts", api.set_max_attempts)
     app.router.add_route("POST", "/topic/setttl", api.set_ttl)

@@ -5,8 +5,9 @@ readers use; the binary layout of a read's reply is ``nsqpy.protocol.logread``'s
 here with its ``encode_columns``, or cut from the log's own batches). Reads go straight to
 the topic's partition log and never touch a channel: no cursor moves, nothing is
 delivered, confirmed or counted. Imports aiohttp, ``nsqpy.httpapi``, ``nsqpy.protocol``
-and ``nsqpy.storage``; the server only for typing. ``add_logread_routes(app, server)`` is
-called by ``make_app``.
+and ``nsqpy.storage``; sees the daemon only through ``LogReadHost`` (its broker, options and
+HTTP port). ``add_logread_routes(app, host)`` is called by ``make_app``; errors are raised
+as ``HttpError``.
 
 Routes (all GET; errors are NSQ V1 JSON ``{"message": CODE}``)::
 
@@ -53,13 +54,15 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 from crc32c import crc32c
 
+from nsqpy.broker.broker import Broker
 from nsqpy.errors import StorageError
-from nsqpy.httpapi import V1_HEADER, query_arg, v1_error, v1_json
+from nsqpy.httpapi import V1_HEADER, HttpError, query_arg, v1_json
+from nsqpy.options import NsqdOptions
 from nsqpy.protocol.logread import (
     BATCHES,
     BATCHES_CONTENT_TYPE,
@@ -78,7 +81,6 @@ from nsqpy.storage.records import BATCH, BATCH_SIZE, batch_header, scan_records
 
 if TYPE_CHECKING:
     from nsqpy.broker.topic import Topic
-    from nsqpy.nsqd.server import NsqdServer
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -130,9 +132,22 @@ def _uint(text: str | None, limit: int) -> int | None:
     return value if value <= limit else None
 
 
-def add_logread_routes(app: web.Application, server: NsqdServer) -> None:
+class LogReadHost(Protocol):
+    """What the log-read routes use of nsqd (``NsqdServer`` is one; never named here)."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def opts(self) -> NsqdOptions: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+
+def add_logread_routes(app: web.Application, host: LogReadHost) -> None:
     """Add GET /log/read, /log/watermarks and /log/offset_for_time to nsqd's app."""
-    api = LogReadApi(server)
+    api = LogReadApi(host)
     app.router.add_route("GET", "/log/read", api.read)
     app.router.add_route("GET", "/log/watermarks", api.watermarks)
     app.router.add_route("GET", "/log/offset_for_time", api.offset_for_time)
@@ -141,46 +156,54 @@ def add_logread_routes(app: web.Application, server: NsqdServer) -> None:
 class LogReadApi:
     """The handlers; each answers from the loop thread in one go (no await while reading)."""
 
-    def __init__(self, server: NsqdServer) -> None:
-        self.server = server
-        self.broker = server.broker
+    def __init__(self, host: LogReadHost) -> None:
+        self.host = host
+        self.broker = host.broker
 
     @property
     def node(self) -> str:
         """``broadcast_address:http_port`` (IPv6 in brackets), as nsqlookupd lists it (the
         broadcast HTTP port when one is set, as this nsqd registers itself)."""
-        opts = self.server.opts
-        host, port = opts.broadcast_address, opts.broadcast_http_port or self.server.http_port
+        opts = self.host.opts
+        host, port = opts.broadcast_address, opts.broadcast_http_port or self.host.http_port
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def _topic(self, request: web.Request) -> Topic | web.Response:
+    def _topic(self, request: web.Request) -> Topic:
         name = query_arg(request, "topic")
         if name is None:
-            return v1_error("MISSING_ARG_TOPIC", 400)
+            raise HttpError(400, "MISSING_ARG_TOPIC")
         if not valid_topic_name(name):
-            return v1_error("INVALID_ARG_TOPIC", 400)
+            raise HttpError(400, "INVALID_ARG_TOPIC")
         topic = self.broker.get_topic(name)
         if topic is None or topic.deleted:
-            return v1_error("TOPIC_NOT_FOUND", 404)
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         return topic
 
-    def _partition(self, request: web.Request) -> tuple[Topic, int, Log] | web.Response:
+    def _partition(self, request: web.Request) -> tuple[Topic, int, Log]:
         topic = self._topic(request)
-        if isinstance(topic, web.Response):
-            return topic
         raw = query_arg(request, "partition")
         number = 0 if raw is None else _uint(raw, MAX_PARTITION)
         if number is None:
-            return v1_error("INVALID_ARG_PARTITION", 400)
+            raise HttpError(400, "INVALID_ARG_PARTITION")
         found = partition_logs(topic).get(number)
         if found is None:
-            return v1_error("PARTITION_NOT_FOUND", 404)
+            raise HttpError(404, "PARTITION_NOT_FOUND")
         return topic, number, found
+
+    @staticmethod
+    def _required_uint(request: web.Request, name: str, limit: int) -> int:
+        """A decimal argument in 0..``limit``: 400 ``MISSING_ARG_<NAME>`` when absent,
+        ``INVALID_ARG_<NAME>`` when not such a number."""
+        raw = query_arg(request, name)
+        if raw is None:
+            raise HttpError(400, f"MISSING_ARG_{name.upper()}")
+        value = _uint(raw, limit)
+        if value is None:
+            raise HttpError(400, f"INVALID_ARG_{name.upper()}")
+        return value
 
     async def watermarks(self, request: web.Request) -> web.StreamResponse:
         topic = self._topic(request)
-        if isinstance(topic, web.Response):
-            return topic
         parts = [
             {
                 "partition": number,
@@ -193,49 +216,33 @@ class LogReadApi:
         return v1_json({"topic": topic.name, "node": self.node, "partitions": parts})
 
     async def offset_for_time(self, request: web.Request) -> web.StreamResponse:
-        found = self._partition(request)
-        if isinstance(found, web.Response):
-            return found
-        topic, number, plog = found
-        raw = query_arg(request, "ts_ms")
-        if raw is None:
-            return v1_error("MISSING_ARG_TS_MS", 400)
-        ts_ms = _uint(raw, MAX_TS_MS)
-        if ts_ms is None:
-            return v1_error("INVALID_ARG_TS_MS", 400)
+        topic, number, plog = self._partition(request)
+        ts_ms = self._required_uint(request, "ts_ms", MAX_TS_MS)
         low, high = plog.low_watermark, plog.readable_offset
         try:
             offset = plog.offset_for_timestamp(ts_ms * 1_000_000)
         except StorageError as exc:
             log.error("TOPIC(%s): offset_for_time %d failed: %s", topic.name, ts_ms, exc)
-            return v1_error("CORRUPT_RECORD", 500)
+            raise HttpError(500, "CORRUPT_RECORD") from None
         offset = min(max(offset, low), high)
         doc = {"topic": topic.name, "partition": number, "offset": offset, "low": low, "high": high}
         return v1_json(doc)
 
     async def read(self, request: web.Request) -> web.StreamResponse:
-        found = self._partition(request)
-        if isinstance(found, web.Response):
-            return found
-        topic, _number, plog = found
-        raw = query_arg(request, "offset")
-        if raw is None:
-            return v1_error("MISSING_ARG_OFFSET", 400)
-        offset = _uint(raw, MAX_OFFSET)
-        if offset is None:
-            return v1_error("INVALID_ARG_OFFSET", 400)
+        topic, _number, plog = self._partition(request)
+        offset = self._required_uint(request, "offset", MAX_OFFSET)
         max_count = self._bound(request, "max_count", DEFAULT_MAX_COUNT, LIMIT_MAX_COUNT)
         max_bytes = self._bound(request, "max_bytes", DEFAULT_MAX_BYTES, LIMIT_MAX_BYTES)
         if max_count is None:
-            return v1_error("INVALID_ARG_MAX_COUNT", 400)
+            raise HttpError(400, "INVALID_ARG_MAX_COUNT")
         if max_bytes is None:
-            return v1_error("INVALID_ARG_MAX_BYTES", 400)
+            raise HttpError(400, "INVALID_ARG_MAX_BYTES")
         fmt = query_arg(request, "format") or FORMATS[0]
         if fmt not in FORMATS:
-            return v1_error("INVALID_ARG_FORMAT", 400)
+            raise HttpError(400, "INVALID_ARG_FORMAT")
         low, high = plog.low_watermark, plog.readable_offset
         if not low <= offset <= high:
-            return _out_of_range(offset, low, high)
+            raise _out_of_range(offset, low, high)
         try:
             if fmt == BATCHES:
                 body, count, nxt = self._batches(plog, offset, high, max_count, max_bytes)
@@ -244,10 +251,10 @@ class LogReadApi:
                 body, count = encode_columns(records), len(records)
                 nxt = records[-1].offset + 1 if records else offset
         except OffsetOutOfRange as exc:
-            return _out_of_range(offset, exc.low, exc.high)
+            raise _out_of_range(offset, exc.low, exc.high) from None
         except StorageError as exc:
             log.error("TOPIC(%s): log read at %d failed: %s", topic.name, offset, exc)
-            return v1_error("CORRUPT_RECORD", 500)
+            raise HttpError(500, "CORRUPT_RECORD") from None
         headers = {
             **V1_HEADER,
             "Content-Type": BATCHES_CONTENT_TYPE if fmt == BATCHES else CONTENT_TYPE,
@@ -281,5 +288,5 @@ class LogReadApi:
         return min(value, limit)
 
 
-def _out_of_range(offset: int, low: int, high: int) -> web.Response:
-    return v1_error("OFFSET_OUT_OF_RANGE", 416, offset=offset, low=low, high=high)
+def _out_of_range(offset: int, low: int, high: int) -> HttpError:
+    return HttpError(416, "OFFSET_OUT_OF_RANGE", offset=offset, low=low, high=high)

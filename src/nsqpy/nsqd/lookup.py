@@ -10,7 +10,9 @@ topic or channel created or deleted while the snapshot is being sent is replayed
 it, never lost. When the connection drops it reconnects with exponential backoff and
 registers everything again. When a topic is created (not
 while loading metadata), every lookupd's ``/channels?topic=`` is asked for the channels
-it knows, and the non-ephemeral ones are created, as NSQ does.
+it knows, and the non-ephemeral ones are created, as NSQ does. ``LookupClient`` sees nsqd
+only through ``LookupHost`` (its broker, options and listening ports); imports aiohttp, the
+broker and ``nsqpy.protocol``, never the server.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ import random
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import aiohttp
 
 from nsqpy import NSQ_VERSION
+from nsqpy.broker.broker import Broker
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.topic import Topic
+from nsqpy.daemon import cancel_and_wait
 from nsqpy.errors import StorageError
+from nsqpy.options import NsqdOptions
 from nsqpy.protocol.lookupd import (
     ResponseDecoder,
     encode_identify_v1,
@@ -39,9 +44,6 @@ from nsqpy.protocol.lookupd import (
     encode_v1_magic,
 )
 from nsqpy.protocol.names import is_ephemeral, valid_channel_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.server import NsqdServer
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -74,11 +76,7 @@ class LookupPeer:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
 
     def send(self, command: bytes) -> None:
         """Queue a REGISTER/UNREGISTER; dropped only while disconnected (the next
@@ -176,33 +174,50 @@ class LookupPeer:
             raise ConnectionError(f"lookupd replied {reply.decode(errors='replace')}")
 
 
+class LookupHost(Protocol):
+    """What ``LookupClient`` uses of nsqd (``NsqdServer`` is one; never named here): the
+    ports are read when a lookupd is (re)connected, after the listeners started."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def opts(self) -> NsqdOptions: ...
+
+    @property
+    def tcp_port(self) -> int: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+
 class LookupClient:
     """All lookupd peers of one nsqd, wired to the broker's topic/channel hooks."""
 
-    def __init__(self, server: NsqdServer, *, ping_interval: float = PING_INTERVAL) -> None:
-        self.server = server
+    def __init__(self, host: LookupHost, *, ping_interval: float = PING_INTERVAL) -> None:
+        self.host = host
         self.ping_interval = ping_interval
         self.peers: dict[str, LookupPeer] = {}
         self._precreating: set[asyncio.Task[None]] = set()
-        broker = server.broker
+        broker = host.broker
         broker.on_topic_created.append(self._topic_created)
         broker.on_topic_deleted.append(self._topic_deleted)
         broker.on_channel_created.append(self._channel_created)
         broker.on_channel_deleted.append(self._channel_deleted)
 
     def identity(self) -> dict[str, object]:
-        opts = self.server.opts
+        opts = self.host.opts
         return {
             "version": NSQ_VERSION,
-            "tcp_port": opts.broadcast_tcp_port or self.server.tcp_port,
-            "http_port": opts.broadcast_http_port or self.server.http_port,
+            "tcp_port": opts.broadcast_tcp_port or self.host.tcp_port,
+            "http_port": opts.broadcast_http_port or self.host.http_port,
             "hostname": socket.gethostname(),  # NSQ sends os.Hostname()
             "broadcast_address": opts.broadcast_address,
         }
 
     def registrations(self) -> list[bytes]:
         out = []
-        for topic in self.server.broker.topics.values():
+        for topic in self.host.broker.topics.values():
             if not topic.channels:
                 out.append(encode_register(topic.name))
             for name in topic.channels:
@@ -253,8 +268,8 @@ class LookupClient:
     async def _precreate_channels(self, topic: Topic) -> None:
         """Create the channels lookupd already knows for a new topic (from its first offset)."""
         timeout = aiohttp.ClientTimeout(
-            total=self.server.opts.http_client_request_timeout_ms / 1000,
-            connect=self.server.opts.http_client_connect_timeout_ms / 1000,
+            total=self.host.opts.http_client_request_timeout_ms / 1000,
+            connect=self.host.opts.http_client_connect_timeout_ms / 1000,
         )
         names: set[str] = set()
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -289,6 +304,6 @@ class LookupClient:
         for name in sorted(names):
             if name not in topic.channels:
                 try:
-                    self.server.broker.channel(topic, name, start=0)  # each partition's oldest
+                    self.host.broker.channel(topic, name, start=0)  # each partition's oldest
                 except StorageError:
                     continue  # not stored (reported to the health state): not created

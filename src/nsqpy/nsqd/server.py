@@ -8,6 +8,16 @@ acknowledgements that the flush (or, under ``always``, the fsync run in a worker
 thread) covers, lets channels deliver, and writes every touched connection's output.
 Acknowledgements wait per partition (offsets are per partition).
 ``await stop()`` stops accepting, flushes, persists and closes: nothing is lost.
+
+The top of nsqd: nothing in ``nsqpy`` imports this module but the programs (``nsqd.app``,
+``cli``) and the test kit. Each module below is handed exactly what it uses: the TCP
+connections a ``ConnectionContext`` (``nsqd.tcp``); the HTTP app, the lookupd client and the
+Prometheus exporter this object itself, seen through the ``Protocol`` each of them owns
+(``NsqdHttpView``, ``LookupHost``, ``NsqdView``); the statsd push its broker, options and
+port. They read the public attributes below (``broker``, ``opts``, ``connections``,
+``tcp_port``, ``http_port``, ``start_time``) and call ``publish_and_wait``, ``after_change``,
+``lookupd_addresses_changed`` and ``apply_log_level``; what starts with ``_`` is this
+module's own.
 """
 
 from __future__ import annotations
@@ -31,10 +41,14 @@ from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import ProtocolError
 from nsqpy.flags import LOG_LEVELS
+from nsqpy.metrics.statsd import StatsdEmitter
+from nsqpy.nsqd.ack import Ack
 from nsqpy.nsqd.auth import AuthClient
+from nsqpy.nsqd.http import make_app
 from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
-from nsqpy.nsqd.tcp import V2Connection, failed_verb
+from nsqpy.nsqd.lookup import LookupClient
+from nsqpy.nsqd.tcp import ConnectionContext, V2Connection, failed_verb
 from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.options import NsqdOptions, listen_address
 from nsqpy.protocol.limits import Limits
@@ -42,33 +56,9 @@ from nsqpy.storage import Entry
 from nsqpy.storage.budget import OPEN_FILES
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.lookup import LookupClient
     from nsqpy.storage import CursorFile, MemoryLog, PartitionLog
 
 log = logging.getLogger("nsqpy.nsqd")
-
-
-class Ack:
-    """A publisher waiting for its last offset to be written (and synced under ``always``)."""
-
-    __slots__ = ("callback", "done", "error", "failed", "offset")
-
-    def __init__(self, offset: int, failed: type[ProtocolError]) -> None:
-        self.offset = offset
-        self.done = False
-        self.error: ProtocolError | None = None
-        self.failed = failed
-        self.callback: asyncio.Future[None] | None = None
-
-    def resolve(self, error: ProtocolError | None = None) -> None:
-        self.done = True
-        self.error = error
-        fut = self.callback
-        if fut is not None and not fut.done():
-            if error is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(error)
 
 
 def set_storage_budget() -> int:
@@ -140,31 +130,43 @@ class NsqdServer:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        from nsqpy.nsqd.http import make_app
-
         self._loop = asyncio.get_running_loop()
         self.broker.load_metadata()
+        ctx = ConnectionContext(
+            broker=self.broker,
+            opts=self.opts,
+            limits=self.limits,
+            clock=self.clock,
+            loop=self._loop,
+            tls=self.tls,
+            auth=self.auth,
+            connections=self.connections,
+            touch=self.touch_connection,
+            expect_ack=self.expect_ack,
+        )
         where = self.tcp_listen
         if isinstance(where, str):
             self._tcp_server = await self._loop.create_unix_server(
-                lambda: V2Connection(self), where, backlog=1024
+                lambda: V2Connection(ctx), where, backlog=1024
             )
             self.tcp_port = -1  # as /info reports a unix socket listener
             log.info("TCP: listening on %s", where)
         else:
             self._tcp_server = await self._loop.create_server(
-                lambda: V2Connection(self), where[0], where[1], reuse_address=True, backlog=1024
+                lambda: V2Connection(ctx), where[0], where[1], reuse_address=True, backlog=1024
             )
             self.tcp_port = self._tcp_server.sockets[0].getsockname()[1]
             log.info("TCP: listening on %s:%d", where[0], self.tcp_port)
         if self.http_listen is not None:
-            await self._start_http(plain_http_app(self, make_app(self)), self.http_listen)
-        await start_https(self)
+            app = plain_http_app(make_app(self), self.tls, lambda: self.https_port)
+            await self._start_http(app, self.http_listen)
+        self._https_runner = await start_https(lambda: make_app(self), self.opts, self.tls)
+        if self._https_runner is not None:
+            self.https_port = int(self._https_runner.addresses[0][1])
         self._tasks.append(asyncio.create_task(self._ticker()))
         if self.opts.statsd_address:  # NSQ's statsd push (nsqpy.metrics.statsd)
-            from nsqpy.metrics.statsd import StatsdEmitter
-
-            self._tasks.append(asyncio.create_task(StatsdEmitter(self).run()))
+            statsd = StatsdEmitter(self.broker, self.opts, self.http_port)
+            self._tasks.append(asyncio.create_task(statsd.run()))
         if self.opts.lookupd_tcp_addresses:
             self.lookupd_addresses_changed()
 
@@ -292,9 +294,9 @@ class NsqdServer:
     def _flush_connections(self) -> None:
         touched, self._touched = self._touched, set()
         for conn in touched:
-            conn.release_replies()
+            waiting = conn.release_replies()
             conn.flush()
-            if conn._replies:  # still waiting for a commit (the ticker ran first): look again
+            if waiting:  # still waiting for a commit (the ticker ran first): look again
                 self._touched.add(conn)
 
     def _release(self, part: Partition, limit: int) -> None:
@@ -318,7 +320,7 @@ class NsqdServer:
             ack = acks.popleft()
             ack.resolve(ack.failed(f"{failed_verb(ack.failed)} failed {exc}"))
         for conn in list(self.connections):
-            if conn._replies:
+            if conn.awaiting_acks:
                 self._touched.add(conn)
 
     def _start_sync(self, part: Partition) -> None:
@@ -346,7 +348,7 @@ class NsqdServer:
         if self.opts.sync_always:  # channels read only what is durable: now they may
             self.broker.pump([part])
         for conn in list(self.connections):
-            if conn._replies:
+            if conn.awaiting_acks:
                 self._touched.add(conn)
         self._flush_connections()
         # Data appended while this fsync ran needs another one.
@@ -374,7 +376,7 @@ class NsqdServer:
         now = self.clock()
         for conn in list(self.connections):
             conn.heartbeat(now)
-            if conn._out:
+            if conn.has_output:
                 self._touched.add(conn)
         clock = self.broker.clock()
         for part in list(self._unsynced):
@@ -439,15 +441,13 @@ class NsqdServer:
     def after_change(self) -> None:
         """An HTTP action changed delivery state: write whatever connections now have."""
         for conn in self.connections:
-            if conn._out or conn.closing:
+            if conn.has_output or conn.closing:
                 self._touched.add(conn)
         self._schedule_commit()
 
     def lookupd_addresses_changed(self) -> None:
         """PUT /config/nsqlookupd_tcp_addresses: reconnect to the new set of lookupds."""
         if self.lookup is None:
-            from nsqpy.nsqd.lookup import LookupClient
-
             self.lookup = LookupClient(self)
         self.lookup.set_addresses(self.opts.lookupd_tcp_addresses)
 

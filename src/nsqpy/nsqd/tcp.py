@@ -24,6 +24,13 @@ the buffer drains (``resume_writing``); then, and while the replies queued for i
 the mark, its commands stop running and its socket is not read (``nsqd.flow``, which also
 owns the read and write deadlines the server's ticker checks in ``heartbeat`` and the input
 a client may send before AUTH).
+
+A connection knows its nsqd only through the ``ConnectionContext`` the server builds once
+it runs (broker, options, limits, clock, loop, TLS and auth settings, the set of live
+connections, and the group commit's two entry points ``touch`` and ``expect_ack``); the
+server reads back only public members (``release_replies``, ``flush``, ``heartbeat``,
+``awaiting_acks``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
+modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_extend``, ``ack``); never the server.
 """
 
 from __future__ import annotations
@@ -32,12 +39,15 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
 
-from nsqpy.broker.broker import Placement
+from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import ExtendSink
+from nsqpy.broker.partition import Partition
 from nsqpy.errors import (
     AuthDisabled,
     AuthFirst,
@@ -52,7 +62,8 @@ from nsqpy.errors import (
     SubFailed,
     TouchFailed,
 )
-from nsqpy.nsqd.auth import ConnectionAuth
+from nsqpy.nsqd.ack import Ack
+from nsqpy.nsqd.auth import AuthClient, ConnectionAuth
 from nsqpy.nsqd.flow import (
     FIN_BATCH,
     REPLY_OVERHEAD,
@@ -61,7 +72,9 @@ from nsqpy.nsqd.flow import (
     pre_auth_budget,
 )
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
+from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.nsqd.upgrade import begin_upgrade
+from nsqpy.options import NsqdOptions
 from nsqpy.protocol.commands import (
     Auth,
     Cls,
@@ -89,7 +102,7 @@ from nsqpy.protocol.frames import (
     encode_response,
 )
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
-from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE
+from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE, Limits
 from nsqpy.protocol.message import try_decode_message_id
 from nsqpy.protocol.names import valid_topic_name
 from nsqpy.protocol.state import (
@@ -98,9 +111,6 @@ from nsqpy.protocol.state import (
     check_verb,
 )
 from nsqpy.storage import Entry
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.server import Ack, NsqdServer
 
 
 def failed_verb(error: type[ProtocolError]) -> str:
@@ -111,13 +121,32 @@ def failed_verb(error: type[ProtocolError]) -> str:
 log = logging.getLogger("nsqpy.nsqd")
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionContext:
+    """What a connection uses of its nsqd, built by the server once its loop runs."""
+
+    broker: Broker
+    opts: NsqdOptions
+    limits: Limits
+    clock: Callable[[], int]  # ns; the server's clock (fake in tests)
+    loop: asyncio.AbstractEventLoop
+    tls: TlsSettings
+    auth: AuthClient | None  # None unless --auth-http-address is set
+    connections: set[V2Connection]  # every live connection (the server's ticker visits them)
+    # The group commit: write this connection's output at the end of the loop turn ...
+    touch: Callable[[V2Connection], None]
+    # ... and an acknowledgement for a publish that appended up to an offset of a partition.
+    expect_ack: Callable[[Partition, int, type[ProtocolError]], Ack]
+
+
 class V2Connection(asyncio.Protocol):
     """One client connection speaking protocol V2."""
 
-    def __init__(self, server: NsqdServer) -> None:
-        self.server = server
-        self.broker = server.broker
-        self.parser = CommandParser(server.limits, gate=self._gate)
+    def __init__(self, ctx: ConnectionContext) -> None:
+        self.ctx = ctx
+        self.broker = ctx.broker
+        self._tls_required = ctx.tls.tcp_required
+        self.parser = CommandParser(ctx.limits, gate=self._gate)
         self.transport: asyncio.Transport | None = None
         self.client = Client(sink=self)
         self._out: list[bytes] = []  # frames to write, in order
@@ -126,13 +155,13 @@ class V2Connection(asyncio.Protocol):
         self._force = False  # a frame that is not a message is waiting: flush this turn
         self._timer: asyncio.TimerHandle | None = None
         self._buf_size = DEFAULT_OUTPUT_BUFFER_SIZE
-        self._buf_timeout_ns = server.opts.output_buffer_timeout_ms * 1_000_000
+        self._buf_timeout_ns = ctx.opts.output_buffer_timeout_ms * 1_000_000
         # Replies waiting for a publish acknowledgement: (ack or None, frame bytes, close after).
         self._replies: deque[tuple[Ack | None, bytes, bool]] = deque()
-        self.heartbeat_ns = server.opts.client_timeout_ms * 500_000
-        self.last_recv = server.clock()  # the server's clock: fake in tests
+        self.heartbeat_ns = ctx.opts.client_timeout_ms * 500_000
+        self.last_recv = ctx.clock()  # the server's clock: fake in tests
         self.last_heartbeat = self.last_recv
-        self._heartbeat_ms = server.opts.client_timeout_ms // 2
+        self._heartbeat_ms = ctx.opts.client_timeout_ms // 2
         self.closing = False
         self._fatal = False
         self._held = False
@@ -149,8 +178,8 @@ class V2Connection(asyncio.Protocol):
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
         self._pump_due: Channel | None = None
-        self.auth = ConnectionAuth(self, server.auth) if server.auth is not None else None
-        self._pre_auth_left = pre_auth_budget(server.limits) if self.auth is not None else -1
+        self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
+        self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -164,22 +193,22 @@ class V2Connection(asyncio.Protocol):
         self.client.client_id = host
         self.client.hostname = host
         self.client.connect_ts = int(time.time())
-        self.client.msg_timeout_ns = self.server.opts.msg_timeout_ms * 1_000_000
-        self.server.connections.add(self)
+        self.client.msg_timeout_ns = self.ctx.opts.msg_timeout_ms * 1_000_000
+        self.ctx.connections.add(self)
         self.broker.client_connected(self.client)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         if self._timer is not None:
             self._timer.cancel()
-        self.server.connections.discard(self)
+        self.ctx.connections.discard(self)
         self.broker.client_gone(self.client)
         self.transport = None
 
     def data_received(self, data: bytes) -> None:
         if self._fatal:
             return
-        self.last_recv = self.server.clock()
+        self.last_recv = self.ctx.clock()
         if self._pre_auth_left >= 0 and self._spend_pre_auth(len(data)):
             return
         self.parser.feed(data)
@@ -194,10 +223,10 @@ class V2Connection(asyncio.Protocol):
         self._pre_auth_left -= size
         if self._pre_auth_left >= 0:
             return False
-        budget = pre_auth_budget(self.server.limits)
+        budget = pre_auth_budget(self.ctx.limits)
         log.info("[%s] closing: over %d bytes sent before AUTH", self.client.remote_address, budget)
-        self._error(AuthFirst(f"AUTH required before more than {budget} bytes"))
-        self.server.touch_connection(self)
+        self.send_error(AuthFirst(f"AUTH required before more than {budget} bytes"))
+        self.ctx.touch(self)
         return True
 
     def _process(self) -> None:
@@ -213,18 +242,18 @@ class V2Connection(asyncio.Protocol):
                 if command is None:
                     break
                 ran = True
-                self._dispatch(command)
+                self.dispatch(command)
         except ProtocolError as err:
             if getattr(err, "silent", False):  # a line too long: no frame, as nsqd
                 log.info("[%s] failed to read command - %s", self.client.remote_address, err)
                 self._pump_due = None
                 self._abort()
                 return
-            self._error(err)
+            self.send_error(err)
         if ran:  # the next command's read begins now (nsqd sets its deadline here)
-            self._read_since = self.server.clock()
+            self._read_since = self.ctx.clock()
         self._pump_pending()
-        self.server.touch_connection(self)
+        self.ctx.touch(self)
 
     def _fin_burst(self) -> bool:
         """Run a burst of plain FINs at the head of the input as one batch (what a busy
@@ -236,14 +265,14 @@ class V2Connection(asyncio.Protocol):
             self.auth is not None
             or not isinstance(channel, Channel)
             or client.state != SUBSCRIBED
-            or (self.server.tls_required and not client.tls)
+            or (self._tls_required and not client.tls)
         ):
             return False
         ids = self.parser.take_fins(FIN_BATCH)
         if not ids:
             return False
         for err in channel.finish_ids(client, ids, self.broker.clock()):
-            self._error(err)
+            self.send_error(err)
         self._pump_due = channel
         return True
 
@@ -267,10 +296,10 @@ class V2Connection(asyncio.Protocol):
         if self.transport is None:  # gone meanwhile: run nothing more for a dead client
             return
         self._reading_paused = False
-        self._read_since = self.server.clock()
+        self._read_since = self.ctx.clock()
         self._update_reading()
         self._process()
-        self.server.touch_connection(self)
+        self.ctx.touch(self)
 
     def _update_reading(self) -> None:
         """Read the socket unless held with reading paused or throttled."""
@@ -297,10 +326,9 @@ class V2Connection(asyncio.Protocol):
             and not self._unthrottle_due
             and not self.client.write_paused
             and self._reply_bytes <= WRITE_HIGH_WATER
-            and self.server._loop is not None
         ):
             self._unthrottle_due = True
-            self.server._loop.call_soon(self._unthrottle)
+            self.ctx.loop.call_soon(self._unthrottle)
 
     def _unthrottle(self) -> None:
         self._unthrottle_due = False
@@ -309,7 +337,7 @@ class V2Connection(asyncio.Protocol):
         if self._reply_bytes > WRITE_HIGH_WATER:
             return
         self._throttled = False
-        self._read_since = self.server.clock()
+        self._read_since = self.ctx.clock()
         self._update_reading()
         self._process()  # the commands that were buffered meanwhile
 
@@ -320,17 +348,17 @@ class V2Connection(asyncio.Protocol):
         self._out.append(frame)
         self._out_bytes += len(frame)
         if not self._buffered_since:
-            self._buffered_since = self.server.clock()
+            self._buffered_since = self.ctx.clock()
         if self._out_bytes >= self._buf_size:
             self._write_out()  # the buffer is full: it goes now, as bufio writes through
         else:
-            self.server.touch_connection(self)
+            self.ctx.touch(self)
 
     def pause_writing(self) -> None:
         """The transport's buffer passed its high-water mark: stop taking messages, running
         commands and reading (``nsqd.flow``)."""
         self.client.write_paused = True
-        self._stalled_since = self.server.clock()
+        self._stalled_since = self.ctx.clock()
         self._throttle()
 
     def resume_writing(self) -> None:
@@ -339,13 +367,13 @@ class V2Connection(asyncio.Protocol):
         channel = self.client.channel
         if isinstance(channel, Channel):
             channel.pump(self.broker.clock())
-        self.server.touch_connection(self)
+        self.ctx.touch(self)
         self._maybe_unthrottle()
 
     def close_by_server(self) -> None:
         """The channel or topic was deleted: close the connection."""
         self._reply(None, b"", close=True)
-        self.server.touch_connection(self)
+        self.ctx.touch(self)
 
     def _reply(self, ack: Ack | None, frame: bytes, close: bool = False) -> None:
         cost = len(frame) + REPLY_OVERHEAD
@@ -362,13 +390,14 @@ class V2Connection(asyncio.Protocol):
         self._waiting_bytes += cost
         self._replies.append((ack, frame, close))
 
-    def release_replies(self) -> None:
-        """Move replies whose acknowledgement arrived to the output, in order."""
+    def release_replies(self) -> bool:
+        """Move replies whose acknowledgement arrived to the output, in order; True while
+        some still wait for theirs."""
         replies = self._replies
         while replies:
             ack, frame, close = replies[0]
             if ack is not None and not ack.done:
-                return
+                return True
             replies.popleft()
             self._waiting_bytes -= len(frame) + REPLY_OVERHEAD
             if ack is not None and ack.error is not None:
@@ -383,7 +412,27 @@ class V2Connection(asyncio.Protocol):
                 replies.clear()
                 self._reply_bytes -= self._waiting_bytes
                 self._waiting_bytes = 0
-                return
+                return False
+        return False
+
+    @property
+    def awaiting_acks(self) -> bool:
+        """Replies wait for a publish acknowledgement (the server looks again after a
+        commit or an fsync)."""
+        return bool(self._replies)
+
+    @property
+    def has_output(self) -> bool:
+        """Frames are gathered, not yet written."""
+        return bool(self._out)
+
+    def pending_acks(self) -> list[Ack]:
+        """The acknowledgements queued replies still wait for (a stream upgrade waits too)."""
+        return [ack for ack, _, _ in self._replies if ack is not None and not ack.done]
+
+    def respond(self, frame: bytes) -> None:
+        """Answer ``frame``, in order behind the replies already queued."""
+        self._reply(None, frame)
 
     def flush(self, force: bool = False) -> None:
         """End of a loop turn: write what is gathered unless only messages wait in a buffer
@@ -402,15 +451,13 @@ class V2Connection(asyncio.Protocol):
             return True  # not ready for more: nsqd flushes
         if isinstance(channel, Channel) and (channel.paused or channel.ordered):
             return True  # an ordered channel sends the next only after a FIN: no batch to wait for
-        return self.server.clock() - self._buffered_since >= self._buf_timeout_ns
+        return self.ctx.clock() - self._buffered_since >= self._buf_timeout_ns
 
     def _arm_timer(self) -> None:
         """Flush when the output buffer timeout has passed in real time (the server's ticker
         checks its own clock too: with a fake clock, tests move time themselves)."""
-        if self._timer is None and self.server._loop is not None:
-            self._timer = self.server._loop.call_later(
-                self._buf_timeout_ns / 1e9, self._buffer_timer
-            )
+        if self._timer is None:
+            self._timer = self.ctx.loop.call_later(self._buf_timeout_ns / 1e9, self._buffer_timer)
 
     def _buffer_timer(self) -> None:
         self._timer = None
@@ -443,7 +490,8 @@ class V2Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _error(self, err: ProtocolError) -> None:
+    def send_error(self, err: ProtocolError) -> None:
+        """Answer an error frame; a fatal error closes the connection after it."""
         if err.fatal:
             log.info("[%s] fatal error: %s", self.client.remote_address, err)
         self._reply(None, encode_error(err), close=err.fatal)
@@ -457,7 +505,7 @@ class V2Connection(asyncio.Protocol):
         why = expired(
             now_ns,
             self.heartbeat_ns,
-            pre_auth_ns=self.server.opts.client_timeout_ms * 500_000 if pre_auth else 0,
+            pre_auth_ns=self.ctx.opts.client_timeout_ms * 500_000 if pre_auth else 0,
             read_since=self._read_since,
             stalled_since=self._stalled_since,
             reading=not (self._held or self._throttled),
@@ -471,7 +519,7 @@ class V2Connection(asyncio.Protocol):
         if now_ns - self.last_heartbeat >= self.heartbeat_ns:
             self.last_heartbeat = now_ns
             self._reply(None, HEARTBEAT_FRAME)
-            self.server.touch_connection(self)
+            self.ctx.touch(self)
 
     # -- commands --------------------------------------------------------------------
 
@@ -480,11 +528,12 @@ class V2Connection(asyncio.Protocol):
         return check_verb(
             self.client.state,
             verb,
-            tls_required_and_not_tls=self.server.tls_required and not self.client.tls,
+            tls_required_and_not_tls=self._tls_required and not self.client.tls,
             heartbeat_interval_ms=self._heartbeat_ms,
         )
 
-    def _dispatch(self, command: object) -> None:
+    def dispatch(self, command: object) -> None:
+        """Run one parsed command (``ConnectionAuth`` re-runs one it held back)."""
         try:
             if self.auth is not None and self.auth.intercept(command):
                 return
@@ -516,11 +565,11 @@ class V2Connection(asyncio.Protocol):
                 case PubExt() | MpubExt() | PubTrace() | MpubTrace():
                     self.pub_extended(command)
         except ProtocolError as err:
-            self._error(err)
+            self.send_error(err)
 
     def identify(self, cmd: Identify) -> None:
-        req = parse_identify(cmd.body, self.server.limits)
-        neg = negotiate(req, self.server.limits)
+        req = parse_identify(cmd.body, self.ctx.limits)
+        neg = negotiate(req, self.ctx.limits)
         c = self.client
         if req.client_id:
             c.client_id = req.client_id
@@ -540,9 +589,9 @@ class V2Connection(asyncio.Protocol):
         if not req.feature_negotiation:
             self._reply(None, OK_FRAME)
             return
-        self._reply(None, encode_response(identify_response(neg, self.server.limits)))
+        self._reply(None, encode_response(identify_response(neg, self.ctx.limits)))
         if neg.tls_v1 or neg.snappy or neg.deflate:
-            begin_upgrade(self, neg)
+            begin_upgrade(self, neg, self.ctx.tls)
 
     def sub(self, cmd: Sub) -> None:
         try:
@@ -598,7 +647,7 @@ class V2Connection(asyncio.Protocol):
             offset,
             cmd.msg_id,
             self.broker.clock(),
-            self.server.opts.max_msg_timeout_ms * 1_000_000,
+            self.ctx.opts.max_msg_timeout_ms * 1_000_000,
         )
 
     def cls(self) -> None:
@@ -642,8 +691,8 @@ class V2Connection(asyncio.Protocol):
         last = placed[-1]
         if len(placed) > 1:  # an MPUB split over partitions: OK once every part is written
             for place in placed[:-1]:
-                self._reply(self.server.expect_ack(place.partition, place.last, failed), b"")
-        self._reply(self.server.expect_ack(last.partition, last.last, failed), OK_FRAME)
+                self._reply(self.ctx.expect_ack(place.partition, place.last, failed), b"")
+        self._reply(self.ctx.expect_ack(last.partition, last.last, failed), OK_FRAME)
         return placed
 
     def pub(self, cmd: Pub) -> None:

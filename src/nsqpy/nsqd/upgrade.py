@@ -15,7 +15,8 @@ At most ``DELIVER_BUDGET`` pieces go to the connection per event-loop turn: a fe
 inflate to megabytes of commands are run a turn at a time, with the socket not read
 meanwhile, so the other clients are served in between.
 
-Imports ssl and asyncio; knows the connection only through the methods it calls.
+Imports ssl and asyncio; knows the connection only through ``Upgradable`` (what it calls;
+``nsqd.tcp``'s ``V2Connection`` is one, never named here).
 """
 
 from __future__ import annotations
@@ -23,17 +24,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nsqpy.codecs import stream_codec
 from nsqpy.errors import IdentifyFailed
-from nsqpy.nsqd.tls import describe
+from nsqpy.nsqd.ack import Ack
+from nsqpy.nsqd.tls import TlsSettings, describe
+from nsqpy.protocol.commands import CommandParser
 from nsqpy.protocol.compress import CorruptStream, Passthrough, StreamDecoder, StreamEncoder
 from nsqpy.protocol.frames import OK_FRAME, encode_error
 from nsqpy.protocol.identify import Negotiated
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.tcp import V2Connection
+    from nsqpy.broker.client import Client
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -41,20 +44,55 @@ READ_PIECE = 65536  # decompressed bytes handed to the connection at a time
 DELIVER_BUDGET = 2  # pieces per event-loop turn (uvloop reads at most 256 KiB a turn)
 
 
-def begin_upgrade(conn: V2Connection, neg: Negotiated) -> None:
+class Upgradable(Protocol):
+    """What an upgrade uses of the client connection: its commands are held meanwhile, its
+    queued replies released and flushed, its transport swapped; to the socket the
+    ``UpgradedTransport`` is the protocol and passes the events on to it."""
+
+    client: Client
+    transport: asyncio.Transport | None
+    closing: bool
+
+    @property
+    def parser(self) -> CommandParser: ...
+
+    def hold(self, *, pause_reading: bool = True) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def pending_acks(self) -> list[Ack]:
+        """The acknowledgements its queued replies still wait for."""
+        ...
+
+    def release_replies(self) -> bool: ...
+
+    def flush(self, force: bool = False) -> None: ...
+
+    def data_received(self, data: bytes) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+    def pause_writing(self) -> None: ...
+
+    def resume_writing(self) -> None: ...
+
+
+def begin_upgrade(conn: Upgradable, neg: Negotiated, settings: TlsSettings) -> None:
     """Upgrade ``conn`` as ``neg`` says, once the IDENTIFY reply queued before this is out."""
     conn.hold(pause_reading=False)
-    pending = [ack for ack, _, _ in conn._replies if ack is not None and not ack.done]
+    pending = conn.pending_acks()
     if not pending:
-        _switch(conn, neg)
+        _switch(conn, neg, settings)
         return
     # Publishes answered before IDENTIFY are still waiting for their commit: their OKs must
     # leave in plain text first, so wait for them (reading paused meanwhile).
     conn.hold()
-    asyncio.get_running_loop().create_task(_after_acks(conn, neg, pending))
+    asyncio.get_running_loop().create_task(_after_acks(conn, neg, settings, pending))
 
 
-async def _after_acks(conn: V2Connection, neg: Negotiated, pending: list[Any]) -> None:
+async def _after_acks(
+    conn: Upgradable, neg: Negotiated, settings: TlsSettings, pending: list[Ack]
+) -> None:
     loop = asyncio.get_running_loop()
     for ack in pending:
         if not ack.done:
@@ -66,16 +104,15 @@ async def _after_acks(conn: V2Connection, neg: Negotiated, pending: list[Any]) -
                 pass  # the error frame goes out as the reply and closes the connection
     if conn.transport is not None and not conn.closing:
         conn.hold(pause_reading=False)  # the handshake reads on, the commands still wait
-        _switch(conn, neg)
+        _switch(conn, neg, settings)
 
 
-def _switch(conn: V2Connection, neg: Negotiated) -> None:
+def _switch(conn: Upgradable, neg: Negotiated, settings: TlsSettings) -> None:
     conn.release_replies()
     conn.flush()  # the JSON reply leaves in plain text
     raw = conn.transport
     if raw is None or raw.is_closing() or conn.closing:
         return
-    settings = conn.server.tls
     wire = UpgradedTransport(raw, conn)
     leftover = conn.parser.take_buffered()
     raw.set_protocol(wire)
@@ -103,7 +140,7 @@ def _switch(conn: V2Connection, neg: Negotiated) -> None:
 class UpgradedTransport(asyncio.Protocol):
     """TLS and/or a compression codec between the socket's transport and the connection."""
 
-    def __init__(self, raw: asyncio.Transport, conn: V2Connection) -> None:
+    def __init__(self, raw: asyncio.Transport, conn: Upgradable) -> None:
         self._raw = raw
         self._conn = conn
         self._ssl: ssl.SSLObject | None = None

@@ -1,12 +1,15 @@
 """Go formatting and parsing quirks that show on NSQ's wire, reproduced byte for byte.
 
 Owns: ``%q`` quoting (strconv.Quote) of raw bytes, nsqd's ``ByteToBase10`` with its uint64
-wrap-around, Go's int64 duration overflow, and error classes whose description carries raw
-bytes (Go prints ``%s`` of a byte slice verbatim). Imports only the standard library and
-nsqpy.errors.
+wrap-around, Go's int64 duration overflow, error classes whose description carries raw
+bytes (Go prints ``%s`` of a byte slice verbatim), and JSON as encoding/json reads it into
+a struct (``go_json``). Imports only the standard library and nsqpy.errors.
 """
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from nsqpy.errors import InvalidError
 
@@ -20,6 +23,26 @@ _ESCAPES = {
     "\t": "\\t",
     "\v": "\\v",
 }
+
+
+class JsonPairs(list[tuple[str, Any]]):
+    """A JSON object as its key/value pairs in order, duplicates kept (the code reading it
+    decides which one wins, as Go's decoder does field by field)."""
+
+
+def reject_json_constant(name: str) -> Any:
+    """``parse_constant`` for ``json.loads``: NaN and ±Infinity are not JSON to Go."""
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def go_json(body: bytes) -> Any:
+    """``body`` as Go's encoding/json reads it: invalid UTF-8 replaced, objects as
+    ``JsonPairs``, no NaN or Infinity; ValueError or RecursionError when it is not JSON."""
+    return json.loads(
+        body.decode("utf-8", "replace"),
+        object_pairs_hook=JsonPairs,
+        parse_constant=reject_json_constant,
+    )
 
 
 def go_quote(raw: bytes | bytearray) -> str:

@@ -29,11 +29,12 @@ def _topic(topic: str) -> bytes:
     return topic.encode("ascii")
 
 
-def _msg_id(msg_id: bytes) -> bytes:
+def _msg_id(msg_id: _BytesLike) -> bytes:
     """The slow path of the ID check: any 16 bytes without space or newline."""
-    if len(msg_id) != 16 or b" " in msg_id or b"\n" in msg_id:
-        raise ValueError(f"message ID must be 16 bytes without space or newline: {msg_id!r}")
-    return bytes(msg_id)
+    raw = bytes(msg_id)
+    if len(raw) != 16 or b" " in raw or b"\n" in raw:
+        raise ValueError(f"message ID must be 16 bytes without space or newline: {raw!r}")
+    return raw
 
 
 def _count(value: int, what: str) -> bytes:
@@ -102,21 +103,21 @@ def encode_rdy(count: int) -> bytes:
     return b"RDY " + _count(count, "RDY count") + b"\n"
 
 
-def encode_fin(msg_id: bytes) -> bytes:
+def encode_fin(msg_id: _BytesLike) -> bytes:
     """``FIN <id>\\n``."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
         return b"FIN " + msg_id + b"\n"
     return b"FIN " + _msg_id(msg_id) + b"\n"
 
 
-def encode_req(msg_id: bytes, timeout_ms: int) -> bytes:
+def encode_req(msg_id: _BytesLike, timeout_ms: int) -> bytes:
     """``REQ <id> <timeout_ms>\\n``."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum() and timeout_ms >= 0:
         return b"REQ %s %d\n" % (msg_id, timeout_ms)
     return b"REQ " + _msg_id(msg_id) + b" " + _count(timeout_ms, "timeout_ms") + b"\n"
 
 
-def encode_touch(msg_id: bytes) -> bytes:
+def encode_touch(msg_id: _BytesLike) -> bytes:
     """``TOUCH <id>\\n``."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
         return b"TOUCH " + msg_id + b"\n"

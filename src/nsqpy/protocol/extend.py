@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nsqpy.errors import BadBody, BadPartition, InvalidJsonHeader
-from nsqpy.protocol._gofmt import go_quote
+from nsqpy.protocol._gofmt import go_quote, reject_json_constant
 from nsqpy.protocol.message import MAX_PARTITION
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
@@ -115,10 +115,6 @@ class Headers:
 NO_HEADERS = Headers(b"")
 
 
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"invalid JSON constant {name}")
-
-
 def _pairs(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in pairs:
@@ -164,7 +160,7 @@ def parse_headers(raw: bytes) -> Headers:
         raise _bad(f"{len(raw)} bytes > {MAX_HEADERS_BYTES}")
     try:
         doc = json.loads(
-            raw.decode("utf-8"), object_pairs_hook=_pairs, parse_constant=_reject_constant
+            raw.decode("utf-8"), object_pairs_hook=_pairs, parse_constant=reject_json_constant
         )
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise _bad("not valid JSON") from None

@@ -87,12 +87,8 @@ class FrameDecoder:
         unpack = _HEADER.unpack_from
         while end - pos >= 8:
             size, frame_type = unpack(buf, pos)
-            if size < 4 or size > self.max_frame_size:
-                self._error = BadFrame(f"invalid frame size {size}")
-                raise self._error
-            if frame_type not in FRAME_TYPES:
-                self._error = BadFrame(f"invalid frame type {frame_type}")
-                raise self._error
+            if size < 4 or size > self.max_frame_size or frame_type not in FRAME_TYPES:
+                raise self._bad_header(size, frame_type)
             stop = pos + 4 + size
             if stop > end:
                 break
@@ -123,17 +119,22 @@ class FrameDecoder:
         if len(buf) - pos < 8:
             return None
         size, frame_type = _HEADER.unpack_from(buf, pos)
-        if size < 4 or size > self.max_frame_size:
-            self._error = BadFrame(f"invalid frame size {size}")
-            raise self._error
-        if frame_type not in FRAME_TYPES:
-            self._error = BadFrame(f"invalid frame type {frame_type}")
-            raise self._error
+        if size < 4 or size > self.max_frame_size or frame_type not in FRAME_TYPES:
+            raise self._bad_header(size, frame_type)
         stop = pos + 4 + size
         if stop > len(buf):
             return None
         self._pos = stop
         return frame_type, bytes(buf[pos + 8 : stop])
+
+    def _bad_header(self, size: int, frame_type: int) -> BadFrame:
+        """The error for a header no nsqd sends (its size first, then its type); kept, so
+        every later call raises it again."""
+        if size < 4 or size > self.max_frame_size:
+            self._error = BadFrame(f"invalid frame size {size}")
+        else:
+            self._error = BadFrame(f"invalid frame type {frame_type}")
+        return self._error
 
     def take_rest(self) -> bytes:
         """Every byte not yet returned as a frame; the decoder is left empty.

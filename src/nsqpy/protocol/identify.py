@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nsqpy.errors import BadBody, IdentifyFailed
+from nsqpy.protocol._gofmt import JsonPairs, go_json
 from nsqpy.protocol.client_codec import encode_identify_body as encode_identify_body
 from nsqpy.protocol.limits import (
     DEFAULT_DEFLATE_LEVEL,
@@ -87,26 +88,14 @@ class Negotiated:
     extend_support: bool = False
 
 
-class _Pairs(list[tuple[str, Any]]):
-    """A JSON object as its key/value pairs in order (keeps duplicates, like Go)."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON constant {name}")
-
-
-def _decode(body: bytes) -> _Pairs | None:
+def _decode(body: bytes) -> JsonPairs | None:
     try:
-        value = json.loads(
-            body.decode("utf-8", "replace"),
-            object_pairs_hook=_Pairs,
-            parse_constant=_reject_constant,
-        )
+        value = go_json(body)
     except (ValueError, RecursionError):
         raise BadBody(_DECODE_FAILED) from None
     if value is None:
         return None
-    if not isinstance(value, _Pairs):
+    if not isinstance(value, JsonPairs):
         raise BadBody(_DECODE_FAILED)
     return value
 
@@ -127,7 +116,7 @@ def _typed(value: Any, kind: str) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, _Pairs):
+    if isinstance(value, JsonPairs):
         return {k: _plain(v) for k, v in value}
     if isinstance(value, list):
         return [_plain(v) for v in value]

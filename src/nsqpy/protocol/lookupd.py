@@ -29,6 +29,7 @@ from nsqpy.errors import (
     ProtocolError,
     from_wire,
 )
+from nsqpy.protocol._gofmt import JsonPairs, go_json
 from nsqpy.protocol.limits import MAX_LINE_LENGTH
 from nsqpy.protocol.names import valid_channel_name, valid_name_bytes, valid_topic_name
 
@@ -370,14 +371,6 @@ _INT_FIELDS = ("tcp_port", "http_port")
 _INT64 = 1 << 63
 
 
-class _Pairs(list[tuple[str, Any]]):
-    """A JSON object as its key/value pairs, in order (duplicates kept: the last wins)."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _field_name(key: str) -> str | None:
     if key in _STR_FIELDS or key in _INT_FIELDS:
         return key
@@ -396,17 +389,13 @@ def decode_identify(body: bytes) -> PeerIdentity | BadBody:
     """
     failed = BadBody("IDENTIFY failed to decode JSON body")
     try:
-        doc = json.loads(
-            body.decode("utf-8", "replace"),
-            object_pairs_hook=_Pairs,
-            parse_constant=_reject_constant,
-        )
+        doc = go_json(body)
     except (ValueError, RecursionError):
         return failed
-    if doc is not None and not isinstance(doc, _Pairs):
+    if doc is not None and not isinstance(doc, JsonPairs):
         return failed
     fields: dict[str, Any] = {}
-    for key, value in doc or ():
+    for key, value in doc or ():  # duplicates: the last wins
         name = _field_name(key)
         if name is None or value is None:
             continue

@@ -2,8 +2,7 @@
 
 States are the integers nsqd reports in /stats. ``check_verb`` runs nsqd's checks in nsqd's
 order (TLS policy for every verb but IDENTIFY, then the state, then SUB's heartbeat rule)
-and is meant as the ``CommandParser`` gate; ``check_state`` does the same on a parsed
-command. Imports only the standard library, nsqpy.errors and sibling protocol modules.
+and is the ``CommandParser`` gate. Imports only the standard library, nsqpy.errors and sibling protocol modules.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from nsqpy.protocol._gofmt import RawInvalidError
 from nsqpy.protocol.commands import (
     Auth,
     Cls,
-    Command,
     Dpub,
     Fin,
     Identify,
@@ -107,23 +105,6 @@ def check_verb(
     if allowed is None or state in allowed:
         if verb == b"SUB" or verb == b"SUB_ORDERED":
             check_sub_allowed(heartbeat_interval_ms)
-        return True
-    if state == CLOSING and verb == b"RDY":
-        return False
-    raise InvalidError(_CANNOT[verb])
-
-
-def check_state(state: int, command: Command, *, tls_required_and_not_tls: bool = False) -> bool:
-    """The state table applied to a parsed command (SPEC 1.5).
-
-    Raises InvalidError("cannot X in current state") (fatal); returns False when the command
-    must be ignored silently (RDY while closing), True otherwise. SUB's heartbeat rule is
-    ``check_sub_allowed``.
-    """
-    verb = _VERBS[type(command)]
-    if tls_required_and_not_tls and verb != b"IDENTIFY":
-        raise InvalidError(f"cannot {verb.decode()} in current state (TLS required)")
-    if state in ALLOWED[verb]:
         return True
     if state == CLOSING and verb == b"RDY":
         return False

@@ -6,22 +6,31 @@ binary ``/mpub`` bodies of at most ``mpubMaxBytes``; rows with ``defer_ms`` > 0 
 one by one as ``/pub?defer=`` (HTTP DPUB). Each call returns once nsqd has written the
 messages. At-least-once: a Spark task that fails after some calls and is retried
 publishes those rows again; nothing is ever lost silently. Other columns are ignored.
-Imports the standard library, pyarrow and ``nsqpy.spark.nsqhttp``; never pyspark.
+The connection is any ``NsqdConn`` (``nsqpy.spark.nsqhttp.NsqdHttp`` in production).
+Imports the standard library and pyarrow; never pyspark.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from nsqpy.errors import ConfigError, NsqError
 from nsqpy.protocol.names import valid_topic_name
-from nsqpy.spark.nsqhttp import NsqdHttp
 
 MPUB_OVERHEAD = 4  # the count field; each message adds 4 bytes of size before its body
+
+
+class NsqdConn(Protocol):
+    """What ``Publisher`` needs of its connection to nsqd (``NsqdHttp``, or a test double)."""
+
+    def mpub(self, topic: str, bodies: Sequence[bytes], partition_key: bytes = b"") -> None: ...
+
+    def pub(self, topic: str, body: bytes, defer_ms: int = 0) -> None: ...
 
 
 class BadRow(NsqError):
@@ -68,7 +77,7 @@ def _as_bytes(column: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
 class Publisher:
     """Buffers rows per (topic, partition key) and publishes them in MPUB-sized groups."""
 
-    conn: NsqdHttp
+    conn: NsqdConn
     default_topic: str | None
     max_bytes: int
     counts: PublishCounts = field(default_factory=PublishCounts)

@@ -30,7 +30,6 @@ class Budget:
         self._held: OrderedDict[int, tuple[Evict, int]] = OrderedDict()
         self._used = 0
         self._mutex = threading.Lock()
-        self.evictions = 0
         self.last: object = None  # the most recent owner (a caller may skip touching it again)
 
     @property
@@ -62,8 +61,7 @@ class Budget:
                 victims.append(other)
                 over -= other_weight
         for victim in victims:  # (each calls release, which takes the mutex)
-            if victim():
-                self.evictions += 1
+            victim()
 
     def release(self, owner: object) -> None:
         """``owner`` let go of its resource (closed, deleted, evicted)."""

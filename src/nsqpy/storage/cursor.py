@@ -203,7 +203,6 @@ class CursorFile:
         self._clock = clock
         self._unsaved = 0
         self._saved_at = clock()
-        self.saves = 0
         self._seq = 0
         self._written = 0  # seq of the newest snapshot on disk
         self._removed = False
@@ -245,7 +244,6 @@ class CursorFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, snap.data, fsync=fsync_file)
             self._written = snap.seq
-            self.saves += 1
             return True
 
     @property

@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - exercised where the extension is not b
     _speedups = None  # type: ignore[assignment]
 
 Buf = bytes | bytearray
+Body = bytes | bytearray | memoryview  # a message body as the log takes it: any bytes-like buffer
 UNIFORM_MIN = 4  # below this many records a cached shape is not worth a struct
 UNIFORM_MAX = 512  # above this many a shape's structs would hold too much memory
 SMALL_MAX = 4  # below this many records (of mixed sizes) a plain loop is quickest
@@ -93,7 +94,7 @@ def _shape(count: int, size: int) -> _Shape:
 
 
 def encode_bodies(
-    bodies: Sequence[bytes], base: int, epoch: int, timestamp: int, deliver_at: int
+    bodies: Sequence[Body], base: int, epoch: int, timestamp: int, deliver_at: int
 ) -> list[Buf]:
     """One batch of plain records (no extension, flags 0): its bytes as one or two buffers.
 
@@ -108,7 +109,7 @@ def encode_bodies(
 speedups = True  # tests and benchmarks turn the C encoder off to compare the two
 
 
-def _encode_plain_c(bodies: Sequence[bytes], base: int, epoch: int, ts: int, da: int) -> bytes:
+def _encode_plain_c(bodies: Sequence[Body], base: int, epoch: int, ts: int, da: int) -> bytes:
     try:
         return _speedups.encode_plain(bodies, base, epoch, ts, da)
     except OverflowError as exc:
@@ -119,7 +120,7 @@ def _encode_plain_c(bodies: Sequence[bytes], base: int, epoch: int, ts: int, da:
 
 
 def encode_bodies_py(
-    bodies: Sequence[bytes], base: int, epoch: int, timestamp: int, deliver_at: int
+    bodies: Sequence[Body], base: int, epoch: int, timestamp: int, deliver_at: int
 ) -> list[Buf]:
     """The pure-Python encoder of ``encode_bodies`` (the reference for the C one)."""
     n = len(bodies)
@@ -147,7 +148,7 @@ def encode_bodies_py(
 
 
 def _encode_uniform(
-    bodies: Sequence[bytes], n: int, size: int, base: int, epoch: int, ts: int, da: int
+    bodies: Sequence[Body], n: int, size: int, base: int, epoch: int, ts: int, da: int
 ) -> list[Buf]:
     shape = _shape(n, size)
     a = shape.covered_args.copy()
@@ -162,7 +163,7 @@ def _encode_uniform(
     return [batch_header(base, epoch, n, len(records), crc32c(records), ts), records]
 
 
-def _encode_one(body: bytes, base: int, epoch: int, ts: int, da: int) -> bytearray:
+def _encode_one(body: Body, base: int, epoch: int, ts: int, da: int) -> bytearray:
     """A batch of one record (a PUB): one pack for both headers, then the three CRCs."""
     size = len(body)
     if size + RECORD_TAIL > MAX_RECORD:
@@ -182,7 +183,7 @@ def _encode_one(body: bytes, base: int, epoch: int, ts: int, da: int) -> bytearr
 
 
 def _encode_small(
-    bodies: Sequence[bytes], n: int, total: int, base: int, epoch: int, ts: int, da: int
+    bodies: Sequence[Body], n: int, total: int, base: int, epoch: int, ts: int, da: int
 ) -> bytearray:
     """A few records, one at a time into one buffer (no per-batch set-up to amortise)."""
     buf = bytearray(BATCH_SIZE + total)
@@ -230,7 +231,7 @@ def _plain(count: int) -> _Plain:
 
 
 def _encode_any(
-    bodies: Sequence[bytes], n: int, base: int, epoch: int, ts: int, da: int
+    bodies: Sequence[Body], n: int, base: int, epoch: int, ts: int, da: int
 ) -> list[Buf]:
     plain = _plain(n) if n <= UNIFORM_MAX else None  # no struct of thousands of fields
     if plain is not None:

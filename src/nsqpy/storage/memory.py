@@ -18,7 +18,14 @@ from collections.abc import Callable, Sequence
 from nsqpy.errors import StorageError
 from nsqpy.storage.encode import Buf, encode_entries
 from nsqpy.storage.raw import RawBatch
-from nsqpy.storage.records import RECORD_SIZE, Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.records import (
+    RECORD_SIZE,
+    Entry,
+    Frame,
+    OffsetOutOfRange,
+    Record,
+    extension_bytes,
+)
 
 
 class MemoryLog:
@@ -167,7 +174,8 @@ class MemoryLog:
         return out
 
     def read_frames(self, offset: int, max_count: int, max_bytes: int = 1 << 20) -> list[Frame]:
-        return [(r.offset, r.timestamp, r.deliver_at, r.flags, r.body)
+        return [(r.offset, r.timestamp, r.deliver_at, r.flags, r.body,
+                 extension_bytes(r.trace_id, r.partition_key, r.headers))
                 for r in self.read(offset, max_count, max_bytes)]  # fmt: skip
 
     def read_raw(self, offset: int, max_bytes: int = 1 << 20, *, verify: bool = False) -> RawBatch:

@@ -73,7 +73,7 @@ def _bulk(out: list[Any], data: bytes, p: int, head: BatchHead, frames: bool) ->
         return False
     offs, tss, das, fls, bodies = flat[2::8], flat[3::8], flat[4::8], flat[5::8], flat[7::8]
     if frames:
-        out += zip(offs, tss, das, fls, bodies, strict=True)
+        out += zip(offs, tss, das, fls, bodies, repeat(b"", n), strict=True)
     else:
         nothing = b""
         fields = zip(offs, tss, das, fls, bodies, repeat(0, n), repeat(nothing, n),
@@ -248,7 +248,11 @@ class LogReader:
             if rlen > budget and out:
                 return p, left, -1
             nxt = p + 4 + rlen
-            append((off, ts, da, fl, data[p + RECORD_SIZE + ext : nxt]))
+            if ext:
+                at = p + RECORD_SIZE
+                append((off, ts, da, fl, data[at + ext : nxt], data[at : at + ext]))
+            else:
+                append((off, ts, da, fl, data[p + RECORD_SIZE : nxt], b""))
             budget -= rlen
             p = nxt
             left -= 1

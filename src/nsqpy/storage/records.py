@@ -79,8 +79,25 @@ class Record(NamedTuple):
     epoch: int = 0
 
 
-# A frame is the broker's fast-path view of a record: no object, no extension decoding.
-Frame = tuple[int, int, int, int, bytes]  # (offset, timestamp, deliver_at, flags, body)
+# A frame is the broker's fast-path view of a record: no object, no extension decoding:
+# (offset, timestamp, deliver_at, flags, body, extension bytes as stored: b"" when none).
+Frame = tuple[int, int, int, int, bytes, bytes]
+
+
+def extension_bytes(trace_id: int, partition_key: bytes, headers: bytes) -> bytes:
+    """A record's extension as stored (b"" when it has none)."""
+    if not (trace_id or partition_key or headers):
+        return b""
+    return EXT.pack(trace_id, len(partition_key)) + partition_key + headers
+
+
+def parse_extension(ext: bytes) -> tuple[int, bytes, bytes]:
+    """(trace id, partition key, headers) of a stored extension (zero and empty for b"")."""
+    if not ext:
+        return 0, b"", b""
+    trace_id, key_len = EXT.unpack_from(ext, 0)
+    return trace_id, ext[EXT_SIZE : EXT_SIZE + key_len], ext[EXT_SIZE + key_len :]
+
 
 _new_record = tuple.__new__
 

@@ -6,7 +6,8 @@ mapped (``max_in_flight``, ``max_attempts``, ``default_requeue_delay``, ``heartb
 ``msg_timeout``, ``tls_v1``, ``tls_root_ca_file``, ``tls_cert``/``tls_key``,
 ``tls_insecure_skip_verify``, ``tls_min_version``, ``snappy``, ``deflate``,
 ``deflate_level``, ``auth_secret``, ...); a key that only tunes go-nsq's socket timeouts is
-accepted and ignored with a warning; ``tls_config`` (a Go struct) is refused.
+accepted and ignored with a warning; ``tls_config`` (a Go struct) is refused. The flags
+themselves are declared here once (``client_opts_option``) for every tool that has them.
 
 Pure parsing (standard library, ``durations``, ``flags``): it must stay cheap to import,
 so it never imports ``nsqpy.client`` (which pulls in aiohttp).
@@ -17,11 +18,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from nsqpy.durations import parse_duration
 from nsqpy.errors import ConfigError
-from nsqpy.flags import FlagError, parse_bool
+from nsqpy.flags import FlagError, option, parse_bool
 
 log = logging.getLogger("nsqpy.tools")
 
@@ -149,3 +150,8 @@ def opt_help(who: str) -> str:
         f"option to passthrough to the {who}: a go-nsq Config key,value (may be given multiple "
         f"times; durations like 90s). Keys: {', '.join(keys)}"
     )
+
+
+def client_opts_option(who: Literal["consumer", "producer"]) -> list[str]:
+    """The declaration of ``--consumer-opt`` / ``--producer-opt`` (one dataclass field)."""
+    return option(f"{who}-opt", [], opt_help(who), metavar="key,value", check=check_client_opts)

@@ -9,7 +9,9 @@ error leaves as one line on stderr; tracebacks are shown only at ``--log-level=d
 
 Also here: the ephemeral channel name NSQ's tools pick, user agents, the checks the tools
 share (``--nsqd-tcp-address`` xor ``--lookupd-http-address``, addresses, names, positive
-values), and a one-line description of an exception. Imports only the standard library and
+values), the flags several tools declare alike (``channel_option``,
+``nsqd_tcp_addresses_option``, ``lookupd_http_addresses_option``, the HTTP client timeouts),
+and a one-line description of an exception. Imports only the standard library and
 light nsqpy modules (never aiohttp or ``nsqpy.client``, so ``--help`` and flag errors stay
 instant); must not import the servers (``nsqd``, ``lookupd``, ``broker``) or ``testing``.
 """
@@ -25,9 +27,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nsqpy import NSQ_VERSION, __version__
+from nsqpy import NSQ_VERSION, __version__, version_line
 from nsqpy.errors import ConfigError, NsqError
-from nsqpy.flags import LOG_LEVELS, FlagError, check_host_port, declared, format_help, parse_into
+from nsqpy.flags import (
+    LOG_LEVELS,
+    FlagError,
+    check_host_port,
+    declared,
+    each,
+    format_help,
+    option,
+    parse_into,
+    unless_empty,
+)
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
 log = logging.getLogger("nsqpy.tools")
@@ -35,11 +47,6 @@ log = logging.getLogger("nsqpy.tools")
 
 class ToolError(NsqError):
     """A fatal condition a tool reports in one line before exiting 1 (NSQ's ``log.Fatal``)."""
-
-
-def version_line(tool: str) -> str:
-    """``nsq_tail v1.3.0 (nsqpy 0.1.0, python 3.11.2)``: NSQ's shape, nsqpy's build."""
-    return f"{tool} v{NSQ_VERSION} (nsqpy {__version__}, python {sys.version.split()[0]})"
 
 
 def user_agent(tool: str) -> str:
@@ -98,6 +105,49 @@ def check_channel(flag: str, name: str) -> None:
 def check_positive(flag: str, value: float) -> None:
     if value <= 0:
         raise ToolError(f"--{flag} should be positive")
+
+
+# ---- flags several tools declare alike (each call is one dataclass field) -------------------
+def channel_option(default: str) -> str:
+    """``--channel``: the channel consumed (each tool defaults to its own name)."""
+    return option("channel", default, "nsq channel", check=unless_empty(check_channel))
+
+
+def nsqd_tcp_addresses_option() -> list[str]:
+    """``--nsqd-tcp-address`` (repeatable): nsqd to consume from directly."""
+    return option(
+        "nsqd-tcp-address",
+        [],
+        "nsqd TCP address (may be given multiple times)",
+        check=each(check_tcp_address),
+    )
+
+
+def lookupd_http_addresses_option() -> list[str]:
+    """``--lookupd-http-address`` (repeatable): nsqlookupd to discover nsqd from."""
+    return option("lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)")
+
+
+def http_connect_timeout_option() -> float:
+    """``--http-client-connect-timeout``, 2s."""
+    return option(
+        "http-client-connect-timeout",
+        2.0,
+        "timeout for HTTP connect",
+        kind="duration",
+        check=check_positive,
+    )
+
+
+def http_request_timeout_option(default: float) -> float:
+    """``--http-client-request-timeout`` (NSQ's default differs per tool)."""
+    return option(
+        "http-client-request-timeout",
+        default,
+        "timeout for HTTP request",
+        kind="duration",
+        check=check_positive,
+    )
 
 
 # ---- logging ---------------------------------------------------------------------------------

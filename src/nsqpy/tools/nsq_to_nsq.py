@@ -28,16 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 from nsqpy.errors import NsqError
 from nsqpy.flags import check_options, each, must, option, unless_empty
-from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
+from nsqpy.tools.clientopts import client_opts_option, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
-    check_channel,
+    channel_option,
     check_sources,
     check_tcp_address,
     check_topic,
     describe,
+    lookupd_http_addresses_option,
+    nsqd_tcp_addresses_option,
     run_tool,
 )
 from nsqpy.tools.hostpool import MODES, Selector
@@ -59,7 +61,7 @@ class ToNsqdOptions:
     topics: list[str] = option(
         "topic", [], "nsq topic (may be given multiple times)", check=each(check_topic)
     )
-    channel: str = option("channel", "nsq_to_nsq", "nsq channel", check=unless_empty(check_channel))
+    channel: str = channel_option("nsq_to_nsq")
     destination_topic: str = option(
         "destination-topic",
         "",
@@ -86,15 +88,8 @@ class ToNsqdOptions:
             ToolError,
         ),
     )
-    nsqd_tcp_addresses: list[str] = option(
-        "nsqd-tcp-address",
-        [],
-        "nsqd TCP address (may be given multiple times)",
-        check=each(check_tcp_address),
-    )
-    lookupd_http_addresses: list[str] = option(
-        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
-    )
+    nsqd_tcp_addresses: list[str] = nsqd_tcp_addresses_option()
+    lookupd_http_addresses: list[str] = lookupd_http_addresses_option()
     destination_nsqd_tcp_addresses: list[str] = option(
         "destination-nsqd-tcp-address",
         [],
@@ -116,12 +111,8 @@ class ToNsqdOptions:
         "",
         "for JSON messages: only pass messages in which the required field has this value",
     )
-    consumer_opts: list[str] = option(
-        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
-    )
-    producer_opts: list[str] = option(
-        "producer-opt", [], opt_help("producer"), metavar="key,value", check=check_client_opts
-    )
+    consumer_opts: list[str] = client_opts_option("consumer")
+    producer_opts: list[str] = client_opts_option("producer")
 
 
 def validate(opts: ToNsqdOptions, given: set[str]) -> None:
@@ -260,13 +251,7 @@ async def run(opts: ToNsqdOptions, signals: Signals) -> int:
     from nsqpy.tools.nsqopts import ConsumerFactory, connect_producers
 
     producer_config = parse_client_opts(opts.producer_opts, "producer-opt")
-    factory = ConsumerFactory(
-        TOOL,
-        opts.nsqd_tcp_addresses,
-        opts.lookupd_http_addresses,
-        opts.max_in_flight,
-        parse_client_opts(opts.consumer_opts, "consumer-opt"),
-    )
+    factory = ConsumerFactory.from_flags(TOOL, opts)
     producers = await connect_producers(
         TOOL, opts.destination_nsqd_tcp_addresses, producer_config, "destination-nsqd-tcp-address"
     )

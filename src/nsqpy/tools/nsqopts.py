@@ -1,7 +1,8 @@
 """The consumers and producers the tools run, built from their flags on ``nsqpy.client``.
 
-``ConsumerFactory`` builds one ``Consumer`` per topic from the common consumer flags and
-``--consumer-opt`` (``clientopts``); ``start`` connects to every nsqd address first, so an
+``ConsumerFactory.from_flags`` builds one ``Consumer`` per topic from the consumer flags a
+tool declares (``ConsumerFlags``: nsqd and lookupd addresses, ``--max-in-flight``,
+``--consumer-opt`` read by ``clientopts``); ``start`` connects to every nsqd address first, so an
 unreachable one is a single clear ``ToolError`` (as go-nsq's ``ConnectToNSQD`` fails).
 ``connect_producers`` probes and connects one ``Producer`` per destination. Imported only
 when a tool runs (it pulls in aiohttp through the client); must not import the servers.
@@ -12,13 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from nsqpy.client import Connection, Consumer, IdentifyOptions, Message, Producer
 from nsqpy.client.secure import tls_context
 from nsqpy.errors import ConfigError, NsqError
 from nsqpy.flags import FlagError
-from nsqpy.tools.clientopts import ClientConfig
+from nsqpy.tools.clientopts import ClientConfig, parse_client_opts
 from nsqpy.tools.common import ToolError, describe, user_agent
 
 log = logging.getLogger("nsqpy.tools")
@@ -35,6 +36,15 @@ def identify_options(config: ClientConfig, tool: str) -> IdentifyOptions:
         raise FlagError(f"invalid client option: {exc}") from None
 
 
+class ConsumerFlags(Protocol):
+    """The consumer flags a consuming tool declares (its options dataclass has them)."""
+
+    nsqd_tcp_addresses: list[str]
+    lookupd_http_addresses: list[str]
+    max_in_flight: int
+    consumer_opts: list[str]
+
+
 @dataclass
 class ConsumerFactory:
     """Builds a started ``Consumer`` per topic from the tools' common consumer flags."""
@@ -47,6 +57,20 @@ class ConsumerFactory:
 
     def __post_init__(self) -> None:
         self.identify = identify_options(self.config, self.tool)
+
+    @classmethod
+    def from_flags(
+        cls, tool: str, opts: ConsumerFlags, max_in_flight: int | None = None
+    ) -> ConsumerFactory:
+        """From a tool's ``--nsqd-tcp-address``, ``--lookupd-http-address``,
+        ``--max-in-flight`` (unless ``max_in_flight`` overrides it) and ``--consumer-opt``."""
+        return cls(
+            tool,
+            opts.nsqd_tcp_addresses,
+            opts.lookupd_http_addresses,
+            opts.max_in_flight if max_in_flight is None else max_in_flight,
+            parse_client_opts(opts.consumer_opts, "consumer-opt"),
+        )
 
     def build(
         self, topic: str, channel: str, handler: Callable[[Message], Any], **overrides: Any

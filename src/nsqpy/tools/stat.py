@@ -28,6 +28,8 @@ from nsqpy.tools.common import (
     check_positive,
     check_sources,
     describe,
+    http_connect_timeout_option,
+    http_request_timeout_option,
     log,
     run_tool,
 )
@@ -65,20 +67,8 @@ class StatOptions:
         "status-every", -1.0, "(deprecated) use --interval", kind="duration", default_text=""
     )
     count: int = option("count", 0, "number of reports", default_text="", metavar="N")
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout",
-        2.0,
-        "timeout for HTTP connect",
-        kind="duration",
-        check=check_positive,
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout",
-        5.0,
-        "timeout for HTTP request",
-        kind="duration",
-        check=check_positive,
-    )
+    http_client_connect_timeout: float = http_connect_timeout_option()
+    http_client_request_timeout: float = http_request_timeout_option(5.0)
     nsqd_http_addresses: list[str] = option(
         "nsqd-http-address",
         [],

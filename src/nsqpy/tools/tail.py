@@ -20,16 +20,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
 from nsqpy.flags import check_options, each, must, option, unless_empty
-from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
+from nsqpy.tools.clientopts import client_opts_option
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
     check_channel,
     check_sources,
-    check_tcp_address,
     check_topic,
     ephemeral_channel,
+    lookupd_http_addresses_option,
+    nsqd_tcp_addresses_option,
     run_tool,
 )
 
@@ -53,15 +54,8 @@ class TailOptions:
         default_text='a random "tail<6 digits>#ephemeral"',
         check=unless_empty(check_channel),
     )
-    nsqd_tcp_addresses: list[str] = option(
-        "nsqd-tcp-address",
-        [],
-        "nsqd TCP address (may be given multiple times)",
-        check=each(check_tcp_address),
-    )
-    lookupd_http_addresses: list[str] = option(
-        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
-    )
+    nsqd_tcp_addresses: list[str] = nsqd_tcp_addresses_option()
+    lookupd_http_addresses: list[str] = lookupd_http_addresses_option()
     max_in_flight: int = option(
         "max-in-flight",
         200,
@@ -75,9 +69,7 @@ class TailOptions:
         check=must(lambda v: v >= 0, "-{flag} must be >= 0", ToolError),
     )
     print_topic: bool = option("print-topic", False, "print topic name where message was received")
-    consumer_opts: list[str] = option(
-        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
-    )
+    consumer_opts: list[str] = client_opts_option("consumer")
 
 
 def validate(opts: TailOptions, given: set[str]) -> None:
@@ -152,13 +144,7 @@ async def run(opts: TailOptions, signals: Signals, out: BinaryIO | None = None) 
     max_in_flight = opts.max_in_flight
     if 0 < opts.total_messages < max_in_flight:
         max_in_flight = opts.total_messages  # don't ask for more messages than we want
-    factory = ConsumerFactory(
-        TOOL,
-        opts.nsqd_tcp_addresses,
-        opts.lookupd_http_addresses,
-        max_in_flight,
-        parse_client_opts(opts.consumer_opts, "consumer-opt"),
-    )
+    factory = ConsumerFactory.from_flags(TOOL, opts, max_in_flight)
     printer = Printer(out or sys.stdout.buffer, opts.total_messages, opts.print_topic)
     consumers: list[Consumer] = []
     try:

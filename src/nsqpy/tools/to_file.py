@@ -27,18 +27,21 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.flags import check_options, each, log_level_check, must, option, unless_empty
-from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
+from nsqpy.flags import check_options, each, log_level_check, must, option
+from nsqpy.tools.clientopts import client_opts_option
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
-    check_channel,
+    channel_option,
     check_positive,
     check_sources,
-    check_tcp_address,
     check_topic,
     describe,
+    http_connect_timeout_option,
+    http_request_timeout_option,
+    lookupd_http_addresses_option,
+    nsqd_tcp_addresses_option,
     run_tool,
 )
 from nsqpy.tools.filelogger import FileConfig, FileLogger, filename_template, host_identifier
@@ -81,41 +84,18 @@ class ToFileOptions:
         kind="duration",
         check=check_positive,
     )
-    channel: str = option(
-        "channel", "nsq_to_file", "nsq channel", check=unless_empty(check_channel)
-    )
-    nsqd_tcp_addresses: list[str] = option(
-        "nsqd-tcp-address",
-        [],
-        "nsqd TCP address (may be given multiple times)",
-        check=each(check_tcp_address),
-    )
-    lookupd_http_addresses: list[str] = option(
-        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
-    )
-    consumer_opts: list[str] = option(
-        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
-    )
+    channel: str = channel_option("nsq_to_file")
+    nsqd_tcp_addresses: list[str] = nsqd_tcp_addresses_option()
+    lookupd_http_addresses: list[str] = lookupd_http_addresses_option()
+    consumer_opts: list[str] = client_opts_option("consumer")
     max_in_flight: int = option(
         "max-in-flight",
         200,
         "max number of messages to allow in flight",
         check=must(lambda v: v >= 1, "--{flag} must be >= 1", ToolError),
     )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout",
-        2.0,
-        "timeout for HTTP connect",
-        kind="duration",
-        check=check_positive,
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout",
-        5.0,
-        "timeout for HTTP request",
-        kind="duration",
-        check=check_positive,
-    )
+    http_client_connect_timeout: float = http_connect_timeout_option()
+    http_client_request_timeout: float = http_request_timeout_option(5.0)
     log_prefix: str = option("log-prefix", "[nsq_to_file] ", "log message prefix")
     log_level: str = option(
         "log-level",
@@ -352,13 +332,7 @@ class Archive:
         self.fatal = asyncio.Event()
         self.archivers: dict[str, TopicArchiver] = {}
         self.pattern = re.compile(opts.topic_pattern) if opts.topic_pattern else None
-        self.factory = ConsumerFactory(
-            TOOL,
-            opts.nsqd_tcp_addresses,
-            opts.lookupd_http_addresses,
-            opts.max_in_flight,
-            parse_client_opts(opts.consumer_opts, "consumer-opt"),
-        )
+        self.factory = ConsumerFactory.from_flags(TOOL, opts)
         self.http = HttpLookups(opts.http_client_connect_timeout, opts.http_client_request_timeout)
 
     def allowed(self, topic: str) -> bool:

@@ -32,17 +32,19 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote_plus, urlsplit
 
 from nsqpy.flags import check_options, each, must, option, unless_empty
-from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
+from nsqpy.tools.clientopts import client_opts_option
 from nsqpy.tools.common import (
     Signals,
     ToolError,
     ToolSpec,
-    check_channel,
-    check_positive,
+    channel_option,
     check_sources,
-    check_tcp_address,
     check_topic,
     describe,
+    http_connect_timeout_option,
+    http_request_timeout_option,
+    lookupd_http_addresses_option,
+    nsqd_tcp_addresses_option,
     run_tool,
     user_agent,
 )
@@ -90,18 +92,9 @@ _NOT_NEGATIVE = must(lambda v: v >= 0, "--max-in-flight and --status-every must 
 @dataclass
 class ToHttpOptions:
     topic: str = option("topic", "", "nsq topic", check=unless_empty(check_topic))
-    channel: str = option(
-        "channel", "nsq_to_http", "nsq channel", check=unless_empty(check_channel)
-    )
-    nsqd_tcp_addresses: list[str] = option(
-        "nsqd-tcp-address",
-        [],
-        "nsqd TCP address (may be given multiple times)",
-        check=each(check_tcp_address),
-    )
-    lookupd_http_addresses: list[str] = option(
-        "lookupd-http-address", [], "lookupd HTTP address (may be given multiple times)"
-    )
+    channel: str = channel_option("nsq_to_http")
+    nsqd_tcp_addresses: list[str] = nsqd_tcp_addresses_option()
+    lookupd_http_addresses: list[str] = lookupd_http_addresses_option()
     max_in_flight: int = option(
         "max-in-flight", 200, "max number of messages to allow in flight", check=_NOT_NEGATIVE
     )
@@ -154,29 +147,15 @@ class ToHttpOptions:
         "% of messages to publish (float b/w 0 -> 1)",
         check=must(lambda v: 0.0 <= v <= 1.0, "--{flag} must be between 0.0 and 1.0", ToolError),
     )
-    http_client_connect_timeout: float = option(
-        "http-client-connect-timeout",
-        2.0,
-        "timeout for HTTP connect",
-        kind="duration",
-        check=check_positive,
-    )
-    http_client_request_timeout: float = option(
-        "http-client-request-timeout",
-        20.0,
-        "timeout for HTTP request",
-        kind="duration",
-        check=check_positive,
-    )
+    http_client_connect_timeout: float = http_connect_timeout_option()
+    http_client_request_timeout: float = http_request_timeout_option(20.0)
     status_every: int = option(
         "status-every",
         250,
         "the # of requests between logging status (per handler), 0 disables",
         check=_NOT_NEGATIVE,
     )
-    consumer_opts: list[str] = option(
-        "consumer-opt", [], opt_help("consumer"), metavar="key,value", check=check_client_opts
-    )
+    consumer_opts: list[str] = client_opts_option("consumer")
 
 
 def validate(opts: ToHttpOptions, given: set[str]) -> None:
@@ -300,13 +279,7 @@ async def run(opts: ToHttpOptions, signals: Signals) -> int:
 
     for url in opts.post or opts.get:
         await probe(url, opts.http_client_connect_timeout)
-    factory = ConsumerFactory(
-        TOOL,
-        opts.nsqd_tcp_addresses,
-        opts.lookupd_http_addresses,
-        opts.max_in_flight,
-        parse_client_opts(opts.consumer_opts, "consumer-opt"),
-    )
+    factory = ConsumerFactory.from_flags(TOOL, opts)
     timeout = aiohttp.ClientTimeout(
         total=opts.http_client_request_timeout, sock_connect=opts.http_client_connect_timeout
     )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from nsqpy.errors import NsqError
 from nsqpy.flags import check_options, each, must, option, unless_empty
-from nsqpy.tools.clientopts import check_client_opts, opt_help, parse_client_opts
+from nsqpy.tools.clientopts import client_opts_option, parse_client_opts
 from nsqpy.tools.common import (
     Signals,
     ToolError,
@@ -72,9 +72,7 @@ class ToNsqOptions:
         "Throttle messages to n/second. 0 to disable",
         check=must(lambda v: v >= 0, "--{flag} must be >= 0", ToolError),
     )
-    producer_opts: list[str] = option(
-        "producer-opt", [], opt_help("producer"), metavar="key,value", check=check_client_opts
-    )
+    producer_opts: list[str] = client_opts_option("producer")
 
 
 def validate(opts: ToNsqOptions, given: set[str]) -> None:

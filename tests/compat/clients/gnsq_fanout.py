@@ -28,7 +28,7 @@ def main() -> int:
     done = gevent.event.Event()
     consumers = []
 
-    def handler_for(channel: str, index: int):  # type: ignore[no-untyped-def]
+    def handler_for(channel: str, index: int):
         def handler(consumer: gnsq.Consumer, message: gnsq.Message) -> None:
             body = message.body.decode()
             deliveries[channel].append([index, body, message.attempts])

@@ -52,7 +52,7 @@ def main() -> int:
     seen: dict[str, set[str]] = {ch: set() for ch in channels}
     replies: list[str] = []
 
-    def handler_for(channel: str, reader: int):  # type: ignore[no-untyped-def]
+    def handler_for(channel: str, reader: int):
         def handler(message: nsq.Message) -> bool:
             body = message.body.decode()
             deliveries[channel].append([reader, body, message.attempts])

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 _GATE = os.environ.get("NSQPY_FSYNC_GATE")
 
 if _GATE:
     _real_fsync = os.fsync
+    _gate: str = _GATE
 
-    def _gated_fsync(fd: int) -> None:
+    def _gated_fsync(fd: FileDescriptorLike) -> None:
         deadline = time.monotonic() + 30
-        while os.path.exists(_GATE) and time.monotonic() < deadline:
+        while os.path.exists(_gate) and time.monotonic() < deadline:
             time.sleep(0.002)
         _real_fsync(fd)
 

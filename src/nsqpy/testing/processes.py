@@ -1,0 +1,224 @@
+"""Daemons as real subprocesses on loopback ports: ``DaemonProcess``, with ``nsqd_process``
+and ``lookupd_process`` for the usual flags, and ``free_ports`` for tests that must name a
+port up front.
+
+A daemon listens on ``127.0.0.1:0`` and the ports it got are read from its log lines.
+Imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """``n`` distinct loopback ports free at the time of asking: every socket is held
+    open until all are picked, so the kernel cannot hand the same port out twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+_LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+):(\d+)")
+
+
+def _bin(name: str) -> str:
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+class DaemonProcess:
+    """A daemon (nsqd, nsqlookupd, nsqadmin) run as a real subprocess on loopback ports.
+
+    Ports are chosen by the daemon (``127.0.0.1:0``) and read from its log lines.
+    """
+
+    def __init__(
+        self,
+        program: str,
+        args: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        nofile: int | None = None,
+    ) -> None:
+        self.program = program
+        self.args = list(args)
+        self.env = env
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the process, when given
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
+        self.log_lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    def start(self, timeout: float = 15.0) -> DaemonProcess:
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.ports = {}
+        self._ready.clear()
+        self.proc = subprocess.Popen(
+            [_bin(self.program), *self.args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=self._limit if self.nofile is not None else None,
+        )
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        if not self._ready.wait(timeout):
+            self.kill()
+            raise TimeoutError(f"{self.program} did not start: {self.log_lines[-20:]}")
+        if not self._wanted() <= set(self.ports):  # the log ended: the program exited
+            code = self.proc.wait(5.0)
+            raise RuntimeError(
+                f"{self.program} exited with {code} at start: {self.log_lines[-20:]}"
+            )
+        return self
+
+    def _limit(self) -> None:
+        """In the child before exec: the descriptor limit asked for (soft = hard)."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        """The process's resident set size now (VmRSS of /proc/<pid>/status)."""
+        return proc_status_kb(self.pid, "VmRSS") * 1024
+
+    def open_fds(self) -> int:
+        """How many descriptors the process holds now."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def _wanted(self) -> set[str]:
+        return {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
+
+    def _read_log(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        want = self._wanted()
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.log_lines.append(line)
+            m = _LISTEN.search(line)
+            if m:
+                self.ports[m.group(1)] = int(m.group(3))
+                if want <= set(self.ports):
+                    self._ready.set()
+        self.proc.stderr.close()
+        self._ready.set()
+
+    def _reap(self) -> None:
+        """After exit: let the log reader drain and close the pipe."""
+        if self._reader is not None:
+            self._reader.join(5.0)
+
+    @property
+    def tcp_port(self) -> int:
+        return self.ports["TCP"]
+
+    @property
+    def http_port(self) -> int:
+        return self.ports["HTTP"]
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        code = self.proc.wait(timeout)
+        self._reap()
+        return code
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None:
+            return 0
+        self.signal(signal.SIGTERM)
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reap()
+
+    def __enter__(self) -> DaemonProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def proc_status_kb(pid: int, field: str) -> int:
+    """A ``kB`` field (VmRSS, VmHWM …) of /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def nsqd_process(
+    data_path: str | Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    nofile: int | None = None,
+) -> DaemonProcess:
+    """nsqd on loopback ports chosen by it, data under ``data_path``, broadcasting
+    127.0.0.1; ``extra`` flags are appended."""
+    return DaemonProcess(
+        "nsqd",
+        [
+            "--tcp-address=127.0.0.1:0",
+            "--http-address=127.0.0.1:0",
+            f"--data-path={data_path}",
+            "--broadcast-address=127.0.0.1",
+            *extra,
+        ],
+        env=env,
+        nofile=nofile,
+    )
+
+
+def lookupd_process(*extra: str, tcp_port: int = 0, http_port: int = 0) -> DaemonProcess:
+    """nsqlookupd on loopback (ports chosen by it unless given), broadcasting 127.0.0.1."""
+    return DaemonProcess(
+        "nsqlookupd",
+        [
+            f"--tcp-address=127.0.0.1:{tcp_port}",
+            f"--http-address=127.0.0.1:{http_port}",
+            "--broadcast-address=127.0.0.1",
+            *extra,
+        ],
+    )
+
+
+StartNsqd = Callable[..., DaemonProcess]
+"""The ``start_nsqd`` fixture: ``start_nsqd(*flags, data=..., env=..., nofile=...)``."""
