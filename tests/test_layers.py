@@ -10,6 +10,10 @@ and ``importlib.import_module``/``__import__`` calls with a literal name.
 - storage: the same.
 - broker: the same, plus ``nsqpy.protocol``, ``nsqpy.storage``, ``nsqpy.options`` and the
   bare ``nsqpy`` package (its version constants); never a server, a socket or aiohttp.
+- cluster: the standard library (network included), ``nsqpy.errors``, ``protocol``,
+  ``storage``, ``options``, ``flags``, ``durations``, ``httpapi``, the bare ``nsqpy``, and
+  ``aiohttp``, ``aetcd`` (and the ``grpc`` it runs on); never ``broker``, ``nsqd``,
+  ``lookupd``, ``nsqadmin`` or ``testing``.
 """
 
 from __future__ import annotations
@@ -34,8 +38,19 @@ ALLOWED: dict[str, set[str]] = {
     "storage": BOTTOM | {"nsqpy.storage", "crc32c"},
     "broker": BOTTOM
     | {"nsqpy.broker", "nsqpy.protocol", "nsqpy.storage", "nsqpy.options", "crc32c"},
+    "cluster": BOTTOM
+    | {
+        "nsqpy.cluster", "nsqpy.protocol", "nsqpy.storage", "nsqpy.options", "nsqpy.flags",
+        "nsqpy.durations", "nsqpy.httpapi", "aiohttp", "aetcd", "grpc", "crc32c",
+    },
+}  # fmt: skip
+EXACT: dict[str, set[str]] = {
+    "protocol": set(),
+    "storage": set(),
+    "broker": {"nsqpy"},
+    "cluster": {"nsqpy"},
 }
-EXACT: dict[str, set[str]] = {"protocol": set(), "storage": set(), "broker": {"nsqpy"}}
+NETWORK_LAYERS = {"cluster"}  # layers that may use sockets, event loops and HTTP
 
 
 def module_name(path: Path) -> str:
@@ -78,7 +93,7 @@ def imports_of(path: Path, module: str | None = None) -> set[str]:
 def allowed(layer: str, name: str) -> bool:
     top = name.split(".")[0]
     if top in sys.stdlib_module_names and top != "nsqpy":
-        return top not in NETWORK_STDLIB
+        return top not in NETWORK_STDLIB or layer in NETWORK_LAYERS
     if name in EXACT[layer]:
         return True
     return any(name == a or name.startswith(a + ".") for a in ALLOWED[layer])
@@ -93,7 +108,7 @@ def violations(layer: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("layer", ["protocol", "storage", "broker"])
+@pytest.mark.parametrize("layer", ["protocol", "storage", "broker", "cluster"])
 def test_each_lower_layer_imports_only_what_it_may(layer: str) -> None:
     assert (SRC / layer).is_dir()
     assert violations(layer) == []
@@ -152,6 +167,15 @@ def test_the_checker_sees_lazy_relative_and_dynamic_imports(tmp_path: Path) -> N
         ("protocol", "cramjam", False),
         ("protocol", "http.client", False),
         ("protocol", "json", True),
+        ("cluster", "aetcd", True),
+        ("cluster", "grpc.aio", True),
+        ("cluster", "asyncio", True),
+        ("cluster", "nsqpy.httpapi", True),
+        ("cluster", "nsqpy.broker", False),
+        ("cluster", "nsqpy.broker.topic", False),
+        ("cluster", "nsqpy.nsqd", False),
+        ("cluster", "nsqpy.lookupd", False),
+        ("cluster", "nsqpy.testing", False),
     ],
 )
 def test_the_allow_lists(layer: str, name: str, ok: bool) -> None:

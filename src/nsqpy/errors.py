@@ -2,8 +2,8 @@
 
 Every error a peer can cause carries the wire code NSQ uses for it and whether NSQ closes
 the connection after sending it (``fatal``). Only E_FIN_FAILED, E_REQ_FAILED and
-E_TOUCH_FAILED (and youzan's E_INVALID_JSON_HEADER) are non-fatal; every other error frame
-is followed by a close.
+E_TOUCH_FAILED (and youzan's E_INVALID_JSON_HEADER and E_FAILED_ON_NOT_LEADER) are
+non-fatal; every other error frame is followed by a close.
 
     NsqError
     ├── ProtocolError              a peer sent something we must refuse (has .code, .fatal)
@@ -18,6 +18,8 @@ is followed by a close.
     │   ├── IdentifyFailed         E_IDENTIFY_FAILED
     │   ├── AuthFirst / AuthFailed / Unauthorized / AuthDisabled / AuthError
     │   ├── BadPartition           E_BAD_PARTITION  partition number (youzan's extension)
+    │   ├── NotLeader              E_FAILED_ON_NOT_LEADER  a write to a partition this node
+    │   │                          does not lead (non-fatal, youzan's cluster mode)
     │   ├── InvalidJsonHeader      E_INVALID_JSON_HEADER  message headers (non-fatal, youzan)
     │   └── FinFailed / ReqFailed / TouchFailed   (non-fatal)
     ├── StorageError               the disk misbehaved (I/O error, corruption found)
@@ -156,6 +158,30 @@ class BadPartition(ProtocolError):
     code = "E_BAD_PARTITION"
 
 
+class NotLeader(ProtocolError):
+    """E_FAILED_ON_NOT_LEADER: a write (PUB, MPUB, DPUB, PUB_EXT, HTTP /pub...) to a
+    partition this node follows or does not hold, or with no partition named to a topic of
+    which it leads none. Non-fatal, as youzan's nsqd sends it (a ``ClientErr``): the client
+    looks the leader up again. Over HTTP: 400 ``E_FAILED_ON_NOT_LEADER``."""
+
+    code = "E_FAILED_ON_NOT_LEADER"
+    fatal = False
+
+
+class NotLeaderForSub(NotLeader):
+    """E_FAILED_ON_NOT_LEADER for a SUB on a node that holds no partition of the topic:
+    fatal, as youzan's nsqd closes such a consumer (it looks the leaders up again)."""
+
+    fatal = True
+
+
+class TopicNotExist(ProtocolError):
+    """E_TOPIC_NOT_EXIST (youzan): in a cluster, a topic that does not exist and could not
+    be created (``--disable-auto-create``, no coordinator). Fatal, as youzan's nsqd."""
+
+    code = "E_TOPIC_NOT_EXIST"
+
+
 class InvalidJsonHeader(ProtocolError):
     """E_INVALID_JSON_HEADER: a message's extension headers are not a valid JSON object."""
 
@@ -206,6 +232,7 @@ BY_CODE: dict[str, type[ProtocolError]] = {
         AuthDisabled,
         AuthError,
         BadPartition,
+        NotLeader,
         InvalidJsonHeader,
         FinFailed,
         ReqFailed,

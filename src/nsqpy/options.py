@@ -21,6 +21,8 @@ from nsqpy.errors import ConfigError
 from nsqpy.flags import (
     Option,
     api_value,
+    check_cluster_id,
+    check_endpoints,
     check_host_port,
     config_options,
     each,
@@ -367,6 +369,43 @@ class NsqdOptions:
         "nsqpy: trace events kept (the oldest are deleted beyond this)",
         api=False,
         check=must(lambda v: v >= 1, "--{flag} must be >= 1, got {value}"),
+    )
+    # Cluster mode (docs/cluster.md): without --etcd-endpoints nsqd is a single node.
+    etcd_endpoints: str = option(
+        "etcd-endpoints",
+        "",
+        "nsqpy: etcd members host:port[,host:port...]; joins the cluster --cluster-id",
+        api=False,
+        check=check_endpoints,
+    )
+    cluster_id: str = option(
+        "cluster-id",
+        "nsqpy",
+        "nsqpy: the cluster's name (its keys in etcd)",
+        api=False,
+        check=check_cluster_id,
+    )
+    rpc_address: str = option(
+        "rpc-address",
+        "0.0.0.0:4250",
+        "nsqpy: <addr>:<port> for replication between nsqd (cluster mode)",
+        api=False,
+        check=check_host_port,
+    )
+    disable_auto_create: bool = option(
+        "disable-auto-create",
+        False,
+        "nsqpy: in a cluster, a PUB or SUB of an unknown topic fails (E_TOPIC_NOT_EXIST) "
+        "instead of creating it",
+        api=False,
+    )
+    etcd_lease_ttl_ms: int = option(
+        "etcd-lease-ttl",
+        10_000,
+        "nsqpy: lease of this node in etcd; a node silent this long is dead",
+        kind="duration_ms",
+        api=False,
+        check=must(lambda v: v >= 1000, "--{flag} must be at least 1s"),
     )
     # Deprecated flags NSQ still accepts; they have no effect.
     verbose: bool = option("verbose", False, "[deprecated] has no effect", api=False)

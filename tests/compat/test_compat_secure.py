@@ -95,41 +95,38 @@ def check_report(report: dict[str, Any], features: dict[str, Any], asked: int) -
             assert client["tls_version"] in ("TLS1.2", "TLS1.3")
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_pynsq_with(secure_nsqd: DaemonProcess, certs: CertFiles, case: str) -> None:
+def run_secure_client(
+    client: str, nsqd: DaemonProcess, case: str, tls_options: dict[str, Any]
+) -> dict[str, Any]:
+    """Run ``clients/<client>_secure.py`` with ``case``'s features (and ``tls_options`` when
+    it has TLS) against ``nsqd``; its report, checked with ``check_report``."""
     features = CASES[case]
     options: dict[str, Any] = {**features, "auth_secret": SECRET}
     if features.get("tls_v1"):
-        options["tls_options"] = {"ca_certs": certs.ca}
+        options["tls_options"] = tls_options
     asked = len(AuthHandler.queries)
     report = run_client(
-        "pynsq_secure.py",
-        f"127.0.0.1:{secure_nsqd.tcp_port}",
-        secure_nsqd.http_port,
-        f"pynsq_{case.replace('+', '_')}",
+        f"{client}_secure.py",
+        f"127.0.0.1:{nsqd.tcp_port}",
+        nsqd.http_port,
+        f"{client}_{case.replace('+', '_')}",
         12,
         json.dumps(options),
     )
     assert report["pub"] == ["OK", "OK"]
     check_report(report, features, asked)
+    return report
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_pynsq_with(secure_nsqd: DaemonProcess, certs: CertFiles, case: str) -> None:
+    run_secure_client("pynsq", secure_nsqd, case, {"ca_certs": certs.ca})
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_gnsq_with(secure_nsqd: DaemonProcess, certs: CertFiles, case: str) -> None:
+    tls_options = {"ca_certs": certs.ca, "cert_reqs": 2}  # CERT_REQUIRED
+    report = run_secure_client("gnsq", secure_nsqd, case, tls_options)
     features = CASES[case]
-    options: dict[str, Any] = {**features, "auth_secret": SECRET}
-    if features.get("tls_v1"):
-        options["tls_options"] = {"ca_certs": certs.ca, "cert_reqs": 2}  # CERT_REQUIRED
-    asked = len(AuthHandler.queries)
-    report = run_client(
-        "gnsq_secure.py",
-        f"127.0.0.1:{secure_nsqd.tcp_port}",
-        secure_nsqd.http_port,
-        f"gnsq_{case.replace('+', '_')}",
-        12,
-        json.dumps(options),
-    )
-    assert report["pub"] == ["OK", "OK"]
-    check_report(report, features, asked)
     for client in report["producer_clients"]:
         assert client["tls"] is bool(features.get("tls_v1"))

@@ -19,6 +19,8 @@ from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
 from nsqpy.testing import AsyncWire
 
+from .conftest import requeue_one
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -65,12 +67,8 @@ async def test_nsqd_metrics_move_with_traffic(tmp_path: Path, http: aiohttp.Clie
         assert at(before, "nsqd_topic_messages_total", topic="orders") == 0
         async with http.post(f"{base}/mpub?topic=orders", data=b"a\nbb\nccc") as resp:
             assert resp.status == 200
-        wire = await AsyncWire.connect(nsqd.tcp_port)
-        await wire.send(b"SUB orders billing\nRDY 1\n")
-        assert await wire.read_frame() == (0, b"OK")
-        _, data = await wire.read_frame()
-        await wire.send(b"REQ " + data[10:26] + b" 0\n")
-        _, data = await wire.read_frame()  # the same message or the next: keep it in flight
+        wire = await requeue_one(nsqd.tcp_port)
+        await wire.read_frame()  # the same message or the next: keep it in flight
         async with http.post(f"{base}/pub?topic=orders", data=b"dddd") as resp:
             assert resp.status == 200
         _, after = await scrape(http, nsqd.http_port)

@@ -18,7 +18,9 @@ import pytest
 from nsqpy.metrics.statsd import StatsdCollector, pack, statsd_prefix
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
-from nsqpy.testing import AsyncWire, eventually, http_request, nsqd_process, wait_for
+from nsqpy.testing import eventually, http_request, nsqd_process, wait_for
+
+from .conftest import requeue_one
 
 LINE = re.compile(r"^(?P<key>[^:|\n]+):(?P<value>-?\d+)\|(?P<kind>[cg])$")
 
@@ -86,12 +88,7 @@ async def test_pushes_nsqs_metric_names_in_bounded_packets(
                     assert resp.status == 200
             async with http.post(f"{base}/mpub?topic=orders", data=b"a\nbb\nccc") as resp:
                 assert resp.status == 200
-        wire = await AsyncWire.connect(nsqd.tcp_port)
-        await wire.send(b"SUB orders billing\nRDY 1\n")
-        assert await wire.read_frame() == (0, b"OK")
-        frame_type, data = await wire.read_frame()
-        assert frame_type == 2
-        await wire.send(b"REQ " + data[10:26] + b" 0\n")  # requeued once
+        await requeue_one(nsqd.tcp_port)  # its connection stays open: the channel's client
         key = f"{prefix}topic.orders"
         await eventually(
             lambda: (

@@ -257,6 +257,17 @@ def test_periodic_cursor_saves_of_every_partition_survive_sigkill(tmp_path: Path
         assert extra is None, f"a finished message came again: {extra}"
 
 
+def run_compat_client(script: str, *args: str) -> dict[str, Any]:
+    """Run ``tests/compat/clients/<script>`` (a real client library in its own interpreter)
+    with ``args``; the JSON report it prints last."""
+    proc = subprocess.run(
+        [sys.executable, str(COMPAT / script), *args], capture_output=True, timeout=90, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
 @pytest.mark.compat
 @pytest.mark.parametrize(
     ("script", "prefix", "extra"),
@@ -267,14 +278,7 @@ def test_real_clients_see_one_topic(
 ) -> None:
     topic = f"{prefix}_parts"
     assert post(nsqd, f"/topic/create?topic={topic}&partition_num=4") == (200, b"")
-    proc = subprocess.run(
-        [sys.executable, str(COMPAT / script), f"127.0.0.1:{nsqd.tcp_port}", topic, "30", *extra],
-        capture_output=True,
-        timeout=90,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_compat_client(script, f"127.0.0.1:{nsqd.tcp_port}", topic, "30", *extra)
     assert report["bodies"] == sorted(f"{prefix}-{i}" for i in range(30))
     assert max(report["attempts"].values()) == 2  # the requeued one came back
     parts = topic_stats(nsqd, topic)["partitions"]
@@ -286,20 +290,8 @@ def test_real_clients_see_one_topic(
 @pytest.mark.compat
 def test_gnsq_with_http_on_a_partitioned_topic(nsqd: DaemonProcess) -> None:
     assert post(nsqd, "/topic/create?topic=gnsq_parts&partition_num=3") == (200, b"")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(COMPAT / "gnsq_roundtrip.py"),
-            f"127.0.0.1:{nsqd.tcp_port}",
-            str(nsqd.http_port),
-            "gnsq_parts",
-            "30",
-        ],
-        capture_output=True,
-        timeout=90,
-        text=True,
+    report = run_compat_client(
+        "gnsq_roundtrip.py", f"127.0.0.1:{nsqd.tcp_port}", str(nsqd.http_port), "gnsq_parts", "30"
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["bodies"] == sorted(f"gnsq-{i}" for i in range(30))
     assert report["stats"]["message_count"] == 30

@@ -18,6 +18,15 @@ retried saves; the broker is its ``metadata.Restorer``: ``restore_topic``/
 ``health_state`` (``nsqpy.broker.health``, what /ping answers): a topic or channel whose
 files cannot be written is not created (``StorageFailed``).
 
+Cluster mode (``cluster_mode``, set by the cluster layer before ``load_metadata``): the
+node holds some partitions of a topic (``hold_partition``/``release_partition``) and leads
+some of those (``set_role``); writes to the others raise ``NotLeader``, followers deliver
+nothing. ``hold_partition`` creating a topic announces it (``on_topic_created``: lookupd
+registration, channels pre-created from lookupd) as ``topic`` does, and releasing the last
+partition held deletes the topic here as ``delete_topic`` does (``on_topic_deleted``).
+After a restart in cluster mode every partition held is a follower until the cluster layer
+says otherwise; without cluster mode every partition is led, as on a single node.
+
 Must not import asyncio, sockets or any server; time comes from the injected clock.
 """
 
@@ -34,7 +43,7 @@ from nsqpy.broker.client import Client
 from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.features import Features
 from nsqpy.broker.health import Health, StorageFailed
-from nsqpy.broker.partition import LogSettings, Partition
+from nsqpy.broker.partition import FOLLOWER, LEADER, LogSettings, Partition
 from nsqpy.broker.saving import (  # (importable from here as before)
     LOCK_FILE,
     METADATA_FILE,
@@ -95,6 +104,10 @@ class Broker:
         self.on_topic_deleted: list[Callable[[Topic], None]] = []
         self.on_channel_created: list[Callable[[Topic, Channel], None]] = []
         self.on_channel_deleted: list[Callable[[Topic, Channel], None]] = []
+        # Cluster mode (set by the cluster layer): partitions held, roles, /stats fields.
+        self.cluster_mode = False
+        self.partition_info: Callable[[str, int], dict[str, object]] | None = None
+        self.on_partition_released: list[Callable[[Topic, Partition], None]] = []
         self.sync_policy = SyncPolicy(
             every_messages=opts.sync_every,
             every_ms=opts.sync_timeout_ms,
@@ -153,16 +166,31 @@ class Broker:
         return topic
 
     def restore_topic(
-        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+        self,
+        name: str,
+        partitions: int,
+        buffer_starts: Sequence[int | None],
+        ordered: bool,
+        held: Sequence[int] | None = None,
     ) -> Topic:
-        """A topic the metadata names, as it was (``metadata.Restorer``): not announced."""
+        """A topic the metadata names, as it was (``metadata.Restorer``): not announced. In
+        cluster mode its partitions follow until the cluster layer says otherwise."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = self._new_topic(name, partitions, buffer_starts, ordered)
+            topic = self._new_topic(
+                name, partitions, buffer_starts, ordered, held, leading=not self.cluster_mode
+            )
         return topic
 
     def _new_topic(
-        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+        self,
+        name: str,
+        partitions: int,
+        buffer_starts: Sequence[int | None],
+        ordered: bool,
+        held: Sequence[int] | None = None,
+        *,
+        leading: bool = True,
     ) -> Topic:
         try:
             topic = Topic(
@@ -173,11 +201,16 @@ class Broker:
                 buffer_starts=buffer_starts,
                 ordered=ordered,
                 ephemeral_start=self._ephemeral_floor,
+                held=held,
+                leading=leading,
             )
         except (OSError, StorageError) as exc:
             raise self.storage_failed(f"failed to create topic {name}", exc) from exc
         self.topics[name] = topic
-        if partitions > 1:
+        if not topic.held_all:
+            held_text = ",".join(str(p.number) for p in topic.partitions)
+            log.info("TOPIC(%s): created with %d partitions (%s here)", name, partitions, held_text)
+        elif partitions > 1:
             log.info("TOPIC(%s): created with %d partitions", name, partitions)
         else:
             log.info("TOPIC(%s): created", name)
@@ -291,6 +324,89 @@ class Broker:
         self.save_metadata()
         return True
 
+    # -- cluster mode: the partitions held here and their roles -----------------------
+
+    def hold_partition(
+        self,
+        topic_name: str,
+        partition_count: int,
+        number: int,
+        *,
+        role: str,
+        leader_epoch: int,
+        ordered: bool = False,
+    ) -> Partition:
+        """Hold partition ``number`` of ``topic_name`` (which has ``partition_count``) as
+        ``role`` in ``leader_epoch``. A missing topic is created (``ordered`` applies then
+        only) and announced as ``topic`` does; the partition's log is opened or created,
+        with a part for each channel; one held already only changes role. ValueError for an
+        ephemeral topic, a bad role or number; PartitionCountMismatch for another count;
+        StorageError (reported) when its files cannot be written."""
+        if is_ephemeral(topic_name) or role not in (LEADER, FOLLOWER):
+            raise ValueError(f"cannot hold {topic_name} partition {number} as {role!r}")
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            topic = self._new_topic(
+                topic_name, partition_count, (), ordered, [number], leading=False
+            )
+            self.persistence.metadata_changed()
+            for hook in self.on_topic_created:
+                hook(topic)
+        elif partition_count != topic.partition_count:
+            raise PartitionCountMismatch(
+                f"topic {topic_name} has {topic.partition_count} partitions, not {partition_count}"
+            )
+        elif topic.partition(number) is None:
+            try:
+                topic.add_partition(number, leading=False)
+            except (OSError, StorageError) as exc:
+                what = f"failed to create partition {number} of topic {topic_name}"
+                raise self.storage_failed(what, exc) from exc
+            self.persistence.metadata_changed()
+            log.info("TOPIC(%s): partition %d held", topic_name, number)
+        return self.set_role(topic_name, number, role, leader_epoch)
+
+    def set_role(self, topic_name: str, number: int, role: str, leader_epoch: int) -> Partition:
+        """Lead or follow partition ``number`` of ``topic_name`` in ``leader_epoch``: a new
+        leader begins the epoch in its log and its channels deliver at once. KeyError when
+        the partition is not held here, ValueError for a bad role, StorageError for an
+        epoch below the log's."""
+        topic = self.topics.get(topic_name)
+        part = topic.partition(number) if topic is not None else None
+        if topic is None or part is None:
+            raise KeyError(f"partition {number} of topic {topic_name} is not held here")
+        was = (part.role, part.leader_epoch)
+        topic.set_role(number, role, leader_epoch)
+        if was != (role, leader_epoch):
+            log.info(
+                "TOPIC(%s): partition %d: %s in epoch %d", topic_name, number, role, leader_epoch
+            )
+        if part.leading and was[0] != LEADER:
+            now = self.clock()
+            for channel in topic.channels.values():
+                channel.pump(now)
+        return part
+
+    def release_partition(self, topic_name: str, number: int) -> bool:
+        """Hold partition ``number`` of ``topic_name`` no more (False when not held): what
+        its channels' parts had in flight leaves them, consumers subscribed to it alone are
+        closed, and its files go but the offset reservation, so when held again it goes on
+        above every offset it gave. The last one held: the topic is deleted here
+        (``delete_topic``)."""
+        topic = self.topics.get(topic_name)
+        part = topic.partition(number) if topic is not None else None
+        if topic is None or part is None:
+            return False
+        if len(topic.partitions) == 1:
+            return self.delete_topic(topic_name)
+        self._dirty.pop(part, None)  # (its pending records are written as its files go)
+        topic.remove_partition(number)
+        for hook in self.on_partition_released:
+            hook(topic, part)
+        self.save_metadata()
+        log.info("TOPIC(%s): partition %d released", topic_name, number)
+        return True
+
     # -- clients ---------------------------------------------------------------------
 
     def client_connected(self, client: Client) -> None:
@@ -305,8 +421,12 @@ class Broker:
         partition: int = -1,
         ordered: bool = False,
     ) -> Channel:
-        """SUB (``partition`` >= 0: that partition only; ``ordered``: SUB_ORDERED)."""
+        """SUB (``partition`` >= 0: that partition only, BadPartition when not held here;
+        ``ordered``: SUB_ORDERED)."""
         self.check_partition(topic_name, partition)
+        held = self.topics.get(topic_name)
+        if partition >= 0 and held is not None and held.partition(partition) is None:
+            raise BadPartition(f"topic {topic_name} partition {partition} is not held here")
         if ordered and client.sample_rate:
             raise InvalidError("order consume is not allowed while sample rate is not 0")
         topic = self.topic(topic_name)

@@ -1,7 +1,10 @@
 """A channel as NSQ and its users know it, over all partitions of its topic: ``Channel``.
 
 A topic with N partitions has, for each of its channels, N ``ChannelPartition``s (one per
-partition log, ``nsqpy.broker.channel_partition``), in ``parts``. The channel is what
+partition log, ``nsqpy.broker.channel_partition``), in ``parts`` in partition order; in
+cluster mode a node holds only some partitions, so a part is found by its partition number
+(``part``), never by its place in the list, and parts come and go with the partitions
+(``add_part``/``remove_part``). The channel is what
 clients subscribe to and what /stats, the HTTP actions and the metadata see: it fans
 consumers out to the partitions, routes FIN/REQ/TOUCH by the partition in the message ID,
 pumps the partitions in turn (starting one further each time so that no partition starves
@@ -18,6 +21,7 @@ is what it knows of it).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Protocol
 
 from nsqpy.broker.channel_partition import ChannelPartition
@@ -50,7 +54,8 @@ class Channel:
     ) -> None:
         self.topic = topic
         self.name = name
-        self.parts = parts
+        self.parts = parts  # in partition order
+        self._by_number = {part.number: part for part in parts}
         self.ephemeral = name.endswith("#ephemeral")
         self.deleted = False
         self.consumers: list[Client] = []
@@ -61,6 +66,47 @@ class Channel:
             part.policy = parts[0].policy  # one policy for the channel (Features sets it)
         if ordered:
             self.set_ordered(True)
+
+    # -- parts (cluster mode: the partitions this node holds) ------------------------
+
+    def part(self, number: int) -> ChannelPartition | None:
+        """The part over partition ``number``; None when this node does not hold it."""
+        return self._by_number.get(number)
+
+    def add_part(self, part: ChannelPartition) -> None:
+        """A partition newly held: its part shares the channel's policy, e2e window and
+        pause, and serves the channel's consumers."""
+        part.policy = self.policy
+        part.e2e = self.e2e
+        part.paused = self.paused
+        self.parts.insert(bisect_left([p.number for p in self.parts], part.number), part)
+        self._by_number[part.number] = part
+        if self.delivery is not None:
+            self.delivery.assign()
+        else:
+            part.consumers = [c for c in self.consumers if self.consumes(c, part.number)]
+
+    def remove_part(self, number: int) -> ChannelPartition | None:
+        """A partition released: its part leaves (what it had in flight with it: a late FIN
+        is "not in flight"); consumers subscribed to that partition only are closed."""
+        part = self._by_number.pop(number, None)
+        if part is None:
+            return None
+        self.parts.remove(part)
+        part.clear_window()
+        for client in self.consumers:
+            if self.pinned.get(client.id) == number:
+                client.state = CLOSING
+                client.sink.close_by_server()
+        if self.delivery is not None:
+            self.delivery.holds.pop(number, None)
+            self.delivery.assign()
+        return part
+
+    def roles_changed(self) -> None:
+        """A partition's role changed: ordered delivery gives owners to led ones only."""
+        if self.delivery is not None:
+            self.delivery.assign()
 
     # -- consumers -------------------------------------------------------------------
 
@@ -77,8 +123,8 @@ class Channel:
         if self.delivery is not None:
             self.delivery.assign()
             return
-        for number, part in enumerate(self.parts):
-            if self.consumes(client, number):
+        for part in self.parts:
+            if self.consumes(client, part.number):
                 part.consumers.append(client)
 
     def remove_consumer(self, client: Client, now: int) -> None:
@@ -114,8 +160,8 @@ class Channel:
             self.delivery.assign()
             return
         self.delivery = None
-        for number, part in enumerate(self.parts):
-            part.consumers = [c for c in self.consumers if self.consumes(c, number)]
+        for part in self.parts:
+            part.consumers = [c for c in self.consumers if self.consumes(c, part.number)]
 
     # -- delivery --------------------------------------------------------------------
 
@@ -165,7 +211,7 @@ class Channel:
         for part, offset in targets:
             part.reset_to(offset)
             if self.delivery is not None:
-                self.delivery.holds.pop(self.parts.index(part), None)
+                self.delivery.holds.pop(part.number, None)
 
     def next_deadline(self) -> int | None:
         found = [d for d in (part.next_deadline() for part in self.parts) if d is not None]
@@ -174,19 +220,21 @@ class Channel:
     def stored_extension(self, partition: int, offset: int) -> bytes | None:
         """The extension, as stored, of a message just delivered (kept with its in-flight
         entry); None when it is not known there (read it with ``extension``)."""
-        if not 0 <= partition < len(self.parts):
+        part = self._by_number.get(partition)
+        if part is None:
             return b""
-        item = self.parts[partition].in_flight.get(offset)
+        item = part.in_flight.get(offset)
         if item is None or (not item.ext and item.source != FROM_LOG):
             return None  # (a deferred message of an ephemeral channel keeps only its body)
         return item.ext
 
     def extension(self, partition: int, offset: int) -> tuple[int, bytes]:
         """The extension delivered with a message (``broker.extensions``); none for an ID
-        outside the topic's partitions."""
-        if not 0 <= partition < len(self.parts):
+        outside the partitions held here."""
+        part = self._by_number.get(partition)
+        if part is None:
             return NO_EXT_VERSION, b""
-        return self.parts[partition].topic.extension(offset)
+        return part.topic.extension(offset)
 
     # -- FIN / REQ / TOUCH -----------------------------------------------------------
 
@@ -197,8 +245,9 @@ class Channel:
         verb: str,
         error: type[FinFailed | ReqFailed | TouchFailed],
     ) -> ChannelPartition:
-        if 0 <= partition < len(self.parts):
-            return self.parts[partition]
+        part = self._by_number.get(partition)
+        if part is not None:
+            return part
         raise error(f"{verb} {msg_id.decode(errors='replace')} failed ID not in flight")
 
     def finish(self, client: Client, partition: int, offset: int, msg_id: bytes, now: int) -> None:
@@ -208,15 +257,14 @@ class Channel:
         """FIN a burst of IDs (16 lowercase hex characters each) in order; the refusals,
         each to be answered as ``finish`` would have answered it."""
         errors: list[FinFailed] = []
-        parts = self.parts
-        count = len(parts)
+        parts = self._by_number
         for msg_id in ids:
             value = int(msg_id, 16)
-            partition = value >> OFFSET_BITS
+            part = parts.get(value >> OFFSET_BITS)
             try:
-                if partition >= count:
+                if part is None:
                     raise FinFailed(f"FIN {msg_id.decode()} failed ID not in flight")
-                parts[partition].finish(client, value & MAX_OFFSET, msg_id, now)
+                part.finish(client, value & MAX_OFFSET, msg_id, now)
             except FinFailed as err:  # kept without its traceback: no cycle through this frame
                 errors.append(err.with_traceback(None))
         return errors
@@ -339,17 +387,17 @@ class Channel:
         if len(self.parts) == 1:
             return self.parts[0].in_flight
         return {
-            (number << OFFSET_BITS) | offset: item
-            for number, part in enumerate(self.parts)
+            (part.number << OFFSET_BITS) | offset: item
+            for part in self.parts
             for offset, item in part.in_flight.items()
         }
 
     @property
     def cursor(self) -> CursorState:
-        """Partition 0's cursor (the whole cursor of a single-partition topic)."""
+        """The first part's cursor (the whole cursor of a single-partition topic)."""
         return self.parts[0].cursor
 
     @property
     def deferred(self) -> Deferred:
-        """Partition 0's deferred set (all of it in a single-partition topic)."""
+        """The first part's deferred set (all of it in a single-partition topic)."""
         return self.parts[0].deferred

@@ -15,6 +15,8 @@ two helpers, each given what it needs: ``deferral`` (``broker.channel_deferral``
 deferred on arrival, delayed messages the read meets, leases, the cursor file, what the
 stores refuse) and ``policy_paths`` (``broker.channel_policy``: dead letters, TTL expiry,
 the depth bound's drops, as the shared ``ChannelPolicy`` says). ``reset_to`` is replay.
+The part of a partition this node follows (cluster mode) delivers nothing, from its log or
+its deferred set, whatever its log holds.
 Time is given, never read. Must not import asyncio, sockets or any server, nor the
 partition or channel that hold it (``PartitionView`` is what it reads of its partition).
 """
@@ -62,6 +64,7 @@ class ChannelPartition:
     ) -> None:
         self.topic = topic  # the topic partition it reads (its log, DPUB notes, health)
         self.name = name
+        self.number = topic.number  # the partition's (the channel finds its parts by it)
         self._id_base = topic.partition << OFFSET_BITS  # message ID = base | offset
         self.ephemeral = name.endswith("#ephemeral")
         # NSQ's per-channel memory queue: an ephemeral channel, or any channel of an
@@ -177,8 +180,8 @@ class ChannelPartition:
     def pump(self, now: int) -> int:
         """Deliver what the consumers' RDY windows admit; returns how many were sent."""
         self._arrive()
-        if self.paused or not self.consumers:
-            return 0
+        if self.paused or not self.consumers or not self.topic.leading:
+            return 0  # (a follower's part delivers nothing: cluster mode)
         ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
         if not ready:
             return 0
@@ -442,7 +445,7 @@ class ChannelPartition:
 
     def _pull_due(self, now: int) -> int:
         """Deliver the due deferred messages the consumers' RDY windows admit."""
-        if self.paused:
+        if self.paused or not self.topic.leading:
             ready = []
         else:
             ready = [c for c in self.consumers if c.capacity > 0 and c.state == SUBSCRIBED]
@@ -467,7 +470,7 @@ class ChannelPartition:
         del now
         self._arrive()
         self.deferred.clear()  # first: a StorageError here leaves everything as it was
-        self._clear_window()
+        self.clear_window()
         if self.queue is not None:
             self.queue.clear()
         self.cursor.reset(self.topic.readable_end)
@@ -484,13 +487,13 @@ class ChannelPartition:
         log again); those below stay deferred, a leased one due again at its old deadline.
         """
         self.deferred.remove_from(offset)  # first: a StorageError here changes nothing
-        self._clear_window()  # the store kept those below ``offset``: the reset confirms them
+        self.clear_window()  # the store kept those below ``offset``: the reset confirms them
         self.cursor.reset(offset)
         self._arrived = max(self._arrived, offset)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
 
-    def _clear_window(self) -> None:
+    def clear_window(self) -> None:
         """Nothing in flight, requeued, ahead of the read or leased any more (its clients'
         in-flight counts go down); the cursor is reset next."""
         for item in self.in_flight.values():

@@ -43,7 +43,7 @@ from nsqpy.broker.policy import (
     valid_dead_letter_topic,
 )
 from nsqpy.broker.trace import TracedPartition, Tracer
-from nsqpy.errors import StorageError
+from nsqpy.errors import NotLeader, StorageError
 from nsqpy.protocol.message import encode_message_id
 from nsqpy.storage import Entry
 
@@ -272,7 +272,7 @@ class Features:
 
     def _drop_oldest(self, topic: Topic, part: Partition, count: int, max_depth: int) -> None:
         pending = self._pending(topic)
-        target = part.number
+        target = topic.partitions.index(part)  # (a cluster node holds some partitions)
         if not topic.channels:
             excess = topic.depth + pending + count - max_depth
             parts = topic.partitions
@@ -287,9 +287,9 @@ class Features:
             if excess <= 0:
                 continue
             takes = spread(excess, [c.depth for c in channel.parts], target)
-            for number, (cpart, n) in enumerate(zip(channel.parts, takes, strict=True)):
+            for i, (cpart, n) in enumerate(zip(channel.parts, takes, strict=True)):
                 # the new messages (of the target partition) are dropped too past the bound
-                end = cpart.topic.log.high_watermark + (count if number == target else 0)
+                end = cpart.topic.log.high_watermark + (count if i == target else 0)
                 if n:
                     cpart.policy_paths.drop_oldest(n, end)
 
@@ -353,7 +353,7 @@ class Features:
             if target.deleted:
                 return False
             self.publisher.append_entries(target, [entry], source=source)
-        except (TopicFull, StorageError, OSError) as exc:
+        except (TopicFull, StorageError, OSError, NotLeader) as exc:
             log.error(
                 "channel %s/%s: message %d could not go to dead-letter topic %s (%s); requeued",
                 topic.name, channel.name, offset, name, exc,

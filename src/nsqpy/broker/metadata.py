@@ -3,7 +3,8 @@
 Owns the JSON document (NSQ's shape: ``topics`` with ``name``, ``paused`` and
 ``channels``, plus ``version``; nsqpy adds a topic's ``buffer_start`` and, while paused,
 ``paused_at``; a topic with several partitions ``partition_num`` and each partition's
-``buffer_start``/``paused_at`` in ``partitions``; an ordered topic or channel
+``buffer_start``/``paused_at`` in ``partitions``, which in cluster mode lists only the
+partitions held here, each with its ``partition`` number; an ordered topic or channel
 ``ordered``), its atomic write (temp file, fsync, rename) and the recreation of one
 topic's entry at start-up (``load_topic``, invalid names and partition counts skipped with a
 log line) through a ``Restorer`` (the broker) that creates without announcing or recording
@@ -39,7 +40,12 @@ class Restorer(Protocol):
     (lookupd hooks) or marking the metadata to be written again (it is what it says)."""
 
     def restore_topic(
-        self, name: str, partitions: int, buffer_starts: Sequence[int | None], ordered: bool
+        self,
+        name: str,
+        partitions: int,
+        buffer_starts: Sequence[int | None],
+        ordered: bool,
+        held: Sequence[int] | None = ...,
     ) -> Topic: ...
 
     def restore_channel(self, topic: Topic, name: str) -> Channel: ...
@@ -63,7 +69,7 @@ def document(topics: Iterable[Topic]) -> dict[str, object]:
             entry["paused_at"] = first.paused_at
         if topic.partition_count > 1:
             entry["partition_num"] = topic.partition_count
-            entry["partitions"] = [_partition_entry(p) for p in topic.partitions]
+            entry["partitions"] = [_partition_entry(p, topic.held_all) for p in topic.partitions]
         if topic.ordered:
             entry["ordered"] = True
         entries.append(entry)
@@ -163,6 +169,8 @@ def discover(data_path: Path) -> list[dict[str, Any]]:
         }
         if numbers[-1] > 0:
             entry["partition_num"] = numbers[-1] + 1
+        if len(numbers) <= numbers[-1]:  # (a cluster node holding some of them)
+            entry["held"] = numbers
         entries.append(entry)
     return entries
 
@@ -178,14 +186,18 @@ def load_topic(restorer: Restorer, entry: object) -> None:
     if type(count) is not int or not 1 <= count <= MAX_PARTITIONS:
         log.error("skipping topic %r: invalid partition_num %r", name, count)
         return
-    parts = _partition_entries(entry, count)
+    parts, held = _partition_entries(entry, count)
     topic = restorer.restore_topic(
-        name, count, [_int(p.get("buffer_start")) for p in parts], entry.get("ordered") is True
+        name,
+        count,
+        [_int(p.get("buffer_start")) for p in parts],
+        entry.get("ordered") is True,
+        held,
     )
     if entry.get("paused"):
         topic.pause()
-        for part, pentry in zip(topic.partitions, parts, strict=True):
-            paused_at = _int(pentry.get("paused_at"))
+        for part in topic.partitions:
+            paused_at = _int(parts[part.number].get("paused_at"))
             if paused_at is not None:
                 part.paused_at = paused_at
     for centry in entry.get("channels") or []:  # type: ignore[attr-defined]
@@ -210,17 +222,36 @@ def _channel_entry(channel: Channel) -> dict[str, object]:
     return entry
 
 
-def _partition_entry(part: Partition) -> dict[str, object]:
+def _partition_entry(part: Partition, held_all: bool) -> dict[str, object]:
     entry: dict[str, object] = {"buffer_start": part.buffer_start}
     if part.paused:
         entry["paused_at"] = part.paused_at
+    if not held_all:
+        entry["partition"] = part.number
     return entry
 
 
-def _partition_entries(entry: dict[str, object], count: int) -> list[dict[str, object]]:
-    """Each partition's saved state; a single-partition topic keeps NSQ's flat fields."""
+def _partition_entries(
+    entry: dict[str, object], count: int
+) -> tuple[list[dict[str, object]], list[int] | None]:
+    """Each partition's saved state by number, and the numbers held here (None: all). A
+    single-partition topic keeps NSQ's flat fields; the entries of a topic held in part
+    name their ``partition`` (a topic found on disk lists them in ``held``: ``discover``)."""
     if count == 1:
-        return [{"buffer_start": entry.get("buffer_start"), "paused_at": entry.get("paused_at")}]
+        flat = {"buffer_start": entry.get("buffer_start"), "paused_at": entry.get("paused_at")}
+        return [flat], None
     found = entry.get("partitions")
     saved = [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
-    return (saved + [{} for _ in range(count)])[:count]
+    by_number: list[dict[str, object]] = [{} for _ in range(count)]
+    held: set[int] = set()
+    for p in saved:
+        number = _int(p.get("partition"))
+        if number is not None and 0 <= number < count:
+            by_number[number] = p
+            held.add(number)
+    if held:
+        return by_number, sorted(held)
+    disk = entry.get("held")
+    if isinstance(disk, list):
+        held = {n for n in map(_int, disk) if n is not None and 0 <= n < count}
+    return (saved + by_number)[:count], sorted(held) or None

@@ -10,8 +10,10 @@ another consumer, which gets that message first. A requeue keeps the order too: 
 message is the next one delivered, and a requeue with a delay holds the whole partition
 until the delay is over. Messages published with a delay (DPUB) leave the order, as they
 leave the cursor's window. Delivery reuses ``ChannelPartition.pump``/``ChannelPartition.scan``
-with the owner's RDY window narrowed to one message for the call. Must not import asyncio
-or any server, nor the channel it serves (``OrderedChannel`` is what it needs of it).
+with the owner's RDY window narrowed to one message for the call. Partitions are known by
+number (a cluster node holds some of them); one this node follows has no owner. Must not
+import asyncio or any server, nor the channel it serves (``OrderedChannel`` is what it
+needs of it).
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ class OrderedDelivery:
 
     def __init__(self, channel: OrderedChannel) -> None:
         self.channel = channel
-        self.owners: list[Client | None] = [None] * len(channel.parts)
+        self.owners: dict[int, Client | None] = {}  # partition number -> its owner
         self.holds: dict[int, int] = {}  # partition -> no delivery before this time (ns)
 
     def owner_of(self, partition: int) -> Client | None:
-        return self.owners[partition]
+        return self.owners.get(partition)
 
     def hold(self, partition: int, until: int) -> None:
         """A requeue with a delay: the partition delivers nothing before ``until``."""
@@ -51,16 +53,17 @@ class OrderedDelivery:
     def assign(self) -> None:
         """Give every partition an owner among the eligible consumers, balanced and sticky."""
         channel = self.channel
-        owners = self.owners
+        led = [part.number for part in channel.parts if part.topic.leading]
+        owners = self.owners = {number: self.owners.get(number) for number in led}
         load = {c.id: 0 for c in channel.consumers}
-        for number, owner in enumerate(owners):
+        for number, owner in owners.items():
             if owner is None:
                 continue
             if owner.id not in load or not channel.consumes(owner, number):
                 owners[number] = None
             else:
                 load[owner.id] += 1
-        for number in range(len(owners)):
+        for number in led:
             eligible = [c for c in channel.consumers if channel.consumes(c, number)]
             if not eligible:
                 continue
@@ -71,8 +74,8 @@ class OrderedDelivery:
                     load[owner.id] -= 1
                 owners[number] = least
                 load[least.id] += 1
-        for number, part in enumerate(channel.parts):
-            owner = owners[number]
+        for part in channel.parts:
+            owner = owners.get(part.number)
             part.consumers = [owner] if owner is not None else []
 
     def _free(self, number: int, part: ChannelPartition, now: int) -> bool:
@@ -99,18 +102,20 @@ class OrderedDelivery:
 
     def pump(self, now: int) -> int:
         sent = 0
-        for number, part in enumerate(self.channel.parts):
-            owner = self.owners[number]
+        for part in self.channel.parts:
+            number = part.number
+            owner = self.owners.get(number)
             sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)
         return sent
 
     def scan(self, now: int) -> int:
         """Timeouts and due deferred messages; an expired hold counts as work (pump after)."""
         work = 0
-        for number, part in enumerate(self.channel.parts):
+        for part in self.channel.parts:
+            number = part.number
             held = number in self.holds
             free = self._free(number, part, now)
             if held and number not in self.holds:
                 work += 1
-            work += self._one_slot(self.owners[number], free, part.scan, now)
+            work += self._one_slot(self.owners.get(number), free, part.scan, now)
         return work

@@ -14,7 +14,11 @@ disk brings its cursor back inside the log the partition recovered (``_bound_by_
 confirmed) and hands what the delayed store holds to its read to skip
 (``_deferred_ahead``); a damaged delayed store makes its channels read the log again
 (``settle_lost_deferred``). A partition notes its delayed messages (``dpubs``) for its
-channels to defer as they reach them. Must not import asyncio or any server.
+channels to defer as they reach them. In cluster mode a partition has a ``role``: the
+leader takes writes and its channels deliver; a follower does neither (its log and cursors
+are kept for replication), and ``set_role`` to leader begins the leader epoch in the log.
+Consumers read up to ``committed_offset``: the readable end, or less while replication has
+not confirmed it (``commit_bound``). Must not import asyncio or any server.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class LogSettings:
 
 
 CURSORS = "cursors"  # <topic dir>/p<N>/cursors/channel-<name>.cursor
+LEADER = "leader"  # a partition's role on this node (single node: always the leader)
+FOLLOWER = "follower"
 
 
 def move_old_cursors(topic_dir: Path) -> None:
@@ -103,9 +109,15 @@ class Partition:
         settings: LogSettings,
         buffer_start: int | None = None,
         start_offset: int = 0,
+        *,
+        leading: bool = True,
     ) -> None:
         self.name = name  # the topic's name (channels log it)
         self.number = number
+        # Cluster mode: a follower takes no write and its channels deliver nothing.
+        self.leading = leading
+        # Replication bounds what consumers read by this (None: by the log's readable end).
+        self.commit_bound: int | None = None
         self.ephemeral = directory is None
         self.directory = directory  # the topic's directory; this log is in p<number>
         self.mem_queue_size = settings.mem_queue_size
@@ -143,11 +155,40 @@ class Partition:
             if number == 0:
                 move_old_cursors(directory)
         self.buffer_start = self.log.low_watermark if buffer_start is None else buffer_start
+        self.leader_epoch = self.log.epoch
 
     @property
     def partition(self) -> int:
         """The partition number (what ``ChannelPartition`` puts in message IDs)."""
         return self.number
+
+    # -- role (cluster mode) ---------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        return LEADER if self.leading else FOLLOWER
+
+    def set_role(self, role: str, leader_epoch: int) -> None:
+        """Lead or follow in ``leader_epoch`` (ValueError for another role). Leading begins
+        the epoch in the log (``PartitionLog.begin_epoch``: its history records the epoch
+        at the log's end; StorageError for an epoch below the log's)."""
+        if role not in (LEADER, FOLLOWER):
+            raise ValueError(f"role {role!r} is not {LEADER!r} or {FOLLOWER!r}")
+        if role == LEADER:
+            if isinstance(self.log, PartitionLog):
+                self.log.begin_epoch(leader_epoch)
+            else:
+                self.log.set_epoch(leader_epoch)
+        self.leading = role == LEADER
+        self.leader_epoch = leader_epoch
+
+    @property
+    def committed_offset(self) -> int:
+        """What consumers may see of the log, pauses aside: its readable end, or less while
+        replication has not confirmed the rest (``commit_bound``)."""
+        end = self.log.readable_offset
+        bound = self.commit_bound
+        return end if bound is None or bound > end else bound
 
     # -- channels --------------------------------------------------------------------
 
@@ -427,6 +468,9 @@ class Partition:
         durable end: nothing is delivered that a crash could take back), or where the pause
         began."""
         end = self.log.readable_offset
+        bound = self.commit_bound  # (inline ``committed_offset``: read at every pump)
+        if bound is not None and bound < end:
+            end = bound
         return min(self.paused_at, end) if self.paused else end
 
     @property
@@ -498,6 +542,18 @@ class Partition:
         if self.delayed is not None:
             self.delayed.close()
         self.log.close()
+
+    def release(self) -> None:
+        """This node holds the partition no more: its channels' parts go (their cursor
+        files first, so that no queued save writes one again), then every file but the
+        offset reservation (``drop``)."""
+        for channel in self.channels.values():
+            channel.deleted = True
+            channel.deferral.forget_failures()
+            if channel.cursor_file is not None:
+                channel.cursor_file.remove()
+        self.channels.clear()
+        self.drop()
 
     def drop(self) -> None:
         """A deleted topic: close the delayed store and remove the log's files but its

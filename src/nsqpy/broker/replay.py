@@ -79,11 +79,12 @@ def channel_partitions(topic: Topic, channel: str, partition: int | None) -> lis
     parts = list(found.parts) if found is not None else []
     if partition is None:
         return parts
-    if not 0 <= partition < len(parts):
+    part = found.part(partition) if found is not None else None
+    if part is None:
         raise BadPosition(
             "PARTITION_NOT_FOUND", f"topic {topic.name} has no partition {partition}", 404
         )
-    return [parts[partition]]
+    return [part]
 
 
 def resolve(part: ChannelPartition, position: Position) -> int:

@@ -5,8 +5,11 @@ with several partitions (or an ordered channel) adds fields after NSQ's, so NSQ'
 are unaffected: the topic's ``partition_num`` and ``partitions`` (per partition: number,
 depth, message count, low/high watermarks), a channel's ``ordered`` and ``partitions``
 (per partition: depth, in flight, deferred, counters and, when ordered, the owning
-client's id). The e2e latency of a channel is one window shared by its partitions; a
-topic merges its channels'. Reads broker state only. Must not import asyncio or any server.
+client's id). In cluster mode (``Broker.cluster_mode``) every topic and channel lists its
+partitions (those held here), a topic's each with its ``role``, ``leader_epoch`` and
+``committed_offset`` and what ``Broker.partition_info`` adds (leader, ISR...); a single
+node's document is NSQ's as before. The e2e latency of a channel is one window shared by
+its partitions; a topic merges its channels'. Reads broker state only. Must not import asyncio or any server.
 """
 
 from __future__ import annotations
@@ -14,14 +17,18 @@ from __future__ import annotations
 import gc
 import resource
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from functools import partial
 
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.e2e import LatencyWindow, latency_result
+from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
+
+PartitionInfo = Callable[[str, int], dict[str, object]]  # Broker.partition_info
 
 
 def _windows(channels: Iterable[Channel]) -> list[LatencyWindow]:
@@ -30,7 +37,8 @@ def _windows(channels: Iterable[Channel]) -> list[LatencyWindow]:
 
 def _channel_partitions(channel: Channel) -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
-    for number, part in enumerate(channel.parts):
+    for part in channel.parts:
+        number = part.number
         entry: dict[str, object] = {
             "partition": number,
             "depth": part.depth,
@@ -48,17 +56,34 @@ def _channel_partitions(channel: Channel) -> list[dict[str, object]]:
     return out
 
 
-def _topic_partitions(topic: Topic) -> list[dict[str, object]]:
-    return [
-        {
+def _topic_partitions(
+    topic: Topic, cluster: bool, info: PartitionInfo | None
+) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for part in topic.partitions:
+        entry: dict[str, object] = {
             "partition": part.number,
             "depth": part.depth,
             "message_count": part.message_count,
             "low_watermark": part.log.low_watermark,
             "high_watermark": part.log.flushed_offset,
         }
-        for part in topic.partitions
-    ]
+        if cluster:
+            entry.update(_roles(part, info))
+        out.append(entry)
+    return out
+
+
+def _roles(part: Partition, info: PartitionInfo | None) -> dict[str, object]:
+    """A partition's cluster fields: what this node knows, then the cluster layer's."""
+    entry: dict[str, object] = {
+        "role": part.role,
+        "leader_epoch": part.leader_epoch,
+        "committed_offset": part.committed_offset,
+    }
+    if info is not None:
+        entry.update(info(part.name, part.number))
+    return entry
 
 
 def channel_stats(
@@ -67,6 +92,7 @@ def channel_stats(
     percentiles: list[float],
     topic_filter: str | None = None,
     now: int = 0,
+    cluster: bool = False,
 ) -> dict[str, object]:
     clients = [c.stats(topic_filter) for c in channel.consumers] if include_clients else None
     doc: dict[str, object] = {
@@ -85,7 +111,7 @@ def channel_stats(
     }
     if channel.ordered:
         doc["ordered"] = True
-    if channel.ordered or len(channel.parts) > 1:
+    if channel.ordered or len(channel.parts) > 1 or cluster:
         doc["partitions"] = _channel_partitions(channel)
     return doc
 
@@ -97,9 +123,16 @@ def topic_stats(
     percentiles: list[float],
     topic_filter: str | None = None,
     now: int = 0,
+    *,
+    cluster: bool = False,
+    info: PartitionInfo | None = None,
 ) -> dict[str, object]:
+    """A topic's document; ``cluster``: with its partitions' roles (``info`` adds the
+    cluster layer's fields)."""
     channels = [
-        channel_stats(topic.channels[name], include_clients, percentiles, topic_filter, now)
+        channel_stats(
+            topic.channels[name], include_clients, percentiles, topic_filter, now, cluster
+        )
         for name in sorted(topic.channels)
         if channel_filter is None or name == channel_filter
     ]
@@ -115,9 +148,9 @@ def topic_stats(
             _windows(topic.channels.values()), percentiles, now
         ),
     }
-    if topic.partition_count > 1:
+    if topic.partition_count > 1 or cluster:
         doc["partition_num"] = topic.partition_count
-        doc["partitions"] = _topic_partitions(topic)
+        doc["partitions"] = _topic_partitions(topic, cluster, info)
     if topic.ordered:
         doc["ordered"] = True
     return doc
@@ -158,8 +191,9 @@ def stats(
     topics: list[dict[str, object]] | None = None
     producers: list[dict[str, object]] | None = None
     if topic is None or topic in broker.topics:
+        one = partial(topic_stats, cluster=broker.cluster_mode, info=broker.partition_info)
         topics = [
-            topic_stats(broker.topics[name], channel, include_clients, pct, topic, now)
+            one(broker.topics[name], channel, include_clients, pct, topic, now)
             for name in sorted(broker.topics)
             if (topic is None or name == topic)
             and (channel is None or channel in broker.topics[name].channels)

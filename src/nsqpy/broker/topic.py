@@ -9,11 +9,18 @@ starts there; later channels start at the tail, as NSQ does. A paused topic hold
 arrives after the pause: channels read only up to where it began, so what they already
 had keeps flowing, as when NSQ's topic pump stops. An ephemeral topic has one partition,
 in memory. Deleting a topic removes its files but its partitions' offset reservations.
-Must not import asyncio or any server.
+
+In cluster mode a node holds only some of the N partitions (``held``; ``partitions`` lists
+those, in order; ``partition(n)`` finds one by number) and leads some of those: a publish
+without a partition goes to the led ones in turn; one naming a partition, or whose key
+hashes to one (over all N), that is not led here raises ``NotLeader``, as does a publish
+when none is. Partitions are held and released one at a time (``add_partition``,
+``remove_partition``). Must not import asyncio or any server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import zlib
@@ -22,7 +29,7 @@ from pathlib import Path
 
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.partition import LogSettings, Partition
-from nsqpy.errors import StorageError
+from nsqpy.errors import NotLeader, StorageError
 from nsqpy.protocol.names import is_ephemeral
 from nsqpy.storage import (
     MemoryLog,
@@ -52,9 +59,14 @@ class Topic:
         buffer_starts: Sequence[int | None] = (),
         ordered: bool = False,
         ephemeral_start: int = 0,
+        held: Sequence[int] | None = None,
+        leading: bool = True,
     ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partition count {partitions} out of range 1-{MAX_PARTITIONS}")
+        numbers = sorted(set(range(partitions) if held is None else held))
+        if not numbers or not 0 <= numbers[0] <= numbers[-1] < partitions:
+            raise ValueError(f"held partitions {held} not within 0-{partitions - 1}")
         self.name = name
         self.ephemeral = is_ephemeral(name)
         if self.ephemeral and partitions > 1:
@@ -65,22 +77,39 @@ class Topic:
         self.deleted = False
         self.ordered = ordered  # new channels are ordered
         self.channels: dict[str, Channel] = {}
-        starts = list(buffer_starts) + [None] * partitions
-        self.partitions = [
-            Partition(name, n, self.directory, settings, starts[n], ephemeral_start)
-            for n in range(partitions)
-        ]
+        self._settings = settings
+        self._count = partitions
+        self._starts = list(buffer_starts) + [None] * partitions  # by number
+        self._ephemeral_start = ephemeral_start
+        self.partitions: list[Partition] = []  # held here, in order
+        self._by_number: dict[int, Partition] = {}
+        self._led: list[Partition] = []  # held and led here, in order
         self._turn = 0
+        try:
+            for n in numbers:
+                self._open_partition(n, leading)
+        except BaseException:
+            self.abandon()
+            raise
 
     # -- partitions ------------------------------------------------------------------
 
     @property
     def partition_count(self) -> int:
-        return len(self.partitions)
+        """How many partitions the topic has (in the cluster: this node may hold fewer)."""
+        return self._count
+
+    @property
+    def held_all(self) -> bool:
+        return len(self.partitions) == self._count
+
+    def partition(self, number: int) -> Partition | None:
+        """Partition ``number`` when this node holds it."""
+        return self._by_number.get(number)
 
     @property
     def log(self) -> PartitionLog | MemoryLog:
-        """Partition 0's log (the whole log of a single-partition topic)."""
+        """The first partition's log (the whole log of a single-partition topic)."""
         return self.partitions[0].log
 
     @property
@@ -88,20 +117,95 @@ class Topic:
         return self.partitions[0].buffer_start
 
     def partition_for(self, partition: int = -1, key: bytes = b"") -> Partition:
-        """The partition a publish goes to: ``partition`` if >= 0 (IndexError if there is no
-        such partition), else the one ``key`` hashes to, else the next in turn."""
-        partitions = self.partitions
-        if partition < 0 and len(partitions) == 1:
-            return partitions[0]
-        count = len(partitions)
-        if partition >= 0:
-            if partition >= count:
-                raise IndexError(f"topic {self.name} has {count} partitions, not {partition + 1}")
-            return self.partitions[partition]
-        if key:
-            return self.partitions[zlib.crc32(key) % count]
-        self._turn = (self._turn + 1) % count
-        return self.partitions[self._turn]
+        """The partition a publish goes to: ``partition`` if >= 0 (IndexError if the topic
+        has no such partition), else the one ``key`` hashes to, else the next led one in
+        turn. NotLeader when that partition is not led here (or none is)."""
+        count = self._count
+        led = self._led
+        if partition < 0 and count == 1 and led:
+            return led[0]
+        if partition < 0 and not key:
+            if len(led) > 1:
+                self._turn = turn = (self._turn + 1) % len(led)
+                return led[turn]
+            if led:
+                return led[0]
+            raise NotLeader(f"this node leads no partition of topic {self.name}")
+        if partition < 0:
+            partition = zlib.crc32(key) % count
+        elif partition >= count:
+            raise IndexError(f"topic {self.name} has {count} partitions, not {partition + 1}")
+        part = self._by_number.get(partition)
+        if part is None or not part.leading:
+            raise NotLeader(f"this node does not lead partition {partition} of {self.name}")
+        return part
+
+    def _open_partition(self, number: int, leading: bool) -> Partition:
+        part = Partition(
+            self.name, number, self.directory, self._settings, self._starts[number],
+            self._ephemeral_start, leading=leading,
+        )  # fmt: skip
+        self._by_number[number] = part
+        self.partitions = sorted(self._by_number.values(), key=lambda p: p.number)
+        self._roles_changed()
+        return part
+
+    def _roles_changed(self) -> None:
+        self._led = [p for p in self.partitions if p.leading]
+        self._turn = 0 if not self._led else self._turn % len(self._led)
+
+    def add_partition(self, number: int, *, leading: bool) -> Partition:
+        """Hold partition ``number`` (its log opened or created; each channel gets its part,
+        starting at the log's low watermark)."""
+        if not 0 <= number < self._count:
+            raise ValueError(f"topic {self.name} has no partition {number} (of {self._count})")
+        found = self._by_number.get(number)
+        if found is not None:
+            return found
+        self._starts[number] = None
+        part = self._open_partition(number, leading)
+        if self.paused:
+            part.pause()
+        try:
+            for name, channel in self.channels.items():
+                channel.add_part(part.create_channel(name, start=part.log.low_watermark))
+        except (OSError, StorageError):
+            self._forget_partition(number)
+            with contextlib.suppress(OSError, StorageError):  # its files stay
+                part.log.close()
+                if part.delayed is not None:
+                    part.delayed.close()
+            raise
+        return part
+
+    def _forget_partition(self, number: int) -> Partition | None:
+        part = self._by_number.pop(number, None)
+        if part is not None:
+            self.partitions.remove(part)
+            self._roles_changed()
+            for channel in self.channels.values():
+                channel.remove_part(number)
+        return part
+
+    def remove_partition(self, number: int) -> Partition | None:
+        """Hold partition ``number`` no more: its channels' parts go, then its files but
+        the offset reservation (``Partition.release``). Not the last one held (the topic
+        goes instead: ``Broker.release_partition``)."""
+        if len(self.partitions) == 1 and number in self._by_number:
+            raise ValueError(f"partition {number} is the last of {self.name} held here")
+        part = self._forget_partition(number)
+        if part is not None:
+            part.release()
+        return part
+
+    def set_role(self, number: int, role: str, leader_epoch: int) -> Partition:
+        """Lead or follow partition ``number`` (KeyError when not held here)."""
+        part = self._by_number[number]
+        part.set_role(role, leader_epoch)
+        self._roles_changed()
+        for channel in self.channels.values():
+            channel.roles_changed()
+        return part
 
     # -- channels --------------------------------------------------------------------
 

@@ -97,6 +97,37 @@ def check_host_port(flag: str, address: str, *, need_host: bool = False) -> tupl
     return host, int(port)
 
 
+def etcd_endpoints(text: str) -> list[str]:
+    """The ``host:port`` members of an ``--etcd-endpoints`` value (comma-separated; an
+    ``http://`` prefix, as etcdctl takes, is dropped)."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        item = item.removeprefix("http://")
+        if item:
+            out.append(item)
+    return out
+
+
+def check_endpoints(flag: str, text: str) -> None:
+    """Every member of ``--etcd-endpoints`` is a dialled ``<host>:<port>``."""
+    if text.strip() and not etcd_endpoints(text):
+        raise ConfigError(f"--{flag} {text!r} names no endpoint")
+    for item in etcd_endpoints(text):
+        check_host_port(flag, item, need_host=True)
+
+
+def check_cluster_id(flag: str, value: str) -> None:
+    """A cluster id is one etcd key segment: no ``/``, spaces or control characters."""
+    if (
+        not value
+        or len(value) > 255
+        or value in (".", "..")
+        or any(c == "/" or c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise ConfigError(f"--{flag} {value!r} is not a valid cluster id")
+
+
 def listen_host_port(flag: str, address: str) -> tuple[str, int]:
     """``check_host_port`` for an address listened on: an empty host is every interface."""
     host, port = check_host_port(flag, address)

@@ -20,6 +20,8 @@ from aiohttp import web
 
 from nsqpy import NSQ_VERSION
 from nsqpy.flags import listen_host_port
+from nsqpy.lookupd.cluster import LookupdCluster
+from nsqpy.lookupd.cluster_http import ClusterHttpApi
 from nsqpy.lookupd.http import make_app
 from nsqpy.lookupd.options import NsqLookupdOptions
 from nsqpy.lookupd.registry import Registry
@@ -46,6 +48,8 @@ class NsqLookupd:
         self._http_runner: web.AppRunner | None = None
         self._tcp_port = 0
         self._http_port = 0
+        # With --etcd-endpoints: the cluster side (view, coordinator; lookupd.cluster).
+        self.cluster = LookupdCluster(opts) if opts.etcd_endpoints else None
 
     @property
     def registry(self) -> Registry:
@@ -86,7 +90,10 @@ class NsqLookupd:
         self._tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         log.info("TCP: listening on %s:%d", tcp_host, self._tcp_port)
         try:
-            runner = web.AppRunner(make_app(self), access_log=None)
+            cluster_api = (
+                ClusterHttpApi(self.cluster, self._registry) if self.cluster is not None else None
+            )
+            runner = web.AppRunner(make_app(self, cluster_api), access_log=None)
             await runner.setup()
             self._http_runner = runner
             site = web.TCPSite(runner, http_host, http_port, reuse_address=True)
@@ -96,9 +103,18 @@ class NsqLookupd:
             raise
         self._http_port = int(runner.addresses[0][1])
         log.info("HTTP: listening on %s:%d", http_host, self._http_port)
+        if self.cluster is not None:
+            try:
+                await self.cluster.start(self._tcp_port, self._http_port)
+            except BaseException:
+                await self.stop()
+                raise
 
     async def stop(self) -> None:
-        """Stop accepting, close every connection (peers leave the registry), stop HTTP."""
+        """Stop accepting, close every connection (peers leave the registry), stop HTTP;
+        in a cluster, leave it first (the coordinator lock passes on at once)."""
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self._tcp_server is not None:
             self._tcp_server.close()
         for conn in list(self._connections):

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from nsqpy import NSQ_VERSION
 from nsqpy.httpapi import Args, HttpError, first, nsq_middleware, query_args, v1_empty, v1_json
+from nsqpy.lookupd.cluster_http import ClusterHttpApi
 from nsqpy.lookupd.registry import PeerInfo, Registry
 from nsqpy.metrics.lookupd_metrics import LookupdView, add_lookupd_metrics
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
@@ -30,7 +31,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 GO_ZERO_TIME_NS = -6795364578871345152
 
 
-def make_app(daemon: LookupdView) -> web.Application:
+def make_app(daemon: LookupdView, cluster: ClusterHttpApi | None = None) -> web.Application:
+    """The app; with ``cluster`` (``--etcd-endpoints``) its routes take the place of the
+    registry's for the same paths and add Youzan's (``nsqpy.lookupd.cluster_http``)."""
     api = HttpApi(daemon.registry)
     app = web.Application(middlewares=[nsq_middleware])
     routes: list[tuple[str, str, Handler]] = [
@@ -47,6 +50,10 @@ def make_app(daemon: LookupdView) -> web.Application:
         ("POST", "/channel/delete", api.channel_delete),
         ("POST", "/topic/tombstone", api.topic_tombstone),
     ]
+    if cluster is not None:
+        replaced = {(method, path): handler for method, path, handler in cluster.routes()}
+        routes = [(m, p, replaced.pop((m, p), h)) for m, p, h in routes]
+        routes += [(m, p, h) for (m, p), h in replaced.items()]
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)
     add_lookupd_metrics(app, daemon)  # nsqpy: GET /metrics (Prometheus)

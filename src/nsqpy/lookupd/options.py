@@ -11,7 +11,15 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
-from nsqpy.flags import check_host_port, check_options, log_level_check, must, option
+from nsqpy.flags import (
+    check_cluster_id,
+    check_endpoints,
+    check_host_port,
+    check_options,
+    log_level_check,
+    must,
+    option,
+)
 
 _PORT = must(lambda v: 0 <= v <= 65535, "--{flag} {value} out of range 0-65535")
 
@@ -60,6 +68,45 @@ class NsqLookupdOptions:
         "tombstone-lifetime",
         45_000,
         "duration of time a producer will remain tombstoned if registration remains",
+        kind="duration_ms",
+    )
+    # Cluster mode (docs/cluster.md): with --etcd-endpoints this lookupd may coordinate.
+    etcd_endpoints: str = option(
+        "etcd-endpoints",
+        "",
+        "nsqpy: etcd members host:port[,host:port...]; serves and coordinates --cluster-id",
+        check=check_endpoints,
+    )
+    cluster_id: str = option(
+        "cluster-id",
+        "nsqpy",
+        "nsqpy: the cluster's name (its keys in etcd)",
+        check=check_cluster_id,
+    )
+    etcd_lease_ttl_ms: int = option(
+        "etcd-lease-ttl",
+        10_000,
+        "nsqpy: lease of this lookupd in etcd (and of the coordinator lock)",
+        kind="duration_ms",
+        check=must(lambda v: v >= 1000, "--{flag} must be at least 1s"),
+    )
+    default_partitions: int = option(
+        "default-partitions",
+        1,
+        "nsqpy: partitions of a topic created implicitly (a PUB or SUB)",
+        check=must(lambda v: 1 <= v <= 255, "--{flag} must be in 1..255, got {value}"),
+    )
+    default_replicas: int = option(
+        "default-replicas",
+        3,
+        "nsqpy: replicas of a topic created implicitly (at most the live nodes)",
+        check=must(lambda v: 1 <= v <= 5, "--{flag} must be in 1..5, got {value}"),
+    )
+    replica_repair_delay_ms: int = option(
+        "replica-repair-delay",
+        600_000,
+        "nsqpy: how long a replica may stay dead before it is made again elsewhere "
+        "(10s when at most half the replicas live)",
         kind="duration_ms",
     )
     log_level: str = option(

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Protocol, cast
 
 from nsqpy.errors import ProtocolError
-from nsqpy.lookupd.registry import PeerInfo, Registry
+from nsqpy.lookupd.registry import PeerInfo, Registration, Registry
 from nsqpy.protocol.lookupd import (
     OK_RESPONSE,
     Identify,
@@ -32,7 +32,7 @@ from nsqpy.protocol.lookupd import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import MutableSet
+    from collections.abc import Iterable, MutableSet
 
 log = logging.getLogger("nsqpy.lookupd")
 
@@ -189,24 +189,22 @@ class V1Connection(asyncio.Protocol):
 
     def register(self, topic: str, channel: str | None) -> bytes:
         assert self.peer is not None  # the parser refuses REGISTER before IDENTIFY
-        for reg in self.registry.register(self.peer, topic, channel):
-            log.info(
-                "DB: client(%s) REGISTER category:%s key:%s subkey:%s",
-                self.remote_address,
-                reg.category,
-                reg.key,
-                reg.subkey,
-            )
+        self._log_changes("REGISTER", self.registry.register(self.peer, topic, channel))
         return OK_RESPONSE
 
     def unregister(self, topic: str, channel: str | None) -> bytes:
         assert self.peer is not None  # the parser refuses UNREGISTER before IDENTIFY
-        for reg in self.registry.unregister(self.peer, topic, channel):
+        self._log_changes("UNREGISTER", self.registry.unregister(self.peer, topic, channel))
+        return OK_RESPONSE
+
+    def _log_changes(self, verb: str, regs: Iterable[Registration]) -> None:
+        """One line per registration added or removed, in nsqlookupd's words."""
+        for reg in regs:
             log.info(
-                "DB: client(%s) UNREGISTER category:%s key:%s subkey:%s",
+                "DB: client(%s) %s category:%s key:%s subkey:%s",
                 self.remote_address,
+                verb,
                 reg.category,
                 reg.key,
                 reg.subkey,
             )
-        return OK_RESPONSE

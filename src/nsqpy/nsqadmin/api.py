@@ -163,7 +163,8 @@ class Api:
 
     async def nodes(self, request: web.Request) -> web.StreamResponse:
         errors = Errors()
-        return answer(errors, {"nodes": await queries.nodes(self.cluster, errors)})
+        found, summary = await queries.nodes_and_cluster(self.cluster, errors)
+        return answer(errors, {"nodes": found, **({"cluster": summary} if summary else {})})
 
     async def node(self, request: web.Request) -> web.StreamResponse:
         errors = Errors()

@@ -6,7 +6,8 @@ Owns the upstream calls of SPEC 4: lookupd ``/topics``, ``/channels``, ``/lookup
 configured. Every query fans out to all nodes at once and keeps going when some fail: the
 failures are collected in ``Errors`` (shown as the API's ``"WARNING: ..."`` message), and
 only when every node asked failed is ``AllFailed`` raised (the API's 502 UPSTREAM_ERROR).
-Imports the upstream client and the pure stats shapes; never nsqd or lookupd code.
+An nsqpy cluster member's topic keeps its per-partition roles (``partitions``). Imports the
+upstream client and the pure stats and partitions shapes; never nsqd or lookupd code.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from nsqpy.errors import NsqError
+from nsqpy.nsqadmin.partitions import node_partitions
 from nsqpy.nsqadmin.stats import (
     Json,
     Producer,
     aggregate_channel,
     as_dict,
+    as_int,
     as_list,
     as_str,
     mark_out_of_date,
@@ -206,7 +209,7 @@ class Cluster:
         async def one(address: str) -> list[Json]:
             doc = await self.upstream.get_object(address, "/stats", params)
             p = by_address[address]
-            topics = [node_topic(p.node, p.hostname, t, now_s) for t in as_list(doc.get("topics"))]
+            topics = [_node_topic(p, t, now_s) for t in as_list(doc.get("topics"))]
             return [
                 t for t in topics if t["topic_name"] and (not topic or t["topic_name"] == topic)
             ]
@@ -298,6 +301,17 @@ class Cluster:
         await self.post_all(
             [producer.http_address], "/topic/delete", {"topic": topic}, errors, "nsqd"
         )
+
+
+def _node_topic(producer: Producer, raw: object, now_s: int) -> Json:
+    """One node's TopicStats; in cluster mode with its ``partition_num`` and ``partitions``
+    (roles, leader, ISR: ``partitions.node_partitions``)."""
+    doc = node_topic(producer.node, producer.hostname, raw, now_s)
+    held = node_partitions(producer.node, raw)
+    if held is not None:
+        doc["partition_num"] = as_int(as_dict(raw).get("partition_num"))
+        doc["partitions"] = held
+    return doc
 
 
 def find_producer(producers: list[Producer], node: str) -> Producer | None:

@@ -146,8 +146,8 @@ class Pages:
         q = request.rel_url.query.get("q", "").strip()
 
         async def build(errors: Errors) -> str:
-            nodes = await queries.nodes(self.cluster, errors)
-            return self.views.nodes(nodes, q, lookupd=self.cluster.uses_lookupd)
+            nodes, summary = await queries.nodes_and_cluster(self.cluster, errors)
+            return self.views.nodes(nodes, q, lookupd=self.cluster.uses_lookupd, cluster=summary)
 
         return await self._page(request, "Nodes", "nodes", build)
 

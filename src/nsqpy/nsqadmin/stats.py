@@ -39,6 +39,14 @@ def as_int(value: Any) -> int:
     return 0
 
 
+def as_float(value: Any) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)) and value == value and abs(value) < 2**63:
+        return float(value)
+    return 0.0
+
+
 def as_str(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
@@ -65,6 +73,7 @@ class Producer:
     topics: list[tuple[str, bool]] = field(default_factory=list)  # (topic, tombstoned)
     out_of_date: bool = False
     address: str = ""  # where nsqadmin sends HTTP requests (defaults to the node name)
+    node_id: str = ""  # an nsqpy cluster member's id (its /info ``node_id``)
 
     @property
     def node(self) -> str:
@@ -80,7 +89,7 @@ class Producer:
         return f"{self.broadcast_address}:{self.tcp_port}"
 
     def to_json(self) -> Json:
-        return {
+        doc: Json = {
             "remote_addresses": list(self.remote_addresses),
             "remote_address": self.remote_address,
             "hostname": self.hostname,
@@ -91,6 +100,9 @@ class Producer:
             "topics": [{"topic": t, "tombstoned": tomb} for t, tomb in self.topics],
             "out_of_date": self.out_of_date,
         }
+        if self.node_id:  # cluster mode only: a single node's document stays NSQ's
+            doc["node_id"] = self.node_id
+        return doc
 
 
 def producer_from_peer(peer: Json) -> Producer | None:
@@ -108,6 +120,7 @@ def producer_from_peer(peer: Json) -> Producer | None:
         hostname=as_str(peer.get("hostname")),
         version=as_str(peer.get("version")),
         remote_address=as_str(peer.get("remote_address")),
+        node_id=as_str(peer.get("distributed_id")) or as_str(peer.get("id")),
         topics=sorted(
             (t, bool(tombs[i]) if i < len(tombs) else False) for i, t in enumerate(topics)
         ),
@@ -127,6 +140,7 @@ def producer_from_info(address: str, info: Json, topic_names: list[str]) -> Prod
         version=as_str(info.get("version")),
         topics=[(t, False) for t in sorted(set(topic_names))],
         address=address,
+        node_id=as_str(info.get("node_id")),
     )
 
 

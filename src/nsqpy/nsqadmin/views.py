@@ -3,8 +3,9 @@
 One method per page: topic list, topic (per-node queue table with tombstone buttons,
 channel table, actions, graphs), channel (per-node table, client connections). Each takes
 the document the JSON API returns for the same resource, so the page and the API cannot
-disagree. The node, counter and lookup pages are in ``views_nodes``. Imports render,
-graphite (for the graphite image URLs) and the stats types.
+disagree. The node, counter and lookup pages are in ``views_nodes``; a cluster topic's
+partitions table is ``views_cluster``'s. Imports render, graphite (for the graphite image
+URLs), views_cluster and the stats types.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nsqpy.nsqadmin.render import (
     table,
 )
 from nsqpy.nsqadmin.stats import Json
+from nsqpy.nsqadmin.views_cluster import partitions_section
 
 
 @dataclass
@@ -321,6 +323,7 @@ class Views:
             + self.graphs(name)
             + "<h2>Topic message queue</h2>"
             + nodes
+            + (partitions_section(self.links, t["partitions"]) if "partitions" in t else "")
             + "<h2>Channel message queues</h2>"
             + channels
         )

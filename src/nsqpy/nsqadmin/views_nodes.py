@@ -1,7 +1,9 @@
 """The bodies of nsqadmin's node list, node, counter and lookup pages. Pure: no I/O.
 
 Extends ``views.Views`` (topic pages) with the pages about the cluster's nodes; each takes
-the document the JSON API returns for the same resource. Imports render and views.
+the document the JSON API returns for the same resource. In an nsqpy cluster the node list
+and node pages add what ``views_cluster`` draws (node id, lease, counts, coordinator).
+Imports render, views and views_cluster.
 """
 
 from __future__ import annotations
@@ -9,6 +11,13 @@ from __future__ import annotations
 from nsqpy.nsqadmin.render import NONE, alert, attrs, button, commafy, esc, filter_box, graph, table
 from nsqpy.nsqadmin.stats import Json
 from nsqpy.nsqadmin.views import Views, mem_disk, paused_badge
+from nsqpy.nsqadmin.views_cluster import (
+    NODE_HEADERS,
+    cluster_summary,
+    held_partitions,
+    node_cells,
+    node_summary_cells,
+)
 
 
 class ClusterViews(Views):
@@ -16,11 +25,13 @@ class ClusterViews(Views):
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def nodes(self, nodes: list[Json], q: str, *, lookupd: bool) -> str:
+    def nodes(
+        self, nodes: list[Json], q: str, *, lookupd: bool, cluster: Json | None = None
+    ) -> str:
         rows = []
         for n in nodes:
             node = f"{n['broadcast_address']}:{n['http_port']}"
-            if q and q.lower() not in f"{n['hostname']} {node}".lower():
+            if q and q.lower() not in f"{n['hostname']} {node} {n.get('node_id', '')}".lower():
                 continue
             topics = " ".join(
                 self.a(
@@ -42,16 +53,25 @@ class ClusterViews(Views):
             ]
             if lookupd:
                 row.append(commafy(len(n["remote_addresses"])))
+            if cluster is not None:
+                row.extend(node_cells(self.links, n))
             rows.append([*row, f'<div class="wrap">{topics or NONE}</div>'])
         headers = ["Hostname", "Broadcast Address", "TCP Port", "HTTP Port", "Version"]
         if lookupd:
             headers.append("Lookupd Conns")
+        if cluster is not None:
+            headers.extend(NODE_HEADERS)
         listing = (
             table([*headers, "Topics"], rows, table_id="nodes")
             if rows
             else '<p class="empty">No nodes found.</p>'
         )
-        return f"<h1>NSQd Nodes ({len(rows)})</h1>" + filter_box("nodes", "filter nodes") + listing
+        return (
+            f"<h1>NSQd Nodes ({len(rows)})</h1>"
+            + filter_box("nodes", "filter nodes")
+            + listing
+            + (cluster_summary(self.links, cluster) if cluster is not None else "")
+        )
 
     def node(self, name: str, doc: Json) -> str:
         p = doc["producer"]
@@ -72,18 +92,23 @@ class ClusterViews(Views):
                 + f" ({commafy(len(c['clients']))} clients)"
                 for c in t["channels"]
             )
+            held = [held_partitions(t)] if "cluster" in doc else []
             rows.append(
                 [
                     self.a(self.links.topic(topic), topic) + paused_badge(t["paused"]),
                     commafy(t["depth"]),
                     mem_disk(t),
                     commafy(t["message_count"]),
+                    *held,
                     f'<div class="wrap">{channels or NONE}</div>',
                     tomb,
                 ]
             )
+        extra_headers, extra_cells = (
+            node_summary_cells(doc["cluster"]) if "cluster" in doc else ([], [])
+        )
         summary = table(
-            ["Hostname", "Version", "Topics", "Messages", "Clients"],
+            ["Hostname", "Version", "Topics", "Messages", "Clients", *extra_headers],
             [
                 [
                     esc(p["hostname"]),
@@ -91,13 +116,15 @@ class ClusterViews(Views):
                     commafy(len(doc["topics"])),
                     commafy(doc["total_messages"]),
                     commafy(doc["total_clients"]),
+                    *extra_cells,
                 ]
             ],
             table_id="node-summary",
         )
+        held_header = ["Partitions"] if "cluster" in doc else []
         topics = (
             table(
-                ["Topic", "Depth", "Memory + Disk", "Messages", "Channels", ""],
+                ["Topic", "Depth", "Memory + Disk", "Messages", *held_header, "Channels", ""],
                 rows,
                 table_id="node-topics",
             )

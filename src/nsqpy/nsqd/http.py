@@ -30,7 +30,7 @@ from nsqpy import NSQ_VERSION
 from nsqpy.broker.health import Health, StorageFailed
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import ProtocolError, PubFailed, StorageError
+from nsqpy.errors import NotLeader, ProtocolError, PubFailed, StorageError
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.httpapi import (
     Args,
@@ -85,6 +85,10 @@ class NsqdHttpView(HttpHost, Protocol):
 
     def apply_log_level(self) -> None:
         """PUT /config/log_level: apply the new level."""
+        ...
+
+    def cluster_info(self) -> dict[str, object]:
+        """What /info adds in a cluster (node id, cluster id); {} on a single node."""
         ...
 
 
@@ -171,6 +175,7 @@ class HttpApi:
                 "max_output_buffer_size": self.opts.max_output_buffer_size,
                 "max_output_buffer_timeout": self.opts.max_output_buffer_timeout_ms * 1_000_000,
                 "max_deflate_level": self.opts.max_deflate_level,
+                **self.server.cluster_info(),
             }
         )
 
@@ -215,13 +220,15 @@ class HttpApi:
                 topic, bodies, deliver_at, PubFailed, entries=entries, partition=partition,
                 key=key, source=source, trace_id=trace_id,
             )  # fmt: skip
+        except NotLeader:  # (cluster mode: youzan's answer)
+            raise HttpError(400, NotLeader.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None  # nsqd answers any PutMessage error so
         return v1_text("OK")
 
     async def pub(self, request: web.Request) -> web.StreamResponse:
         body = await read_message(request, self.opts.max_msg_size)
-        args, topic, partition = topic_from_query(self.broker, request, with_partition=True)
+        args, topic, partition = await topic_from_query(self.server, request, with_partition=True)
         defer_ms = 0
         raw = first(args, "defer")
         if raw is not None:
@@ -241,7 +248,7 @@ class HttpApi:
         limit = self.opts.max_body_size
         if request.content_length is not None and request.content_length > limit:
             raise HttpError(413, "BODY_TOO_BIG")
-        args, topic, partition = topic_from_query(self.broker, request, with_partition=True)
+        args, topic, partition = await topic_from_query(self.server, request, with_partition=True)
         binary = first(args, "binary")
         # Text mode is the default; a value other than nsqd's four spellings means binary.
         binary_mode = binary is not None and BOOL_PARAMS.get(binary, True)

@@ -27,11 +27,12 @@ from aiohttp import web
 from nsqpy import httpapi
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
-from nsqpy.errors import BadPartition, ProtocolError, StorageError
+from nsqpy.errors import BadPartition, NotLeader, ProtocolError, StorageError
 from nsqpy.httpapi import Args, HttpError, first
+from nsqpy.nsqd.gate import ABSENT, HERE, TopicGate
 from nsqpy.nsqd.params import parse_int64
 from nsqpy.options import NsqdOptions
-from nsqpy.protocol.names import valid_topic_name
+from nsqpy.protocol.names import is_ephemeral, valid_topic_name
 from nsqpy.storage import Entry
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -64,6 +65,11 @@ class HttpHost(Protocol):
 
     def after_change(self) -> None:
         """An action changed delivery state: write whatever connections now have."""
+        ...
+
+    @property
+    def cluster(self) -> TopicGate | None:
+        """In a cluster: where topics live (``nsqd.gate``); None on a single node."""
         ...
 
 
@@ -135,12 +141,33 @@ def named_topic_args(
     return args, name
 
 
-def topic_from_query(
-    broker: Broker, request: web.Request, *, with_partition: bool = False
+async def cluster_topic(gate: TopicGate, name: str) -> None:
+    """The topic usable here, created through the coordinator when the cluster lacks it:
+    404 ``E_TOPIC_NOT_EXIST`` when it cannot be, 400 ``E_FAILED_ON_NOT_LEADER`` when only
+    other nodes hold it (youzan's answers)."""
+    if is_ephemeral(name):
+        return
+    where = gate.where(name)
+    if where == ABSENT:
+        try:
+            await gate.prepare(name)
+        except ProtocolError as exc:
+            raise HttpError(404, exc.code) from None
+        where = gate.where(name)
+    if where != HERE:
+        raise HttpError(400, NotLeader.code)
+
+
+async def topic_from_query(
+    host: HttpHost, request: web.Request, *, with_partition: bool = False
 ) -> tuple[Args, Topic, int]:
     """nsqd's getTopicFromQuery: arguments, a valid topic name, the topic (created),
-    and with ``with_partition`` the ``partition`` argument, checked before creating."""
+    and with ``with_partition`` the ``partition`` argument, checked before creating. In a
+    cluster the topic is created through the coordinator (``cluster_topic``)."""
+    broker = host.broker
     args, name = named_topic_args(request)
+    if host.cluster is not None:
+        await cluster_topic(host.cluster, name)
     partition = checked_partition(broker, args, name) if with_partition else -1
     try:
         topic = broker.topic(name)

@@ -31,7 +31,14 @@ from aiohttp import web
 from nsqpy.broker.broker import Broker, PartitionCountMismatch
 from nsqpy.broker.extensions import stored_size
 from nsqpy.broker.topic import MAX_PARTITIONS, EphemeralPartitions, Topic
-from nsqpy.errors import BadBody, InvalidJsonHeader, ProtocolError, PubFailed, StorageError
+from nsqpy.errors import (
+    BadBody,
+    InvalidJsonHeader,
+    NotLeader,
+    ProtocolError,
+    PubFailed,
+    StorageError,
+)
 from nsqpy.httpapi import Args, HttpError, first, v1_empty, v1_json, v1_text
 from nsqpy.nsqd.http_args import (
     HttpHost,
@@ -121,7 +128,7 @@ class ExtendHttp:
     async def _message(self, request: web.Request) -> tuple[Args, Topic, int, bytes]:
         """Body, then topic and partition arguments, as /pub reads them."""
         body = await read_message(request, self.host.opts.max_msg_size)
-        args, topic, partition = topic_from_query(self.broker, request, with_partition=True)
+        args, topic, partition = await topic_from_query(self.host, request, with_partition=True)
         return args, topic, partition, body
 
     async def _store(
@@ -134,6 +141,8 @@ class ExtendHttp:
                 topic, [], 0, PubFailed, entries=[entry], partition=partition,
                 key=entry.partition_key, source=http_source(request),
             )  # fmt: skip
+        except NotLeader:  # (cluster mode: youzan's answer)
+            raise HttpError(400, NotLeader.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None
         if not traced:

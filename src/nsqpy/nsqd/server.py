@@ -39,11 +39,12 @@ from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.health import cursor_key, fsync_key
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import ProtocolError
+from nsqpy.errors import NotLeader, ProtocolError
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.metrics.statsd import StatsdEmitter
 from nsqpy.nsqd.ack import Ack
 from nsqpy.nsqd.auth import AuthClient
+from nsqpy.nsqd.cluster import NsqdCluster
 from nsqpy.nsqd.http import make_app
 from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
@@ -126,6 +127,9 @@ class NsqdServer:
         self.http_port = 0
         self.start_time = int(time.time())
         self.broker.on_topic_deleted.append(self._topic_deleted)
+        self.broker.on_partition_released.append(self._partition_released)
+        # With --etcd-endpoints: this node's part in a cluster (nsqd.cluster).
+        self.cluster = NsqdCluster(self) if opts.etcd_endpoints else None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -143,6 +147,7 @@ class NsqdServer:
             connections=self.connections,
             touch=self.touch_connection,
             expect_ack=self.expect_ack,
+            cluster=self.cluster,
         )
         where = self.tcp_listen
         if isinstance(where, str):
@@ -164,6 +169,12 @@ class NsqdServer:
         if self._https_runner is not None:
             self.https_port = int(self._https_runner.addresses[0][1])
         self._tasks.append(asyncio.create_task(self._ticker()))
+        if self.cluster is not None:
+            try:
+                await self.cluster.start()
+            except BaseException:  # (ConfigError: etcd unreachable, a data path of another)
+                await self.stop()
+                raise
         if self.opts.statsd_address:  # NSQ's statsd push (nsqpy.metrics.statsd)
             statsd = StatsdEmitter(self.broker, self.opts, self.http_port)
             self._tasks.append(asyncio.create_task(statsd.run()))
@@ -192,9 +203,12 @@ class NsqdServer:
                     pass
 
     async def stop(self) -> None:
-        """Stop accepting, flush and persist everything, close connections."""
+        """Stop accepting, flush and persist everything, close connections (in a cluster,
+        leave it first: the lease goes, so the coordinator moves leadership at once)."""
         if self._tcp_server is not None:
             self._tcp_server.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self.lookup is not None:
             await self.lookup.stop()
         for task in self._tasks:
@@ -312,6 +326,14 @@ class NsqdServer:
             acks = self._acks.pop(part, None)
             while acks:
                 acks.popleft().resolve()
+
+    def _partition_released(self, topic: Topic, part: Partition) -> None:
+        """A partition this node no longer holds (cluster): publishes still waiting for it
+        are refused (E_FAILED_ON_NOT_LEADER: the client publishes again to its leader)."""
+        self._unsynced.discard(part)
+        acks = self._acks.pop(part, None)
+        while acks:
+            acks.popleft().resolve(NotLeader())
 
     def _fail_topic(self, part: Partition, exc: OSError) -> None:
         """A write or fsync of a partition failed: its waiting publishers get an error."""
@@ -449,7 +471,18 @@ class NsqdServer:
         """PUT /config/nsqlookupd_tcp_addresses: reconnect to the new set of lookupds."""
         if self.lookup is None:
             self.lookup = LookupClient(self)
-        self.lookup.set_addresses(self.opts.lookupd_tcp_addresses)
+        found = self.cluster.lookupd_tcp_addresses if self.cluster is not None else []
+        wanted = list(self.opts.lookupd_tcp_addresses)
+        self.lookup.set_addresses(wanted + [a for a in found if a not in wanted])
+
+    def cluster_info(self) -> dict[str, object]:
+        if self.cluster is None:
+            return {}
+        return {
+            "ha_support": True,
+            "node_id": self.cluster.node_id,
+            "cluster_id": self.opts.cluster_id,
+        }
 
     def apply_log_level(self) -> None:
         logging.getLogger("nsqpy").setLevel(LOG_LEVELS.get(self.opts.log_level, logging.INFO))

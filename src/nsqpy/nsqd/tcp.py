@@ -55,6 +55,8 @@ from nsqpy.errors import (
     DpubFailed,
     FinFailed,
     MpubFailed,
+    NotLeader,
+    NotLeaderForSub,
     ProtocolError,
     PubFailed,
     ReqFailed,
@@ -71,6 +73,7 @@ from nsqpy.nsqd.flow import (
     expired,
     pre_auth_budget,
 )
+from nsqpy.nsqd.gate import ELSEWHERE, HERE, TopicGate
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
 from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.nsqd.upgrade import begin_upgrade
@@ -104,7 +107,7 @@ from nsqpy.protocol.frames import (
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
 from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE, Limits
 from nsqpy.protocol.message import try_decode_message_id
-from nsqpy.protocol.names import valid_topic_name
+from nsqpy.protocol.names import is_ephemeral, valid_topic_name
 from nsqpy.protocol.state import (
     CLOSING,
     SUBSCRIBED,
@@ -137,6 +140,7 @@ class ConnectionContext:
     touch: Callable[[V2Connection], None]
     # ... and an acknowledgement for a publish that appended up to an offset of a partition.
     expect_ack: Callable[[Partition, int, type[ProtocolError]], Ack]
+    cluster: TopicGate | None = None  # with --etcd-endpoints
 
 
 class V2Connection(asyncio.Protocol):
@@ -594,6 +598,8 @@ class V2Connection(asyncio.Protocol):
             begin_upgrade(self, neg, self.ctx.tls)
 
     def sub(self, cmd: Sub) -> None:
+        if not self._topic_here(cmd.topic, cmd, NotLeaderForSub):
+            return
         try:
             self.broker.subscribe(
                 self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
@@ -655,8 +661,43 @@ class V2Connection(asyncio.Protocol):
         self.client.state = CLOSING
         self._reply(None, CLOSE_WAIT_FRAME)
 
+    def _topic_here(self, topic: str, command: object, elsewhere: type[ProtocolError]) -> bool:
+        """True when ``topic`` may be used here now (always, outside a cluster). A topic
+        the cluster lacks: False, and ``command`` runs again once it is created (the
+        connection runs nothing else meanwhile); one held only by other nodes: ``elsewhere``.
+        """
+        gate = self.ctx.cluster
+        if gate is None or is_ephemeral(topic):
+            return True
+        where = gate.where(topic)
+        if where == HERE:
+            return True
+        if where == ELSEWHERE:
+            raise elsewhere()
+        self.hold()
+        self.ctx.loop.create_task(self._when_created(gate, topic, command))
+        return False
+
+    async def _when_created(self, gate: TopicGate, topic: str, command: object) -> None:
+        try:
+            await gate.prepare(topic)
+        except ProtocolError as err:
+            if self.transport is not None:
+                self.send_error(err)
+                self.ctx.touch(self)
+                if not err.fatal:
+                    self.resume()
+            return
+        if self.transport is None:
+            return
+        self.dispatch(command)
+        self._pump_pending()
+        self.ctx.touch(self)
+        self.resume()
+
     def _publish(
         self,
+        command: object,
         topic_name: str,
         bodies: list[bytes],
         deliver_at: int,
@@ -670,6 +711,8 @@ class V2Connection(asyncio.Protocol):
             raise BadTopic(f'PUB topic name "{topic_name}" is not valid')
         if partition >= 0:
             self.broker.check_partition(topic_name, partition)
+        if not self._topic_here(topic_name, command, NotLeader):
+            return []
         try:
             topic = self.broker.topic(topic_name)  # StorageError: it could not be created
             if topic.deleted:
@@ -696,21 +739,21 @@ class V2Connection(asyncio.Protocol):
         return placed
 
     def pub(self, cmd: Pub) -> None:
-        self._publish(cmd.topic, [cmd.body], 0, PubFailed, cmd.partition)
+        self._publish(cmd, cmd.topic, [cmd.body], 0, PubFailed, cmd.partition)
 
     def mpub(self, cmd: Mpub) -> None:
-        self._publish(cmd.topic, cmd.bodies, 0, MpubFailed, cmd.partition)
+        self._publish(cmd, cmd.topic, cmd.bodies, 0, MpubFailed, cmd.partition)
 
     def dpub(self, cmd: Dpub) -> None:
         deliver_at = self.broker.clock() + cmd.defer_ms * 1_000_000 if cmd.defer_ms else 0
-        self._publish(cmd.topic, [cmd.body], deliver_at, DpubFailed)
+        self._publish(cmd, cmd.topic, [cmd.body], deliver_at, DpubFailed)
 
     def pub_extended(self, cmd: Extended) -> None:
         """PUB_EXT, MPUB_EXT, PUB_TRACE, MPUB_TRACE (youzan): records with extensions."""
         entries, traced = extended_entries(cmd, self.broker.clock())
         failed = PubFailed if isinstance(cmd, PubExt | PubTrace) else MpubFailed
-        placed = self._publish(cmd.topic, [], 0, failed, cmd.partition, entries)
-        if traced:  # the traced reply in place of the OK queued last
+        placed = self._publish(cmd, cmd.topic, [], 0, failed, cmd.partition, entries)
+        if traced and placed:  # the traced reply in place of the OK queued last
             ack, frame, close = self._replies.pop()
             reply = traced_reply(placed, entries)
             grown = len(reply) - len(frame)

@@ -165,8 +165,24 @@ class PartitionLog:
             raise StorageError(f"epoch {epoch} is below the current epoch {self._epoch}")
         self._epoch = epoch
 
+    def begin_epoch(self, epoch: int) -> None:
+        """Become the leader in ``epoch``: the next batch carries it (``set_epoch``) and the
+        epoch history records it now as starting at the log's end, before any record of it
+        is written (Kafka's leader-epoch start offset), so a follower asking where its last
+        epoch ends is answered right. The same epoch again changes nothing."""
+        self._check_open()
+        self.set_epoch(epoch)
+        epochs = self._epochs
+        if epochs and epochs[-1][0] == epoch:
+            return
+        if epochs and epochs[-1][1] >= self._next:
+            epochs.pop()  # an epoch begun at the end that never had a record
+        epochs.append((epoch, self._next))
+        self._write_epochs()
+
     def epochs(self) -> list[tuple[int, int]]:
-        """(epoch, first offset) for every epoch that has records, in order."""
+        """(epoch, first offset) for every epoch that has records, in order, and last an
+        epoch begun at the end with none yet (``begin_epoch``)."""
         return list(self._epochs)
 
     # -- open and recovery -----------------------------------------------------------
@@ -272,10 +288,17 @@ class PartitionLog:
         for e, first in tail:
             if not epochs or epochs[-1][0] != e:
                 epochs.append((e, first))
+        last = known[-1] if known else None
+        if last is not None and last[1] == self._next and last[0] > self._epoch_of(epochs):
+            epochs.append(last)  # begun at the end (``begin_epoch``), no record yet
         self._epochs = epochs
-        self._epoch = epochs[-1][0] if epochs else 0
+        self._epoch = self._epoch_of(epochs)
         if epochs != known:
             self._write_epochs()
+
+    @staticmethod
+    def _epoch_of(epochs: list[tuple[int, int]]) -> int:
+        return epochs[-1][0] if epochs else 0
 
     def _write_epochs(self) -> None:
         text = "".join(f"{e} {first}\n" for e, first in self._epochs)

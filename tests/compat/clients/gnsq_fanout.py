@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import gevent
 import gevent.event
 import gnsq
+
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import all_ready
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import all_ready
 
 
 def main() -> int:
@@ -46,16 +52,8 @@ def main() -> int:
             consumer.start(block=False)
             consumers.append(consumer)
 
-    def all_ready() -> bool:
-        ready = {
-            c["channel_name"]: sum(1 for cl in c["clients"] if cl["ready_count"] > 0)
-            for t in http.stats(topic=topic)["topics"] or []
-            for c in t["channels"]
-        }
-        return all(ready.get(ch, 0) == n_consumers for ch in channels)
-
     with gevent.Timeout(30):
-        while not all_ready():
+        while not all_ready(http.stats(topic=topic), channels, n_consumers):
             gevent.sleep(0.05)
     producer = gnsq.Producer(nsqd_tcp_addresses=[address])
     producer.start()

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import gevent
 import gnsq
 
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import client_features
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import client_features
 
-def client_features(http: gnsq.NsqdHTTPClient) -> list[dict[str, object]]:
-    doc = http.stats()
-    seen = list(doc.get("producers") or [])
-    for topic in doc["topics"]:
-        for channel in topic["channels"]:
-            seen.extend(channel["clients"] or [])
-    keys = ("tls", "tls_version", "snappy", "deflate", "authed", "auth_identity", "user_agent")
-    return [{k: c.get(k) for k in keys} for c in seen if c["user_agent"].startswith("gnsq")]
+
+def gnsq_features(http: gnsq.NsqdHTTPClient) -> list[dict[str, object]]:
+    return client_features(http.stats(), "gnsq")
 
 
 def main() -> int:
@@ -50,7 +50,7 @@ def main() -> int:
     report: dict[str, object] = {
         "pub": [r.decode() if isinstance(r, bytes) else r for r in replies]
     }
-    report["producer_clients"] = client_features(http)
+    report["producer_clients"] = gnsq_features(http)
     conn.close_stream()
 
     got: list[bytes] = []
@@ -67,7 +67,7 @@ def main() -> int:
 
     consumer.start(block=False)
     done.wait(20)
-    report["clients"] = client_features(http)
+    report["clients"] = gnsq_features(http)
     consumer.close()
     report["bodies"] = sorted(b.decode() for b in got)
     report["expected"] = sorted(b.decode() for b in bodies)

@@ -10,41 +10,29 @@ Prints one JSON line: {"deliveries": {channel: [[reader, body, attempts], ...]},
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import urllib.request
+from typing import TYPE_CHECKING
 
 import nsq
 import tornado.ioloop
 
-
-class Errors(logging.Handler):
-    """Every warning or error pynsq logs (an E_* frame from nsqd shows up here)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import Errors, all_ready, publish_and_run, replies_into
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import Errors, all_ready, publish_and_run, replies_into
 
 
-def all_ready(http: str, topic: str, channels: list[str], consumers: int) -> bool:
+def stats(http: str, topic: str) -> dict[str, object]:
     with urllib.request.urlopen(f"http://{http}/stats?format=json&topic={topic}") as resp:
-        stats = json.load(resp)
-    ready = {
-        c["channel_name"]: sum(1 for cl in c["clients"] if cl["ready_count"] > 0)
-        for t in stats["topics"] or []
-        for c in t["channels"]
-    }
-    return all(ready.get(ch, 0) == consumers for ch in channels)
+        doc: dict[str, object] = json.load(resp)
+        return doc
 
 
 def main() -> int:
     address, http, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     n, n_channels, n_consumers = map(int, sys.argv[4:7])
-    errors = Errors()
-    logging.getLogger().addHandler(errors)
+    errors = Errors.installed()
     loop = tornado.ioloop.IOLoop.current()
     channels = [f"ch{i}" for i in range(n_channels)]
     bodies = [f"fan-{i}".encode() for i in range(n)]
@@ -74,18 +62,12 @@ def main() -> int:
             )
     writer = nsq.Writer([address])
 
-    def published(conn: object, data: object) -> None:
-        replies.append(data.decode() if isinstance(data, bytes) else repr(data))
+    published = replies_into(replies)
 
-    def publish_when_ready() -> None:
-        if not writer.conns or not all_ready(http, topic, channels, n_consumers):
-            loop.call_later(0.05, publish_when_ready)
-            return
-        writer.mpub(topic, bodies, callback=published)
+    def ready() -> bool:
+        return bool(writer.conns) and all_ready(stats(http, topic), channels, n_consumers)
 
-    loop.add_callback(publish_when_ready)
-    loop.call_later(30, loop.stop)
-    loop.start()
+    publish_and_run(loop, ready, lambda: writer.mpub(topic, bodies, callback=published), 30)
     print(json.dumps({"deliveries": deliveries, "pub": replies, "errors": errors.lines}))
     return 0
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import nsq
 import tornado.ioloop
+
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import publish_and_run, replies_into
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import publish_and_run, replies_into
 
 
 def main() -> int:
@@ -22,15 +28,10 @@ def main() -> int:
     requeued: set[str] = set()
     bodies = [f"pynsq-{i}" for i in range(n)]
 
-    def done_publishing(conn: object, data: object) -> None:
-        replies.append(data.decode() if isinstance(data, bytes) else repr(data))
-
+    done_publishing = replies_into(replies)
     writer = nsq.Writer([address], **extra)
 
     def publish() -> None:
-        if not writer.conns:
-            loop.call_later(0.05, publish)
-            return
         writer.pub(topic, bodies[0].encode(), callback=done_publishing)
         writer.mpub(topic, [b.encode() for b in bodies[1:-1]], callback=done_publishing)
         writer.dpub(topic, 200, bodies[-1].encode(), callback=done_publishing)
@@ -55,9 +56,7 @@ def main() -> int:
         max_in_flight=20,
         **extra,
     )
-    loop.add_callback(publish)
-    loop.call_later(20, loop.stop)
-    loop.start()
+    publish_and_run(loop, lambda: bool(writer.conns), publish, 20)
     print(json.dumps({"bodies": sorted(got), "attempts": got, "pub": replies}))
     return 0 if len(got) == n else 1
 

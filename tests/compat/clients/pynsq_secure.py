@@ -11,21 +11,21 @@ from __future__ import annotations
 import json
 import sys
 import urllib.request
+from typing import TYPE_CHECKING
 
 import nsq
 import tornado.ioloop
 
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import client_features, publish_and_run, replies_into
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import client_features, publish_and_run, replies_into
 
-def client_features(http_port: int) -> list[dict[str, object]]:
+
+def pynsq_features(http_port: int) -> list[dict[str, object]]:
     url = f"http://127.0.0.1:{http_port}/stats?format=json"
     with urllib.request.urlopen(url, timeout=5) as resp:
-        doc = json.load(resp)
-    seen = list(doc.get("producers") or [])
-    for topic in doc["topics"]:
-        for channel in topic["channels"]:
-            seen.extend(channel["clients"] or [])
-    keys = ("tls", "tls_version", "snappy", "deflate", "authed", "auth_identity", "user_agent")
-    return [{k: c.get(k) for k in keys} for c in seen if c["user_agent"].startswith("pynsq")]
+        return client_features(json.load(resp), "pynsq")
 
 
 def main() -> int:
@@ -34,23 +34,19 @@ def main() -> int:
     loop = tornado.ioloop.IOLoop.current()
     bodies = [f"secure-{i}-" * 40 for i in range(n)]
     got: list[str] = []
-    report: dict[str, object] = {"pub": []}
+    replies: list[str] = []
+    report: dict[str, object] = {"pub": replies}
+    published = replies_into(replies)
     writer = nsq.Writer([address], **options)
 
-    def published(conn: object, data: object) -> None:
-        report["pub"].append(data.decode() if isinstance(data, bytes) else repr(data))  # type: ignore[attr-defined]
-
     def publish() -> None:
-        if not writer.conns:
-            loop.call_later(0.05, publish)
-            return
         writer.pub(topic, bodies[0].encode(), callback=published)
         writer.mpub(topic, [b.encode() for b in bodies[1:]], callback=published)
 
     def handler(message: nsq.Message) -> bool:
         got.append(message.body.decode())
         if len(got) == n:
-            report["clients"] = client_features(http_port)
+            report["clients"] = pynsq_features(http_port)
             loop.add_callback(loop.stop)
         return True
 
@@ -62,9 +58,7 @@ def main() -> int:
         max_in_flight=20,
         **options,
     )
-    loop.add_callback(publish)
-    loop.call_later(20, loop.stop)
-    loop.start()
+    publish_and_run(loop, lambda: bool(writer.conns), publish, 20)
     report["bodies"] = sorted(got)
     report["expected"] = sorted(bodies)
     print(json.dumps(report))

@@ -11,27 +11,22 @@ Prints one JSON line: {"deliveries": [[body, attempts, seconds since publish], .
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import nsq
 import tornado.ioloop
 
-
-class Errors(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+if TYPE_CHECKING:
+    from tests.compat.clients.clientkit import Errors, publish_and_run, replies_into
+else:  # run as a script, with this folder first on sys.path
+    from clientkit import Errors, publish_and_run, replies_into
 
 
 def main() -> int:
     address, topic, hold = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    errors = Errors()
-    logging.getLogger().addHandler(errors)
+    errors = Errors.installed()
     loop = tornado.ioloop.IOLoop.current()
     deliveries: list[list[object]] = []
     replies: list[str] = []
@@ -79,19 +74,13 @@ def main() -> int:
     )
     writer = nsq.Writer([address])
 
-    def published(conn: object, data: object) -> None:
-        replies.append(data.decode() if isinstance(data, bytes) else repr(data))
+    published = replies_into(replies)
 
     def publish() -> None:
-        if not writer.conns:
-            loop.call_later(0.05, publish)
-            return
         started[0] = time.monotonic()
         writer.mpub(topic, [b"held", b"dropped"], callback=published)
 
-    loop.add_callback(publish)
-    loop.call_later(30, loop.stop)
-    loop.start()
+    publish_and_run(loop, lambda: bool(writer.conns), publish, 30)
     print(json.dumps({"deliveries": deliveries, "pub": replies, "errors": errors.lines}))
     return 0
 

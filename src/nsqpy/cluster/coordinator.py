@@ -1,0 +1,319 @@
+"""The coordinator: the nsqlookupd holding the cluster's etcd lock, and what it does.
+
+Every nsqlookupd of a cluster runs a ``Coordinator``: it registers itself under
+``lookupds/<id>`` with a lease and campaigns for the ``coordinator`` key (created by txn
+only where absent, bound to the same lease: when the lookupd dies or is cut off, the lease
+expires and another one's campaign wins). The holder
+
+- creates, updates and deletes topics (``create_topic``, ``update_topic``,
+  ``delete_topic``): placement by ``nsqpy.cluster.placement``, every key of a topic written
+  in one txn that holds only if the topic is absent;
+- reconciles, level-triggered (Kubernetes' controllers): on every change of the view and
+  every ``tick_s``, the pure ``nsqpy.cluster.decisions.plan`` turns the snapshot into
+  Changes, each written by a txn guarded on the key's mod_revision.
+
+Every write is fenced: its txn also compares the ``coordinator`` key's create_revision
+with the one this lookupd created, so a coordinator that lost the lock (paused, cut off)
+can never write again, whatever it believes. Imports asyncio and the cluster package;
+never a daemon (lookupd hands in what it is through ``LookupdInfo``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from nsqpy.cluster.decisions import plan, track_missing
+from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdError, EtcdUnavailable, Lease, PutOp
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import CoordinatorInfo, LookupdInfo, Replicas, Snapshot, TopicMeta
+from nsqpy.cluster.placement import PlacementError, place_topic
+from nsqpy.cluster.view import ClusterView
+
+log = logging.getLogger("nsqpy.cluster")
+
+TXN_CHUNK = 100  # puts per txn (etcd's --max-txn-ops is 128 by default)
+
+
+class CoordinatorError(Exception):
+    """A request the coordinator refuses: ``code`` in ``{"message": code}`` with ``status``."""
+
+    def __init__(self, status: int, code: str, detail: str = "") -> None:
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.status = status
+        self.code = code
+
+
+class NotCoordinator(CoordinatorError):
+    """This lookupd does not hold the lock (any more)."""
+
+    def __init__(self, detail: str = "") -> None:
+        super().__init__(500, "E_NOT_COORDINATOR", detail)
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    lease_ttl_s: float = 10.0
+    tick_s: float = 1.0
+    repair_delay_ns: int = 600 * 1_000_000_000
+    emergency_delay_ns: int = 10 * 1_000_000_000
+    default_partitions: int = 1
+    default_replicas: int = 3  # at most the live nodes (``min(3, live)``)
+    wait_s: float = 5.0  # how long a create waits to see its own write in the view
+
+
+class Coordinator:
+    """One lookupd's part in the cluster: its registration, its campaign and, when it holds
+    the lock, the coordinator's work."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        view: ClusterView,
+        me: LookupdInfo,
+        http_address: str,
+        settings: CoordinatorSettings,
+        *,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.etcd = etcd
+        self.view = view
+        self.keys: Keys = view.keys
+        self.me = me
+        self.http_address = http_address
+        self.settings = settings
+        self.clock = clock
+        self._lease: Lease | None = None
+        self._lock_revision = 0  # create_revision of our coordinator key; 0: not leading
+        self._missing: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._create_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.stuck: list[str] = []  # partitions the last round could do nothing for
+        self.changes_applied = 0
+        self.elected_at = 0  # clock when this lookupd last took the lock
+
+    @property
+    def leading(self) -> bool:
+        return self._lock_revision > 0 and self._lease is not None and not self._lease.lost.is_set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.view.listeners.append(self._wake.set)
+        self._task = asyncio.create_task(self._run(), name="nsqpy coordinator")
+
+    async def stop(self) -> None:
+        """Leave: the lock and the registration go at once (the lease is revoked)."""
+        if self._wake.set in self.view.listeners:
+            self.view.listeners.remove(self._wake.set)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        lease, self._lease = self._lease, None
+        self._lock_revision = 0
+        if lease is not None:
+            with contextlib.suppress(EtcdError):
+                await lease.revoke()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._register()
+                if not self.leading:
+                    await self._campaign()
+                if self.leading:
+                    await self.reconcile_once()
+            except EtcdUnavailable as exc:
+                log.warning("coordinator: etcd unavailable (%s)", exc)
+            except Exception:
+                log.exception("coordinator: round failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.tick_s)
+
+    async def _register(self) -> None:
+        """A live lease with our ``lookupds/<id>`` key on it (a new one after a loss)."""
+        if self._lease is not None and not self._lease.lost.is_set():
+            return
+        if self._lock_revision:
+            log.error("coordinator: lease lost; no longer coordinating")
+        self._lock_revision = 0
+        self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
+        await self.etcd.put(self.keys.lookupd(self.me.id), self.me.to_json(), self._lease)
+
+    async def _campaign(self) -> None:
+        assert self._lease is not None
+        key = self.keys.coordinator
+        info = CoordinatorInfo(self.me.id, self.http_address)
+        if await self.etcd.create(key, info.to_json(), self._lease):
+            kv = await self.etcd.get(key)
+            if kv is None or kv.lease != self._lease.id:
+                return  # gone at once (lease lost meanwhile): campaign again next round
+            self._lock_revision = kv.create_revision
+            self._missing = {}
+            self.elected_at = self.clock()
+            log.info("coordinator: %s now coordinates cluster %s", self.me.id, self.keys.cluster_id)
+            return
+        kv = await self.etcd.get(key)
+        if kv is not None and self._lease is not None and kv.lease == self._lease.id:
+            self._lock_revision = kv.create_revision  # ours already (a retried create)
+
+    def _fence(self) -> Compare:
+        if not self.leading:
+            raise NotCoordinator(f"{self.me.id} does not hold the coordinator lock")
+        return Compare(self.keys.coordinator, "create", "==", self._lock_revision)
+
+    async def _fenced(self, compares: list[Compare], ops: list[PutOp | DeleteOp]) -> bool:
+        """The txn with our fence; NotCoordinator when it failed because we lost the lock."""
+        ok = await self.etcd.txn([self._fence(), *compares], ops)
+        if not ok:
+            kv = await self.etcd.get(self.keys.coordinator)
+            if kv is None or kv.create_revision != self._lock_revision:
+                self._lock_revision = 0
+                raise NotCoordinator("the coordinator lock was lost")
+        return ok
+
+    # -- reconciling -------------------------------------------------------------------------
+
+    async def reconcile_once(self) -> int:
+        """One level-triggered round; the number of Changes written."""
+        snap = self.view.snapshot()
+        now = self.clock()
+        self._missing = track_missing(self._missing, snap, now)
+        result = plan(
+            snap,
+            now,
+            self._missing,
+            self.settings.repair_delay_ns,
+            self.settings.emergency_delay_ns,
+        )
+        stuck = [f"{s.topic}/{s.partition}: {s.reason}" for s in result.stuck]
+        if stuck != self.stuck:
+            for line in stuck:
+                if line not in self.stuck:
+                    log.warning("coordinator: partition %s", line)
+            self.stuck = stuck
+        written = 0
+        for change in result.changes:
+            key = self.keys.replicas(change.topic, change.partition)
+            if await self._fenced(
+                [Compare.mod_is(key, change.expected_revision)],
+                [PutOp(key, change.new.to_json())],
+            ):
+                written += 1
+                log.info(
+                    "coordinator: %s/%d epoch %d leader %s isr %s catchup %s (%s)",
+                    change.topic,
+                    change.partition,
+                    change.new.epoch,
+                    change.new.leader,
+                    ",".join(change.new.isr),
+                    ",".join(change.new.catchup) or "-",
+                    change.reason,
+                )
+        self.changes_applied += written
+        return written
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def defaults(self, snap: Snapshot) -> TopicMeta:
+        """The meta of a topic created implicitly (a PUB or SUB of an unknown topic)."""
+        replicas = max(1, min(self.settings.default_replicas, len(snap.nodes)))
+        return TopicMeta(self.settings.default_partitions, replicas, multipart=True)
+
+    async def create_topic(
+        self, name: str, meta: TopicMeta | None = None, *, leader_hint: str | None = None
+    ) -> TopicMeta:
+        """Create ``name`` (``meta`` None: the cluster defaults). A topic that exists with
+        the same partitions and replicas is answered as created (Youzan's rule); with other
+        settings, 400 ``TOPIC_ALREADY_EXIST``."""
+        self._fence()  # NotCoordinator before anything else
+        async with self._create_lock:
+            snap = self.view.snapshot()
+            wanted = meta or self.defaults(snap)
+            existing = snap.topics.get(name)
+            if existing is not None:
+                return self._same(name, existing, wanted, meta is None)
+            wanted = replace(wanted, created_ns=self.clock())
+            try:
+                placed = place_topic(name, wanted, snap, leader_hint=leader_hint)
+            except PlacementError as exc:
+                raise CoordinatorError(exc.status, exc.code, exc.detail) from exc
+            meta_key = self.keys.topic_meta(name)
+            if not await self._write_topic(name, wanted, placed):
+                kv = await self.etcd.get(meta_key)
+                if kv is None:
+                    raise CoordinatorError(500, "E_CREATE_FAILED", "txn failed; try again")
+                return self._same(name, TopicMeta.from_json(kv.value), wanted, meta is None)
+            log.info(
+                "coordinator: topic %s created: %d partitions x %d replicas",
+                name,
+                wanted.partition_num,
+                wanted.replicator,
+            )
+        await self.view.wait_until(lambda s: name in s.topics, self.settings.wait_s)
+        return wanted
+
+    async def _write_topic(self, name: str, meta: TopicMeta, placed: list[Replicas]) -> bool:
+        """Every key of a new topic, each txn guarded on the meta being absent: what an
+        earlier attempt left goes, the replicas keys are written in chunks (etcd takes at
+        most 128 operations per txn), the meta last. Nothing reads replicas keys without a
+        meta, so the topic appears whole, when its meta does; False when it exists."""
+        meta_key = self.keys.topic_meta(name)
+        absent = [Compare.absent(meta_key)]
+        if not await self._fenced(absent, [DeleteOp(self.keys.topic_prefix(name), prefix=True)]):
+            return False
+        puts = [PutOp(self.keys.replicas(name, p), r.to_json()) for p, r in enumerate(placed)]
+        for start in range(0, len(puts), TXN_CHUNK):
+            if not await self._fenced(absent, list(puts[start : start + TXN_CHUNK])):
+                return False
+        return await self._fenced(absent, [PutOp(meta_key, meta.to_json())])
+
+    @staticmethod
+    def _same(name: str, existing: TopicMeta, wanted: TopicMeta, implicit: bool) -> TopicMeta:
+        if implicit or (
+            existing.partition_num == wanted.partition_num
+            and existing.replicator == wanted.replicator
+        ):
+            return existing
+        raise CoordinatorError(
+            400,
+            "TOPIC_ALREADY_EXIST",
+            f"topic {name} exists with {existing.partition_num} partitions x "
+            f"{existing.replicator} replicas",
+        )
+
+    async def delete_topic(self, name: str) -> None:
+        """Remove every key of the topic (its nsqd delete their replicas when they see it)."""
+        self._fence()
+        if name not in self.view.snapshot().topics:
+            raise CoordinatorError(404, "TOPIC_NOT_FOUND", name)
+        await self._fenced([], [DeleteOp(self.keys.topic_prefix(name), prefix=True)])
+        log.info("coordinator: topic %s deleted", name)
+        await self.view.wait_until(lambda s: name not in s.topics, self.settings.wait_s)
+
+    async def update_topic(
+        self, name: str, *, syncdisk: int | None = None, retention_days: int | None = None
+    ) -> TopicMeta:
+        """Change a topic's ``syncdisk``/``retention_days`` (``replicator`` changes come with
+        partition moves, in cluster operations)."""
+        self._fence()
+        kv = await self.etcd.get(self.keys.topic_meta(name))
+        if kv is None:
+            raise CoordinatorError(404, "TOPIC_NOT_FOUND", name)
+        meta = TopicMeta.from_json(kv.value)
+        if syncdisk is not None:
+            meta = replace(meta, syncdisk=syncdisk)
+        if retention_days is not None:
+            meta = replace(meta, retention_days=retention_days)
+        if not await self._fenced(
+            [Compare.mod_is(kv.key, kv.mod_revision)], [PutOp(kv.key, meta.to_json())]
+        ):
+            raise CoordinatorError(409, "E_CONFLICT", "the topic changed meanwhile; try again")
+        return meta

@@ -1,0 +1,236 @@
+"""The coordinator's decisions: a pure, level-triggered function from a Snapshot (plus the
+clock and when each node was first seen missing) to guarded Changes of replicas keys.
+
+Owns leader election, ISR shrink and grow, and re-replication; imports the standard library
+and ``model`` only (no I/O, no clock of its own). It depends only on its arguments; applying
+its Changes and running it again on the same node reports yields no further Change.
+
+Per partition (sorted by topic, partition), at most one Change, which moves the key from the
+state read to the whole next state (``epoch + 1``, ``expected_revision`` = the key's
+mod_revision in the snapshot, so a stale decision fails its txn):
+
+(a) the leader is not live: the live ISR member with the longest reported log end (ties:
+    fewest leaders, then id) leads, ``leader_epoch + 1``, the old leader goes to catch-up.
+    No live ISR member: no Change (never an unclean election from catch-up); the partition
+    is reported in ``Reconciliation.stuck``.
+(b) ISR members that are not live move to catch-up.
+(c) without an election in (a): a live catch-up member whose reported ``(leader_epoch, end)``
+    has the partition's current leader_epoch and ``end >=`` the end the leader reports (the
+    leader reporting the current leader_epoch, i.e. it has taken over) joins the ISR.
+(d) a holder missing for ``repair_delay_ns`` (``emergency_delay_ns`` when the live holders
+    are at most replicator/2) is replaced by a live node holding no replica of the
+    partition (fewest replicas of the topic, then overall, then id), added to catch-up;
+    holders below replicator are filled the same way, above it the extra catch-up members
+    go (not-live ones first). With no live node to take its place, a missing holder stays.
+
+Node reports: ``NodeInfo.ends["<topic>/<p>"] = (leader_epoch, end)`` where leader_epoch is
+the epoch the node's log is in step with (a leader: the epoch it leads, once it took over;
+a follower: its leader's, once its log matched) and end is its log end offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .model import Change, NodeInfo, Replicas, Snapshot, TopicMeta
+
+__all__ = ["Reconciliation", "Stuck", "plan", "reconcile", "track_missing"]
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A partition no Change can help now (its leader is gone and no ISR member is live)."""
+
+    topic: str
+    partition: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    changes: list[Change] = field(default_factory=list)
+    stuck: list[Stuck] = field(default_factory=list)
+
+
+def track_missing(prev: Mapping[str, int], snapshot: Snapshot, now_ns: int) -> dict[str, int]:
+    """When each node that holds a replica but is not live was first seen missing: its time
+    in ``prev`` if there, else ``now_ns``. Nodes live again or holding nothing drop out."""
+    holders = {n for v in snapshot.replicas.values() for n in v.value.holders}
+    return {n: prev.get(n, now_ns) for n in sorted(holders) if n not in snapshot.nodes}
+
+
+def reconcile(
+    snapshot: Snapshot,
+    now_ns: int,
+    missing_since: Mapping[str, int],
+    repair_delay_ns: int,
+    emergency_delay_ns: int,
+) -> list[Change]:
+    """The Changes to apply now (see the module docstring); ``plan`` also reports stuck
+    partitions."""
+    return plan(snapshot, now_ns, missing_since, repair_delay_ns, emergency_delay_ns).changes
+
+
+def plan(
+    snapshot: Snapshot,
+    now_ns: int,
+    missing_since: Mapping[str, int],
+    repair_delay_ns: int,
+    emergency_delay_ns: int,
+) -> Reconciliation:
+    """``reconcile`` with the partitions it can do nothing for."""
+    ctx = _Round(snapshot, now_ns, missing_since, repair_delay_ns, emergency_delay_ns)
+    out = Reconciliation()
+    for topic, partition in sorted(snapshot.replicas):
+        meta = snapshot.topics.get(topic)
+        if meta is None:  # being created or deleted: not ours to touch
+            continue
+        versioned = snapshot.replicas[(topic, partition)]
+        step = _Partition(ctx, topic, partition, meta, versioned.value)
+        if step.stuck:
+            out.stuck.append(Stuck(topic, partition, step.stuck))
+            continue
+        new = step.result()
+        if new != versioned.value:
+            out.changes.append(
+                Change(topic, partition, versioned.mod_revision, new, "; ".join(step.reasons))
+            )
+    return out
+
+
+class _Round:
+    """What one reconcile call shares across partitions: the inputs and the running loads."""
+
+    def __init__(self, snapshot: Snapshot, now_ns: int, missing_since: Mapping[str, int],
+                 repair_delay_ns: int, emergency_delay_ns: int) -> None:  # fmt: skip
+        self.live: Mapping[str, NodeInfo] = snapshot.nodes
+        self.now_ns = now_ns
+        self.missing_since = missing_since
+        self.repair_delay_ns = repair_delay_ns
+        self.emergency_delay_ns = emergency_delay_ns
+        self.leaders, self.held = snapshot.counts()
+        self.topic_held: dict[tuple[str, str], int] = {}
+        for (topic, _), versioned in snapshot.replicas.items():
+            for node in versioned.value.holders:
+                self.topic_held[(topic, node)] = self.topic_held.get((topic, node), 0) + 1
+
+    def end(self, node: str, topic: str, partition: int) -> tuple[int, int] | None:
+        info = self.live.get(node)
+        return info.end(topic, partition) if info is not None else None
+
+    def missing_for(self, node: str) -> int:
+        return self.now_ns - self.missing_since.get(node, self.now_ns)
+
+    def hold(self, topic: str, node: str, delta: int) -> None:
+        self.held[node] = self.held.get(node, 0) + delta
+        self.topic_held[(topic, node)] = self.topic_held.get((topic, node), 0) + delta
+
+
+class _Partition:
+    """The next state of one partition, worked out rule by rule."""
+
+    def __init__(
+        self, ctx: _Round, topic: str, partition: int, meta: TopicMeta, r: Replicas
+    ) -> None:
+        self.ctx, self.topic, self.partition, self.meta, self.old = ctx, topic, partition, meta, r
+        self.leader, self.leader_epoch = r.leader, r.leader_epoch
+        self.isr, self.catchup = list(r.isr), list(r.catchup)
+        self.reasons: list[str] = []
+        self.stuck = ""
+        elected = self.elect()
+        if self.stuck:
+            return
+        self.shrink_isr()
+        if not elected:
+            self.join_isr()
+        self.repair()
+
+    def result(self) -> Replicas:
+        if not self.reasons:
+            return self.old
+        return Replicas(self.leader, tuple(self.isr), tuple(self.catchup),
+                        self.old.epoch + 1, self.leader_epoch)  # fmt: skip
+
+    def elect(self) -> bool:
+        ctx, old = self.ctx, self.leader
+        if old in ctx.live:
+            return False
+        candidates = [n for n in self.isr if n != old and n in ctx.live]
+        if not candidates:
+            self.stuck = f"leader {old} is not live and no ISR member is (isr {self.isr})"
+            return False
+
+        def rank(n: str) -> tuple[int, int, str]:
+            end = ctx.end(n, self.topic, self.partition)
+            return (-(end[1] if end else -1), ctx.leaders.get(n, 0), n)
+
+        new = min(candidates, key=rank)
+        ctx.leaders[old] = ctx.leaders.get(old, 0) - 1
+        ctx.leaders[new] = ctx.leaders.get(new, 0) + 1
+        self.leader, self.leader_epoch = new, self.leader_epoch + 1
+        self.isr = [new, *(n for n in self.isr if n != new)]
+        self.reasons.append(
+            f"elect {new} at leader_epoch {self.leader_epoch} (leader {old} not live)"
+        )
+        return True
+
+    def shrink_isr(self) -> None:
+        gone = [n for n in self.isr if n not in self.ctx.live]
+        if gone:
+            self.isr = [n for n in self.isr if n not in gone]
+            self.catchup += gone
+            self.reasons.append(f"isr -> catchup {gone} (not live)")
+
+    def join_isr(self) -> None:
+        ctx, le = self.ctx, self.leader_epoch
+        lead = ctx.end(self.leader, self.topic, self.partition)
+        if lead is None or lead[0] != le:
+            return
+        ready = []
+        for n in self.catchup:
+            end = ctx.end(n, self.topic, self.partition)
+            if end is not None and end[0] == le and end[1] >= lead[1]:
+                ready.append(n)
+        if ready:
+            self.catchup = [n for n in self.catchup if n not in ready]
+            self.isr += ready
+            self.reasons.append(f"catchup -> isr {ready} (caught up at {lead})")
+
+    def repair(self) -> None:
+        ctx, replicator = self.ctx, self.meta.replicator
+        holders = self.isr + self.catchup
+        live_holders = sum(1 for n in holders if n in ctx.live)
+        delay = ctx.emergency_delay_ns if 2 * live_holders <= replicator else ctx.repair_delay_ns
+        expired = [n for n in self.catchup if n not in ctx.live and ctx.missing_for(n) >= delay]
+        for gone in expired:
+            new = self.spare()
+            if new is None:
+                break
+            self.replace(gone, new)
+        while len(self.isr) + len(self.catchup) < replicator and (new := self.spare()):
+            self.replace(None, new)
+        while len(self.isr) + len(self.catchup) > replicator and self.catchup:
+            dead = [n for n in self.catchup if n not in ctx.live]
+            self.replace(dead[-1] if dead else self.catchup[-1], None)
+
+    def spare(self) -> str | None:
+        """The live node to add: it holds no replica of this partition; fewest replicas of
+        the topic, then overall, then id."""
+        ctx, holders = self.ctx, set(self.isr + self.catchup)
+        spare = [n for n in ctx.live if n not in holders]
+        if not spare:
+            return None
+        return min(
+            spare, key=lambda n: (ctx.topic_held.get((self.topic, n), 0), ctx.held.get(n, 0), n)
+        )
+
+    def replace(self, gone: str | None, new: str | None) -> None:
+        if gone is not None:
+            self.catchup.remove(gone)
+            self.ctx.hold(self.topic, gone, -1)
+        if new is not None:
+            self.catchup.append(new)
+            self.ctx.hold(self.topic, new, +1)
+        self.reasons.append(f"replace {gone} -> {new} in catchup" if gone and new
+                            else f"catchup + {new}" if new else f"catchup - {gone}")  # fmt: skip

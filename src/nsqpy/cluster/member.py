@@ -1,0 +1,285 @@
+"""An nsqd's membership in a cluster: its registration, and the partitions etcd gives it.
+
+``Member`` keeps ``nodes/<node-id>`` alive under a lease (its addresses, rpc endpoint,
+load and the ``(leader_epoch, end)`` of every partition it holds, refreshed every
+``report_s``), and makes the node's partitions what the ``replicas`` keys say
+(level-triggered, on every change of the view): a partition the node holds is created,
+led when the key names it leader, followed otherwise; one it no longer holds is released.
+When the lease is lost (etcd unreachable for a TTL, the process paused) the node leads
+nothing until it has registered again and etcd still names it: another node may lead by
+then. ``ensure_topic`` asks the coordinator to create a topic a client used before it
+existed (NSQ's implicit creation), with this node as the leader of its first partition.
+
+The node's id is kept in ``<data-path>/cluster.json`` (``{"cluster_id", "node_id"}``),
+chosen at the first join (Youzan's ``ip:rpcport:tcpport:id`` form) and kept after, so a
+node whose ports change is still the node its replicas name; a data path of another
+cluster is refused. Imports asyncio, aiohttp (the coordinator's HTTP API) and the cluster
+package; reaches the broker only through ``PartitionHost``, a Protocol it owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import quote
+
+import aiohttp
+
+from nsqpy.cluster.etcd import Etcd, EtcdError, EtcdUnavailable, Lease
+from nsqpy.cluster.keys import check_segment
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot
+from nsqpy.cluster.view import ClusterView
+from nsqpy.errors import ConfigError
+
+log = logging.getLogger("nsqpy.cluster")
+
+IDENTITY_FILE = "cluster.json"
+LEADER, FOLLOWER = "leader", "follower"
+
+
+class PartitionHost(Protocol):
+    """What a member does to its node's broker."""
+
+    def held_partitions(self) -> dict[tuple[str, int], tuple[str, int, int]]:
+        """Every partition held: (topic, p) -> (role, leader_epoch, log end offset)."""
+        ...
+
+    def hold_partition(
+        self, topic: str, partition_count: int, number: int, role: str, leader_epoch: int
+    ) -> None: ...
+
+    def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None: ...
+
+    def release_partition(self, topic: str, number: int) -> None: ...
+
+
+def node_identity(data_path: Path, cluster_id: str, fresh_id: str) -> str:
+    """The node id kept in the data path for ``cluster_id`` (``fresh_id``, written, at the
+    first join). ConfigError when the data path belongs to another cluster."""
+    path = data_path / IDENTITY_FILE
+    try:
+        found = json.loads(path.read_text())
+    except FileNotFoundError:
+        found = None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    if isinstance(found, dict):
+        if found.get("cluster_id") != cluster_id:
+            raise ConfigError(
+                f"{path} says this data path belongs to cluster {found.get('cluster_id')!r}, "
+                f"not {cluster_id!r}"
+            )
+        node_id = found.get("node_id")
+        if isinstance(node_id, str) and node_id:
+            return check_segment("node id", node_id)
+    elif found is not None:
+        raise ConfigError(f"{path} is not a JSON object")
+    check_segment("node id", fresh_id)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"cluster_id": cluster_id, "node_id": fresh_id}) + "\n")
+    tmp.replace(path)
+    return fresh_id
+
+
+@dataclass(frozen=True)
+class MemberSettings:
+    lease_ttl_s: float = 10.0
+    report_s: float = 2.0
+    create_wait_s: float = 5.0  # how long an implicit create may take
+
+
+class TopicUnavailable(Exception):
+    """The topic does not exist and could not be created (``code``: the wire error)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code} {detail}")
+        self.code = code
+        self.detail = detail
+
+
+class Member:
+    """One nsqd in a cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        etcd: Etcd,
+        view: ClusterView,
+        node: Callable[[], NodeInfo],
+        host: PartitionHost,
+        settings: MemberSettings,
+    ) -> None:
+        self.etcd = etcd
+        self.view = view
+        self.keys = view.keys
+        self.node = node
+        self.node_id = node().id
+        self.host = host
+        self.settings = settings
+        self._lease: Lease | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self.registered = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register (waits for etcd) and take up the partitions etcd gives this node."""
+        await self._register()
+        self.apply(self.view.snapshot())
+        self.view.listeners.append(self._wake.set)
+        self._task = asyncio.create_task(self._run(), name="nsqpy cluster member")
+
+    async def stop(self) -> None:
+        """Leave at once: the lease is revoked, so the coordinator moves leadership now."""
+        if self._wake.set in self.view.listeners:
+            self.view.listeners.remove(self._wake.set)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._http is not None:
+            await self._http.close()
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            with contextlib.suppress(EtcdError):
+                await lease.revoke()
+
+    @property
+    def live(self) -> bool:
+        return self._lease is not None and not self._lease.lost.is_set()
+
+    async def _register(self) -> None:
+        if not self.live:
+            if self._lease is not None:
+                log.error("cluster: lease lost; leading nothing until registered again")
+                self._demote_all()
+            self.registered.clear()
+            self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
+        await self.etcd.put(self.keys.node(self.node_id), self.node().to_json(), self._lease)
+        if not self.registered.is_set():
+            log.info(
+                "cluster: node %s registered in cluster %s", self.node_id, self.keys.cluster_id
+            )
+            self.registered.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_report = loop.time() + self.settings.report_s
+        while True:
+            timeout = max(0.0, next_report - loop.time())
+            if self._lease is not None:
+                timeout = min(timeout, self.settings.lease_ttl_s / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            try:
+                if not self.live or loop.time() >= next_report:
+                    await self._register()
+                    next_report = loop.time() + self.settings.report_s
+                self.apply(self.view.snapshot())
+            except EtcdUnavailable as exc:
+                log.warning("cluster: etcd unavailable (%s)", exc)
+                if not self.live:
+                    self._demote_all()
+            except Exception:
+                log.exception("cluster: member round failed")
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def assignments(self, snap: Snapshot) -> dict[tuple[str, int], tuple[str, int, int]]:
+        """(topic, p) -> (role, leader_epoch, partition_num) for what this node holds."""
+        me = self.node_id
+        out: dict[tuple[str, int], tuple[str, int, int]] = {}
+        for (topic, p), versioned in snap.replicas.items():
+            meta = snap.topics.get(topic)
+            r = versioned.value
+            if meta is None or me not in r.holders:
+                continue
+            role = LEADER if r.leader == me and self.live else FOLLOWER
+            out[(topic, p)] = (role, r.leader_epoch, meta.partition_num)
+        return out
+
+    def apply(self, snap: Snapshot) -> None:
+        """Make the broker's partitions what ``snap`` gives this node."""
+        wanted = self.assignments(snap)
+        held = self.host.held_partitions()
+        for key in sorted(set(held) - set(wanted)):
+            log.info("cluster: releasing %s/%d (no longer held here)", *key)
+            self.host.release_partition(*key)
+        for (topic, p), (role, leader_epoch, count) in sorted(wanted.items()):
+            now = held.get((topic, p))
+            if now is None:
+                log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role, leader_epoch)
+                self.host.hold_partition(topic, count, p, role, leader_epoch)
+            elif now[0] != role or now[1] != leader_epoch:
+                log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
+                self.host.set_role(topic, p, role, leader_epoch)
+
+    def _demote_all(self) -> None:
+        for (topic, p), (role, leader_epoch, _end) in self.host.held_partitions().items():
+            if role == LEADER:
+                self.host.set_role(topic, p, FOLLOWER, leader_epoch)
+
+    def replicas(self, topic: str, partition: int) -> Replicas | None:
+        versioned = self.view.snapshot().replicas.get((topic, partition))
+        return versioned.value if versioned is not None else None
+
+    def partition_info(self, topic: str, partition: int) -> dict[str, object]:
+        """What /stats adds per partition in a cluster."""
+        r = self.replicas(topic, partition)
+        if r is None:
+            return {}
+        return {
+            "leader": r.leader,
+            "isr": list(r.isr),
+            "catchup": list(r.catchup),
+            "epoch": r.epoch,
+        }
+
+    # -- implicit creation -------------------------------------------------------------------
+
+    def knows(self, topic: str) -> bool:
+        return topic in self.view.snapshot().topics
+
+    async def ensure_topic(self, topic: str) -> None:
+        """The topic exists in the cluster and this node holds what etcd gives it of it:
+        created through the coordinator when missing. TopicUnavailable when it cannot be."""
+        if not self.knows(topic):
+            await self._ask_create(topic)
+        ok = await self.view.wait_until(
+            lambda s: topic in s.topics and any(t == topic for t, _ in s.replicas),
+            self.settings.create_wait_s,
+        )
+        if not ok:
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
+        self.apply(self.view.snapshot())
+
+    async def _ask_create(self, topic: str) -> None:
+        coordinator = self.view.coordinator
+        if coordinator is None:
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", "no coordinator to create it")
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        url = (
+            f"http://{coordinator.http_address}/topic/create?topic={quote(topic)}"
+            f"&implicit=true&suggest_leader={quote(self.node_id)}"
+        )
+        try:
+            async with self._http.post(url) as resp:
+                if resp.status >= 400:
+                    text = await resp.text()
+                    raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"coordinator said {text.strip()}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"coordinator unreachable: {exc}") from exc
+
+
+def fresh_node_id(broadcast_address: str, rpc_port: int, tcp_port: int, node_id: int) -> str:
+    """Youzan's node id form, ``ip:rpcport:tcpport:id``."""
+    return f"{broadcast_address}:{rpc_port}:{tcp_port}:{node_id}"

@@ -1,0 +1,371 @@
+"""The cluster's metadata as values: what etcd holds (nodes, lookupds, the coordinator,
+topic metas, each partition's replicas) and the Snapshot the pure decisions read.
+
+Standard library only: no asyncio, no etcd client, nothing else from nsqpy. Every record is a
+frozen dataclass with ``to_json() -> bytes`` and ``from_json(bytes)``; ``from_json`` raises
+ValueError naming the field on anything malformed and ignores fields it does not know (so a
+newer writer can add some). The JSON is compact UTF-8 with sorted keys:
+
+- ``NodeInfo`` (``nodes/<id>``): ``{"broadcast_address": str, "ends": {"<topic>/<p>":
+  [leader_epoch, end], ...}, "hostname": str, "http_port": int, "id": str, "load":
+  {"bytes": int, "leaders": int, "msgs_per_sec": number, "partitions": int}, "rpc_address":
+  "host:port", "started_ns": int, "tcp_port": int, "version": str}`` (``ends``, ``load``
+  optional on read).
+- ``LookupdInfo`` (``lookupds/<id>``): ``{"broadcast_address", "http_port", "id", "tcp_port"}``.
+- ``CoordinatorInfo`` (``coordinator``): ``{"http_address": "host:port", "id": str}``.
+- ``TopicMeta`` (``topics/<t>/meta``): ``{"created_ns", "ext", "multipart", "ordered",
+  "partition_num", "replicator", "retention_days", "syncdisk"}`` (all but partition_num and
+  replicator optional on read).
+- ``Replicas`` (``topics/<t>/<p>/replicas``): ``{"catchup": [ids], "epoch": int, "isr": [ids],
+  "leader": id, "leader_epoch": int}``; the leader is the first ISR member it names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "Change",
+    "CoordinatorInfo",
+    "Load",
+    "LookupdInfo",
+    "NodeInfo",
+    "Replicas",
+    "Snapshot",
+    "TopicMeta",
+    "Versioned",
+    "partition_name",
+]
+
+T = TypeVar("T")
+EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def partition_name(topic: str, partition: int) -> str:
+    """The key of a partition in ``NodeInfo.ends``: ``"<topic>/<partition>"``."""
+    return f"{topic}/{partition}"
+
+
+def _dump(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _load(data: bytes | str, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except (ValueError, TypeError) as e:  # UnicodeDecodeError and JSONDecodeError included
+        raise ValueError(f"{what}: not JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _int(
+    obj: Mapping[str, Any], name: str, what: str, *, lo: int = 0, default: int | None = None
+) -> int:
+    value = obj.get(name, default)
+    if value is None:
+        raise ValueError(f"{what}: field {name!r} is missing")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what}: field {name!r} must be an integer, got {value!r}")
+    if value < lo:
+        raise ValueError(f"{what}: field {name!r} must be >= {lo}, got {value}")
+    return value
+
+
+def _str(obj: Mapping[str, Any], name: str, what: str, *, empty: bool = False) -> str:
+    value = obj.get(name)
+    if not isinstance(value, str) or (not empty and not value):
+        raise ValueError(
+            f"{what}: field {name!r} must be a {'' if empty else 'non-empty '}string, got {value!r}"
+        )
+    return value
+
+
+def _bool(obj: Mapping[str, Any], name: str, what: str) -> bool:
+    value = obj.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{what}: field {name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _ids(obj: Mapping[str, Any], name: str, what: str) -> tuple[str, ...]:
+    value = obj.get(name)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{what}: field {name!r} must be a list of node ids, got {value!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a node reports about its own load."""
+
+    partitions: int = 0
+    leaders: int = 0
+    msgs_per_sec: float = 0.0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "leaders": self.leaders,
+                "msgs_per_sec": self.msgs_per_sec, "bytes": self.bytes}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, obj: Any, what: str = "load") -> Load:
+        if not isinstance(obj, dict):
+            raise ValueError(f"{what}: expected an object, got {obj!r}")
+        rate = obj.get("msgs_per_sec", 0.0)
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
+            raise ValueError(f"{what}: field 'msgs_per_sec' must be a number >= 0, got {rate!r}")
+        return cls(_int(obj, "partitions", what, default=0), _int(obj, "leaders", what, default=0),
+                   float(rate), _int(obj, "bytes", what, default=0))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A live nsqd as it registers itself under ``nodes/<id>``. ``ends`` maps
+    ``"<topic>/<partition>"`` to ``(leader_epoch, log end offset)`` for every partition the
+    node holds (the leader epoch of its last record batch). Not hashable (``ends``)."""
+
+    id: str
+    hostname: str
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+    rpc_address: str
+    version: str
+    started_ns: int
+    load: Load = field(default_factory=Load)
+    ends: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
+
+    def end(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The ``(leader_epoch, end)`` this node reports for a partition, if any."""
+        return self.ends.get(partition_name(topic, partition))
+
+    def to_json(self) -> bytes:
+        return _dump({
+            "id": self.id, "hostname": self.hostname,
+            "broadcast_address": self.broadcast_address, "tcp_port": self.tcp_port,
+            "http_port": self.http_port, "rpc_address": self.rpc_address,
+            "version": self.version, "started_ns": self.started_ns, "load": self.load.to_dict(),
+            "ends": {k: [le, end] for k, (le, end) in sorted(self.ends.items())},
+        })  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> NodeInfo:
+        what = "NodeInfo"
+        obj = _load(data, what)
+        ends = obj.get("ends", {})
+        if not isinstance(ends, dict):
+            raise ValueError(f"{what}: field 'ends' must be an object, got {ends!r}")
+        parsed: dict[str, tuple[int, int]] = {}
+        for name, pair in ends.items():
+            if "/" not in name or not _pair_ok(pair):
+                raise ValueError(f"{what}: field 'ends' entry {name!r}: {pair!r} is not "
+                                 "'<topic>/<p>': [leader_epoch >= 0, end >= 0]")  # fmt: skip
+            parsed[name] = (pair[0], pair[1])
+        return cls(
+            id=_str(obj, "id", what), hostname=_str(obj, "hostname", what, empty=True),
+            broadcast_address=_str(obj, "broadcast_address", what),
+            tcp_port=_int(obj, "tcp_port", what), http_port=_int(obj, "http_port", what),
+            rpc_address=_str(obj, "rpc_address", what), version=_str(obj, "version", what, empty=True),
+            started_ns=_int(obj, "started_ns", what, default=0),
+            load=Load.from_dict(obj.get("load", {}), f"{what}: field 'load'"), ends=parsed,
+        )  # fmt: skip
+
+
+def _pair_ok(pair: Any) -> bool:
+    return (isinstance(pair, list) and len(pair) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LookupdInfo:
+    """A live nsqlookupd under ``lookupds/<id>``."""
+
+    id: str
+    broadcast_address: str
+    tcp_port: int
+    http_port: int
+
+    def to_json(self) -> bytes:
+        return _dump({"id": self.id, "broadcast_address": self.broadcast_address,
+                      "tcp_port": self.tcp_port, "http_port": self.http_port})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> LookupdInfo:
+        what = "LookupdInfo"
+        obj = _load(data, what)
+        return cls(_str(obj, "id", what), _str(obj, "broadcast_address", what),
+                   _int(obj, "tcp_port", what), _int(obj, "http_port", what))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CoordinatorInfo:
+    """The holder of the coordinator lock: a lookupd id and its HTTP address."""
+
+    id: str
+    http_address: str
+
+    def to_json(self) -> bytes:
+        return _dump({"id": self.id, "http_address": self.http_address})
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> CoordinatorInfo:
+        what = "CoordinatorInfo"
+        obj = _load(data, what)
+        return cls(_str(obj, "id", what), _str(obj, "http_address", what))
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """A topic's settings (Youzan's TopicMetaInfo): partitions, replicas per partition,
+    ``syncdisk`` (fsync every N messages, 0 = nsqd's default), ``retention_days`` (0 = nsqd's
+    default), ``ordered`` (orderedmulti), ``ext`` (extend), ``multipart``."""
+
+    partition_num: int
+    replicator: int
+    syncdisk: int = 0
+    retention_days: int = 0
+    ordered: bool = False
+    ext: bool = False
+    multipart: bool = False
+    created_ns: int = 0
+
+    @property
+    def allow_multi(self) -> bool:
+        """Youzan's AllowMulti: a node may hold replicas of several partitions of the topic,
+        so partition_num * replicator may exceed the live nodes."""
+        return self.multipart or self.ordered
+
+    def to_json(self) -> bytes:
+        return _dump({
+            "partition_num": self.partition_num, "replicator": self.replicator,
+            "syncdisk": self.syncdisk, "retention_days": self.retention_days,
+            "ordered": self.ordered, "ext": self.ext, "multipart": self.multipart,
+            "created_ns": self.created_ns,
+        })  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> TopicMeta:
+        what = "TopicMeta"
+        obj = _load(data, what)
+        return cls(
+            partition_num=_int(obj, "partition_num", what, lo=1),
+            replicator=_int(obj, "replicator", what, lo=1),
+            syncdisk=_int(obj, "syncdisk", what, default=0),
+            retention_days=_int(obj, "retention_days", what, default=0),
+            ordered=_bool(obj, "ordered", what), ext=_bool(obj, "ext", what),
+            multipart=_bool(obj, "multipart", what),
+            created_ns=_int(obj, "created_ns", what, default=0),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Who holds one partition. ``isr`` (leader included) has every committed record;
+    ``catchup`` members are copying. ``epoch`` grows on every change of the key;
+    ``leader_epoch`` grows when the leader changes and is written into record batches.
+    Construction checks the shape: leader in isr, no node twice, epochs >= 0."""
+
+    leader: str
+    isr: tuple[str, ...]
+    catchup: tuple[str, ...] = ()
+    epoch: int = 1
+    leader_epoch: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "isr", tuple(self.isr))
+        object.__setattr__(self, "catchup", tuple(self.catchup))
+        holders = self.isr + self.catchup
+        if self.leader not in self.isr:
+            raise ValueError(f"Replicas: leader {self.leader!r} is not in isr {list(self.isr)}")
+        if len(set(holders)) != len(holders):
+            raise ValueError(f"Replicas: a node appears twice in isr {list(self.isr)} "
+                             f"+ catchup {list(self.catchup)}")  # fmt: skip
+        if self.epoch < 0 or self.leader_epoch < 0:
+            raise ValueError(f"Replicas: epochs must be >= 0, got epoch={self.epoch} "
+                             f"leader_epoch={self.leader_epoch}")  # fmt: skip
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        """Every node holding the partition: isr then catchup."""
+        return self.isr + self.catchup
+
+    @property
+    def followers(self) -> tuple[str, ...]:
+        """The ISR members other than the leader."""
+        return tuple(n for n in self.isr if n != self.leader)
+
+    def to_json(self) -> bytes:
+        return _dump({"leader": self.leader, "isr": list(self.isr), "catchup": list(self.catchup),
+                      "epoch": self.epoch, "leader_epoch": self.leader_epoch})  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Replicas:
+        what = "Replicas"
+        obj = _load(data, what)
+        return cls(
+            leader=_str(obj, "leader", what), isr=_ids(obj, "isr", what),
+            catchup=_ids(obj, "catchup", what) if "catchup" in obj else (),
+            epoch=_int(obj, "epoch", what), leader_epoch=_int(obj, "leader_epoch", what),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[T]):
+    """A value read from etcd with the key's ``mod_revision`` (what a guarded txn compares)."""
+
+    value: T
+    mod_revision: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent view of a cluster: the live nodes (those with a ``nodes/`` key), the
+    topic metas, every partition's replicas keyed ``(topic, partition)``, and the etcd
+    revision the view is at. May be stale; the decisions only ever write by guarded txn."""
+
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicMeta] = field(default_factory=dict)
+    replicas: Mapping[tuple[str, int], Versioned[Replicas]] = field(default_factory=dict)
+    revision: int = 0
+
+    def partitions(self, topic: str) -> list[tuple[int, Versioned[Replicas]]]:
+        """The topic's partitions that have a replicas key, by partition number."""
+        return sorted(((p, v) for (t, p), v in self.replicas.items() if t == topic), key=_first)
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``(leaders, replicas)`` per node id over every partition in the snapshot (each
+        node named by a replicas key, live or not, has an entry)."""
+        leaders: dict[str, int] = {}
+        held: dict[str, int] = {}
+        for versioned in self.replicas.values():
+            r = versioned.value
+            leaders[r.leader] = leaders.get(r.leader, 0) + 1
+            for node in r.holders:
+                held[node] = held.get(node, 0) + 1
+                leaders.setdefault(node, 0)
+        return leaders, held
+
+
+def _first(item: tuple[int, Versioned[Replicas]]) -> int:
+    return item[0]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One decision: write ``new`` to ``topics/<topic>/<partition>/replicas`` only if the
+    key's mod_revision is still ``expected_revision``."""
+
+    topic: str
+    partition: int
+    expected_revision: int
+    new: Replicas
+    reason: str

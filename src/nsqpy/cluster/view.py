@@ -1,0 +1,176 @@
+"""A cluster as etcd holds it, kept current by one watch: ``ClusterView``.
+
+Every daemon of a cluster (nsqd and nsqlookupd alike) reads the cluster through one of
+these: the keys under ``/nsqpy/<cluster-id>/`` loaded once, then followed by a watch from
+the next revision (``nsqpy.cluster.etcd`` resumes it after a lost connection; when etcd
+has compacted past it, the view loads everything again). ``snapshot()`` is the
+``Snapshot`` the coordinator's pure decisions (``nsqpy.cluster.decisions``) and the
+lookupd's answers are made from; ``wait_until`` lets a caller wait for a state (a topic
+created, a leader elected) with a deadline. A value that does not parse is logged once and
+left out (a garbage key must not stop a cluster). Imports asyncio and the cluster
+package; never a daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from nsqpy.cluster.etcd import KV, Compacted, Etcd, EtcdUnavailable, Event
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import (
+    CoordinatorInfo,
+    LookupdInfo,
+    NodeInfo,
+    Replicas,
+    Snapshot,
+    TopicMeta,
+    Versioned,
+)
+
+log = logging.getLogger("nsqpy.cluster")
+
+RETRY_S = 0.5  # after etcd could not be read at all
+
+
+class ClusterView:
+    """The keys of one cluster, current to ``revision``."""
+
+    def __init__(self, etcd: Etcd, keys: Keys) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.revision = 0
+        self._kvs: dict[str, KV] = {}
+        self._snapshot: Snapshot | None = None
+        self._bad: set[tuple[str, int]] = set()  # (key, mod_revision) already logged
+        self._changed = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self.loaded = asyncio.Event()
+        self.listeners: list[Callable[[], None]] = []  # called after each change
+        # Beside the snapshot: the live lookupds and the lock's holder.
+        self._lookupds: dict[str, LookupdInfo] = {}
+        self._coordinator: CoordinatorInfo | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the cluster's keys and follow them; returns once loaded."""
+        await self._load()
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _load(self) -> None:
+        kvs, revision = await self.etcd.get_prefix(self.keys.root)
+        self._kvs = {kv.key: kv for kv in kvs}
+        self.revision = revision
+        self._snapshot = None
+        self.loaded.set()
+        await self._notify()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async for events in self.etcd.watch_prefix(self.keys.root, self.revision + 1):
+                    self._apply(events)
+                    await self._notify()
+            except Compacted:
+                log.info("cluster view: etcd compacted past revision %d; reloading", self.revision)
+            except EtcdUnavailable as exc:
+                log.info("cluster view: etcd unavailable (%s); retrying", exc)
+                await asyncio.sleep(RETRY_S)
+            try:
+                await self._load()
+            except EtcdUnavailable:
+                await asyncio.sleep(RETRY_S)
+
+    def _apply(self, events: list[Event]) -> None:
+        for event in events:
+            kv = event.kv
+            if event.kind == "put":
+                self._kvs[kv.key] = kv
+            else:
+                self._kvs.pop(kv.key, None)
+            self.revision = max(self.revision, kv.mod_revision)
+        self._snapshot = None
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+        for listener in list(self.listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("cluster view listener failed")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The cluster as of ``revision`` (built once per change)."""
+        if self._snapshot is None:
+            self._snapshot = self._build()
+        return self._snapshot
+
+    @property
+    def lookupds(self) -> dict[str, LookupdInfo]:
+        """The live nsqlookupd of the cluster, by id (as of ``revision``)."""
+        self.snapshot()
+        return self._lookupds
+
+    @property
+    def coordinator(self) -> CoordinatorInfo | None:
+        """Who holds the coordinator lock (as of ``revision``)."""
+        self.snapshot()
+        return self._coordinator
+
+    def kv(self, key: str) -> KV | None:
+        return self._kvs.get(key)
+
+    async def wait_until(self, ready: Callable[[Snapshot], bool], timeout: float) -> bool:
+        """Wait until ``ready(snapshot)`` holds (True) or ``timeout`` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        async with self._changed:
+            while not ready(self.snapshot()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), left)
+        return True
+
+    def _build(self) -> Snapshot:
+        nodes: dict[str, NodeInfo] = {}
+        lookupds: dict[str, LookupdInfo] = {}
+        self._coordinator = None
+        topics: dict[str, TopicMeta] = {}
+        replicas: dict[tuple[str, int], Versioned[Replicas]] = {}
+        for key, kv in self._kvs.items():
+            parsed = self.keys.parse(key)
+            try:
+                match parsed:
+                    case ("node", node_id):
+                        nodes[node_id] = NodeInfo.from_json(kv.value)
+                    case ("lookupd", lookupd_id):
+                        lookupds[lookupd_id] = LookupdInfo.from_json(kv.value)
+                    case ("coordinator",):
+                        self._coordinator = CoordinatorInfo.from_json(kv.value)
+                    case ("meta", topic):
+                        topics[topic] = TopicMeta.from_json(kv.value)
+                    case ("replicas", topic, p):
+                        replicas[(topic, p)] = Versioned(
+                            Replicas.from_json(kv.value), kv.mod_revision
+                        )
+            except ValueError as exc:
+                if (key, kv.mod_revision) not in self._bad:
+                    self._bad.add((key, kv.mod_revision))
+                    log.warning("cluster view: ignoring %s: %s", key, exc)
+        self._lookupds = lookupds
+        return Snapshot(nodes=nodes, topics=topics, replicas=replicas, revision=self.revision)

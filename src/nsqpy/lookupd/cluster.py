@@ -1,0 +1,119 @@
+"""nsqlookupd in a cluster: its etcd connection, view and coordinator, and request forwarding.
+
+With ``--etcd-endpoints`` an nsqlookupd reads the cluster from etcd (``ClusterView``),
+campaigns for the coordinator lock and, while it holds it, coordinates
+(``nsqpy.cluster.coordinator``). A write request (topic create, delete, meta update) that
+reaches a lookupd that does not coordinate is forwarded to the one that does, and its
+answer relayed (Youzan's lookupd refuses instead; nsqpy forwards, so any lookupd address
+works for every request). Imports asyncio, aiohttp and the cluster package; never nsqd.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import aiohttp
+from aiohttp import web
+
+from nsqpy.cluster.coordinator import Coordinator, CoordinatorSettings
+from nsqpy.cluster.etcd import Etcd, EtcdUnavailable
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import LookupdInfo
+from nsqpy.cluster.view import ClusterView
+from nsqpy.errors import ConfigError
+from nsqpy.flags import etcd_endpoints
+from nsqpy.httpapi import HttpError
+from nsqpy.lookupd.options import NsqLookupdOptions
+
+log = logging.getLogger("nsqpy.lookupd")
+
+FORWARDED_HEADER = "X-Nsqpy-Forwarded"  # a forwarded request is never forwarded again
+
+
+def lookupd_id(address: str, tcp_port: int, http_port: int) -> str:
+    """Youzan's lookupd id form ``ip:port:tcpport:nsqlookup`` (nsqpy has no lookupd rpc
+    port: the HTTP port stands in its place)."""
+    return f"{address}:{http_port}:{tcp_port}:nsqlookup"
+
+
+class LookupdCluster:
+    """The cluster side of one nsqlookupd (see the module docstring)."""
+
+    def __init__(self, opts: NsqLookupdOptions) -> None:
+        self.opts = opts
+        self.keys = Keys(opts.cluster_id)
+        self.settings = CoordinatorSettings(
+            lease_ttl_s=opts.etcd_lease_ttl_ms / 1000,
+            tick_s=min(1.0, opts.etcd_lease_ttl_ms / 3000),
+            repair_delay_ns=opts.replica_repair_delay_ms * 1_000_000,
+            emergency_delay_ns=min(10_000, opts.replica_repair_delay_ms) * 1_000_000,
+            default_partitions=opts.default_partitions,
+            default_replicas=opts.default_replicas,
+        )
+        self.etcd: Etcd | None = None
+        self.view: ClusterView | None = None
+        self.coordinator: Coordinator | None = None
+        self.me: LookupdInfo | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    async def start(self, tcp_port: int, http_port: int) -> None:
+        """Connect, load the view, start campaigning; ConfigError when etcd is unreachable."""
+        address = self.opts.broadcast_address or socket.gethostname()
+        tcp_port = self.opts.broadcast_tcp_port or tcp_port
+        http_port = self.opts.broadcast_http_port or http_port
+        self.me = LookupdInfo(
+            lookupd_id(address, tcp_port, http_port), address, tcp_port, http_port
+        )
+        try:
+            self.etcd = await Etcd.connect(etcd_endpoints(self.opts.etcd_endpoints))
+            self.view = ClusterView(self.etcd, self.keys)
+            await self.view.start()
+        except EtcdUnavailable as exc:
+            await self.stop()
+            raise ConfigError(f"--etcd-endpoints: etcd unreachable: {exc}") from exc
+        self.coordinator = Coordinator(
+            self.etcd, self.view, self.me, f"{address}:{http_port}", self.settings
+        )
+        await self.coordinator.start()
+        log.info("cluster %s: joined as lookupd %s", self.keys.cluster_id, self.me.id)
+
+    async def stop(self) -> None:
+        if self.coordinator is not None:
+            await self.coordinator.stop()
+        if self.view is not None:
+            await self.view.stop()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self.etcd is not None:
+            await self.etcd.close()
+
+    @property
+    def leading(self) -> bool:
+        return self.coordinator is not None and self.coordinator.leading
+
+    async def forward(self, request: web.Request) -> web.Response:
+        """Send ``request`` to the coordinator and answer what it answers."""
+        assert self.view is not None
+        target = self.view.coordinator
+        if target is None or request.headers.get(FORWARDED_HEADER):
+            raise HttpError(503, "MISSING_COORDINATOR")
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
+        url = f"http://{target.http_address}{request.rel_url}"
+        headers = {FORWARDED_HEADER: "1"}
+        accept = request.headers.get("Accept")
+        if accept:
+            headers["Accept"] = accept
+        try:
+            async with self._http.request(request.method, url, headers=headers) as resp:
+                body = await resp.read()
+                out = web.Response(status=resp.status, body=body)
+                for name in ("Content-Type", "X-NSQ-Content-Type"):
+                    if name in resp.headers:
+                        out.headers[name] = resp.headers[name]
+                return out
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("cluster: forwarding %s to %s failed: %s", request.path, url, exc)
+            raise HttpError(503, "MISSING_COORDINATOR") from exc

@@ -1,0 +1,307 @@
+"""nsqlookupd's HTTP API in a cluster: Youzan's forms over the etcd view (CLUSTER.md).
+
+With ``--etcd-endpoints`` these handlers take the place of the registry's for the routes
+below (``lookupd.http.make_app`` picks them); everything else stays NSQ's:
+
+- ``GET /lookup?topic=T[&partition=P][&access=r|w][&metainfo=…]``: the topic's partition
+  leaders from etcd as ``producers`` (so NSQ's own clients find the right nodes) and as
+  ``partitions`` {"P": node}; channels from nsqd's registrations; with ``metainfo`` (any
+  value, as Youzan) ``meta`` {partition_num, replica, extend_support, ordered, multi_part,
+  disable_channel_auto_create}, and per partition nsqpy's ``isr``, ``catchup``, ``epoch``.
+  An unknown topic: 404 ``TOPIC_NOT_FOUND`` as NSQ (200 with empty lists for ``access=r``,
+  404 ``Key not found`` for ``access=w``, as Youzan).
+- ``POST /topic/create`` (``partition_num``, ``replicator``, ``syncdisk``, ``retention``,
+  ``orderedmulti``, ``extend``, ``multipart``; nsqpy's ``implicit=true`` uses the cluster
+  defaults and ``suggest_leader`` a node id to lead partition 0), ``POST /topic/delete``
+  (``partition`` ``**``, ``all`` or absent: the whole topic; one partition is refused as
+  Youzan does), ``POST /topic/meta/update`` (``syncdisk``, ``retention``): on the
+  coordinator, else forwarded to it.
+- ``GET /listlookup``, ``GET /cluster/stats``: Youzan's shapes.
+
+Booleans are on only for the exact text ``true`` (Youzan's rule). Imports aiohttp, the
+cluster package and the lookupd registry; never nsqd.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from nsqpy.cluster.coordinator import CoordinatorError
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
+from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
+from nsqpy.httpapi import Args, HttpError, first, query_args, v1_empty, v1_json
+from nsqpy.lookupd.cluster import LookupdCluster
+from nsqpy.lookupd.registry import Registry
+from nsqpy.protocol.names import valid_topic_name
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_SYNCDISK = 4000  # Youzan clamps syncdisk to this
+MAX_RETENTION_DAYS = 60
+_GO_INT = re.compile(r"[+-]?[0-9]{1,20}")  # longer: out of range anyway
+
+
+def node_json(node: NodeInfo) -> dict[str, Any]:
+    """A node as Youzan's lookupd lists a producer (PeerInfo with ``distributed_id``)."""
+    return {
+        "id": node.id,
+        "remote_address": f"{node.broadcast_address}:{node.tcp_port}",
+        "hostname": node.hostname,
+        "broadcast_address": node.broadcast_address,
+        "tcp_port": node.tcp_port,
+        "http_port": node.http_port,
+        "version": node.version,
+        "distributed_id": node.id,
+    }
+
+
+def meta_json(meta: TopicMeta | None) -> dict[str, Any]:
+    m = meta or TopicMeta(1, 1)
+    return {
+        "partition_num": m.partition_num if meta else 0,
+        "replica": m.replicator if meta else 0,
+        "extend_support": m.ext,
+        "ordered": m.ordered,
+        "multi_part": m.multipart,
+        "disable_channel_auto_create": False,
+    }
+
+
+def _int_arg(args: Args, name: str, code: str, lo: int, hi: int, default: int | None) -> int:
+    text = first(args, name)
+    if text is None:
+        if default is None:
+            raise HttpError(400, f"MISSING_ARG_{code}")
+        return default
+    if _GO_INT.fullmatch(text) is None:  # Go's Atoi: no spaces, "_" or non-ASCII digits
+        raise HttpError(400, f"INVALID_ARG_{code}")
+    value = int(text)
+    if not lo <= value <= hi:
+        raise HttpError(400, f"INVALID_ARG_{code}")
+    return value
+
+
+def _topic_arg(args: Args) -> str:
+    topic = first(args, "topic")
+    if topic is None:
+        raise HttpError(400, "MISSING_ARG_TOPIC")
+    if not valid_topic_name(topic) or topic in (".", ".."):  # (no etcd key segment)
+        raise HttpError(400, "INVALID_ARG_TOPIC")
+    return topic
+
+
+def _refused(exc: CoordinatorError) -> HttpError:
+    return HttpError(exc.status, exc.code)
+
+
+class ClusterHttpApi:
+    """The cluster routes (see the module docstring)."""
+
+    def __init__(self, cluster: LookupdCluster, registry: Registry) -> None:
+        self.cluster = cluster
+        self.registry = registry
+
+    def routes(self) -> list[tuple[str, str, Handler]]:
+        return [
+            ("GET", "/lookup", self.lookup),
+            ("GET", "/topics", self.topics),
+            ("POST", "/topic/create", self.topic_create),
+            ("PUT", "/topic/create", self.topic_create),
+            ("POST", "/topic/delete", self.topic_delete),
+            ("POST", "/topic/meta/update", self.topic_meta_update),
+            ("GET", "/listlookup", self.listlookup),
+            ("GET", "/cluster/stats", self.cluster_stats),
+        ]
+
+    def _snapshot(self) -> Snapshot:
+        assert self.cluster.view is not None
+        return self.cluster.view.snapshot()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def lookup(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = first(args, "topic")
+        if topic is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        access = first(args, "access")
+        if access not in (None, "r", "w"):
+            raise HttpError(400, "INVALID_ACCESS_MODE")
+        only = first(args, "partition")
+        snap = self._snapshot()
+        meta = snap.topics.get(topic)
+        if meta is None:
+            if access == "w":
+                raise HttpError(404, "Key not found")
+            if access is None:
+                raise HttpError(404, "TOPIC_NOT_FOUND")
+        channels = self.registry.channels(topic)
+        producers: dict[str, dict[str, Any]] = {}
+        partitions: dict[str, dict[str, Any]] = {}
+        for p, versioned in snap.partitions(topic):
+            if only not in (None, "*", str(p)):
+                continue
+            r = versioned.value
+            node = snap.nodes.get(r.leader)
+            if node is None:  # the leader is gone: no one serves it until a new one leads
+                continue
+            peer = node_json(node)
+            producers.setdefault(node.id, peer)
+            partitions[str(p)] = {**peer, **_replicas_json(r)}
+        body: dict[str, Any] = {"channels": channels}
+        if first(args, "metainfo"):
+            body["meta"] = meta_json(meta)
+        body["producers"] = list(producers.values())
+        body["partitions"] = partitions
+        return v1_json(body)
+
+    async def topics(self, request: web.Request) -> web.StreamResponse:
+        names = set(self._snapshot().topics) | set(self.registry.topics())
+        return v1_json({"topics": sorted(names)})
+
+    async def listlookup(self, request: web.Request) -> web.StreamResponse:
+        view = self.cluster.view
+        assert view is not None
+        view.snapshot()
+        nodes = [_lookupd_json(info.id, info.broadcast_address, info.tcp_port, info.http_port)
+                 for info in sorted(view.lookupds.values(), key=lambda i: i.id)]  # fmt: skip
+        leader: dict[str, Any] = {}
+        if view.coordinator is not None:
+            found = view.lookupds.get(view.coordinator.id)
+            if found is not None:
+                leader = _lookupd_json(found.id, found.broadcast_address, found.tcp_port,
+                                       found.http_port)  # fmt: skip
+        return v1_json({"lookupdnodes": nodes, "lookupdleader": leader})
+
+    async def cluster_stats(self, request: web.Request) -> web.StreamResponse:
+        snap = self._snapshot()
+        leaders, held = snap.counts()
+        coordinator = self.cluster.coordinator
+        stuck = list(coordinator.stuck) if coordinator is not None and self.cluster.leading else []
+        degraded = [
+            f"{t}/{p}"
+            for (t, p), v in sorted(snap.replicas.items())
+            if v.value.catchup or any(n not in snap.nodes for n in v.value.isr)
+        ]
+        nodes = [
+            {
+                "id": node.id,
+                "hostname": node.hostname,
+                "broadcast_address": node.broadcast_address,
+                "tcp_port": node.tcp_port,
+                "http_port": node.http_port,
+                "leader_load_factor": float(leaders.get(node.id, 0)),
+                "node_load_factor": float(held.get(node.id, 0)),
+                "load": node.load.to_dict(),
+            }
+            for node in sorted(snap.nodes.values(), key=lambda n: n.id)
+        ]
+        view = self.cluster.view
+        holder = view.coordinator.id if view is not None and view.coordinator else ""
+        return v1_json(
+            {
+                "stable": not stuck and not degraded,
+                "node_stat_list": nodes,
+                "topn_topics": [],
+                "coordinator": holder,
+                "unavailable_partitions": stuck,
+                "degraded_partitions": degraded,
+            }
+        )
+
+    # -- writes (on the coordinator) ---------------------------------------------------------
+
+    async def topic_create(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = _topic_arg(args)
+        implicit = first(args, "implicit") == "true"
+        meta: TopicMeta | None = None
+        if not implicit:
+            meta = TopicMeta(
+                partition_num=_int_arg(
+                    args, "partition_num", "TOPIC_PARTITION_NUM", 1, MAX_PARTITION_NUM, None
+                ),
+                replicator=_int_arg(
+                    args, "replicator", "TOPIC_REPLICATOR", 1, MAX_REPLICATOR, None
+                ),
+                syncdisk=min(
+                    MAX_SYNCDISK, _int_arg(args, "syncdisk", "TOPIC_SYNC_DISK", 0, 1 << 31, 0)
+                ),
+                retention_days=_int_arg(
+                    args, "retention", "TOPIC_RETENTION", 0, MAX_RETENTION_DAYS, 0
+                ),
+                ordered=first(args, "orderedmulti") == "true",
+                ext=first(args, "extend") == "true",
+                multipart=first(args, "multipart") == "true",
+            )
+        if not self.cluster.leading:
+            return await self.cluster.forward(request)
+        assert self.cluster.coordinator is not None
+        try:
+            await self.cluster.coordinator.create_topic(
+                topic, meta, leader_hint=first(args, "suggest_leader")
+            )
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_empty()
+
+    async def topic_delete(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = first(args, "topic")
+        if topic is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        if first(args, "partition") not in (None, "**", "all"):
+            raise HttpError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
+        if not self.cluster.leading:
+            return await self.cluster.forward(request)
+        assert self.cluster.coordinator is not None
+        try:
+            await self.cluster.coordinator.delete_topic(topic)
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        self.registry.delete_topic(topic)
+        return v1_empty()
+
+    async def topic_meta_update(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = _topic_arg(args)
+        syncdisk = first(args, "syncdisk")
+        retention = first(args, "retention")
+        changes: dict[str, int] = {}
+        if syncdisk is not None:
+            changes["syncdisk"] = min(
+                MAX_SYNCDISK, _int_arg(args, "syncdisk", "TOPIC_SYNC_DISK", 0, 1 << 31, 0)
+            )
+        if retention is not None:
+            changes["retention_days"] = _int_arg(
+                args, "retention", "TOPIC_RETENTION", 0, MAX_RETENTION_DAYS, 0
+            )
+        if first(args, "replicator") is not None:
+            _int_arg(args, "replicator", "TOPIC_REPLICATOR", 1, MAX_REPLICATOR, None)
+            raise HttpError(400, "E_NOT_SUPPORTED")  # replica changes: cluster operations
+        if not self.cluster.leading:
+            return await self.cluster.forward(request)
+        assert self.cluster.coordinator is not None
+        try:
+            await self.cluster.coordinator.update_topic(
+                topic,
+                syncdisk=changes.get("syncdisk"),
+                retention_days=changes.get("retention_days"),
+            )
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_empty()
+
+
+def _replicas_json(r: Replicas) -> dict[str, Any]:
+    return {"isr": list(r.isr), "catchup": list(r.catchup), "epoch": r.epoch,
+            "leader_epoch": r.leader_epoch}  # fmt: skip
+
+
+def _lookupd_json(node_id: str, address: str, tcp_port: int, http_port: int) -> dict[str, Any]:
+    """Youzan's NsqLookupdNodeInfo: Go field names, ports as strings."""
+    return {"ID": node_id, "NodeIP": address, "TcpPort": str(tcp_port),
+            "HttpPort": str(http_port), "RpcPort": str(http_port), "Epoch": 0}  # fmt: skip

@@ -1,0 +1,242 @@
+"""nsqd in a cluster: the broker's partitions as etcd assigns them (``--etcd-endpoints``).
+
+``NsqdCluster`` connects to etcd, follows the cluster (``ClusterView``) and runs this
+node's ``Member`` (``nsqpy.cluster.member``): registration under a lease, partitions held,
+led or followed as the ``replicas`` keys say. It is the broker's ``PartitionHost`` and the
+servers' ``TopicGate`` (``nsqd.gate``): a topic is usable here when this node leads one of
+its partitions; one the cluster lacks is created through the coordinator (unless
+``--disable-auto-create``) with this node leading its first partition. Ephemeral topics
+stay local, as on a single node.
+
+A data path that holds topics from single-node mode cannot join a cluster (they are not in
+etcd, and the member would release them): start it with an empty data path. Imports
+asyncio, the cluster package and the broker; never the TCP or HTTP handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from pathlib import Path
+from typing import Protocol
+
+from nsqpy import NSQ_VERSION, __version__
+from nsqpy.broker.broker import Broker, PartitionCountMismatch
+from nsqpy.broker.partition import LEADER
+from nsqpy.cluster.etcd import Etcd, EtcdUnavailable
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.member import (
+    IDENTITY_FILE,
+    Member,
+    MemberSettings,
+    TopicUnavailable,
+    fresh_node_id,
+    node_identity,
+)
+from nsqpy.cluster.model import Load, NodeInfo, partition_name
+from nsqpy.cluster.view import ClusterView
+from nsqpy.errors import ConfigError, TopicNotExist
+from nsqpy.flags import check_host_port, etcd_endpoints
+from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
+from nsqpy.options import NsqdOptions
+
+log = logging.getLogger("nsqpy.nsqd")
+
+# What the version of a clustered nsqd looks like to Youzan's clients ("-HA." marks a
+# node that knows partitions), still a semantic version for nsqadmin.
+CLUSTER_VERSION = f"{NSQ_VERSION}-HA.nsqpy.{__version__}"
+
+
+class ClusterHost(Protocol):
+    """What the cluster side reads of its nsqd (``NsqdServer`` is one)."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def opts(self) -> NsqdOptions: ...
+
+    @property
+    def tcp_port(self) -> int: ...
+
+    @property
+    def http_port(self) -> int: ...
+
+    def lookupd_addresses_changed(self) -> None:
+        """Register with the lookupds named by ``--lookupd-tcp-address`` and the cluster."""
+        ...
+
+
+class BrokerPartitions:
+    """The broker as ``member.PartitionHost``: cluster topics only (not ephemeral ones)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def held_partitions(self) -> dict[tuple[str, int], tuple[str, int, int]]:
+        return {
+            (topic.name, part.number): (part.role, part.leader_epoch, part.log.high_watermark)
+            for topic in self.broker.topics.values()
+            if not topic.ephemeral
+            for part in topic.partitions
+        }
+
+    def hold_partition(
+        self, topic: str, partition_count: int, number: int, role: str, leader_epoch: int
+    ) -> None:
+        try:
+            self.broker.hold_partition(
+                topic, partition_count, number, role=role, leader_epoch=leader_epoch
+            )
+        except PartitionCountMismatch:
+            # Deleted and created again with another count while this node was away: what
+            # it kept is of the old topic (its offsets stay reserved, IDs stay unique).
+            log.warning("cluster: %s changed partition count; dropping the old copy", topic)
+            self.broker.delete_topic(topic)
+            self.broker.hold_partition(
+                topic, partition_count, number, role=role, leader_epoch=leader_epoch
+            )
+
+    def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None:
+        self.broker.set_role(topic, number, role, leader_epoch)
+
+    def release_partition(self, topic: str, number: int) -> None:
+        self.broker.release_partition(topic, number)
+
+
+class NsqdCluster:
+    """One nsqd's part in a cluster (see the module docstring)."""
+
+    def __init__(self, host: ClusterHost) -> None:
+        self.host = host
+        opts = host.opts
+        self.opts = opts
+        self.keys = Keys(opts.cluster_id)
+        self.partitions = BrokerPartitions(host.broker)
+        self.settings = MemberSettings(
+            lease_ttl_s=opts.etcd_lease_ttl_ms / 1000,
+            report_s=min(2.0, opts.etcd_lease_ttl_ms / 5000),
+        )
+        self.etcd: Etcd | None = None
+        self.view: ClusterView | None = None
+        self.member: Member | None = None
+        self.node_id = ""
+        self.started = asyncio.Event()
+        # The cluster's lookupds (TCP), registered with as --lookupd-tcp-address ones are,
+        # so NSQ's tools see this node's channels and clients through any lookupd.
+        self.lookupd_tcp_addresses: list[str] = []
+        self.started_ns = time.time_ns()
+        self._rate_at = (time.monotonic(), 0)  # for msgs_per_sec: (when, messages then)
+        self._rate = 0.0
+        host.broker.cluster_mode = True
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join: ConfigError when etcd cannot be reached or the data path cannot join."""
+        opts = self.opts
+        self.node_id = self._identity(Path(opts.data_path))
+        try:
+            self.etcd = await Etcd.connect(etcd_endpoints(opts.etcd_endpoints))
+            self.view = ClusterView(self.etcd, self.keys)
+            await self.view.start()
+            self.member = Member(
+                self.etcd, self.view, self.node_info, self.partitions, self.settings
+            )
+            await self.member.start()
+        except EtcdUnavailable as exc:
+            await self.stop()
+            raise ConfigError(f"--etcd-endpoints: etcd unreachable: {exc}") from exc
+        self.host.broker.partition_info = self.member.partition_info
+        self.view.listeners.append(self._lookupds_changed)
+        self._lookupds_changed()
+        self.started.set()
+
+    async def stop(self) -> None:
+        if self.member is not None:
+            await self.member.stop()
+        if self.view is not None:
+            await self.view.stop()
+        if self.etcd is not None:
+            await self.etcd.close()
+
+    def _identity(self, data_path: Path) -> str:
+        broker = self.host.broker
+        if not (data_path / IDENTITY_FILE).exists():
+            local = [t for t in broker.topics.values() if not t.ephemeral]
+            if local:
+                raise ConfigError(
+                    f"--data-path {data_path} holds {len(local)} single-node topic(s) "
+                    f"({', '.join(sorted(t.name for t in local)[:5])}); a node joins a "
+                    "cluster with an empty data path"
+                )
+        _host, rpc_port = check_host_port("rpc-address", self.opts.rpc_address)
+        fresh = fresh_node_id(
+            self.opts.broadcast_address, rpc_port, self.host.tcp_port, self.opts.node_id
+        )
+        return node_identity(data_path, self.opts.cluster_id, fresh)
+
+    def _lookupds_changed(self) -> None:
+        assert self.view is not None
+        found = sorted(f"{i.broadcast_address}:{i.tcp_port}" for i in self.view.lookupds.values())
+        if found != self.lookupd_tcp_addresses:
+            self.lookupd_tcp_addresses = found
+            self.host.lookupd_addresses_changed()
+
+    # -- what the node reports ---------------------------------------------------------------
+
+    def node_info(self) -> NodeInfo:
+        opts = self.opts
+        held = self.partitions.held_partitions()
+        _host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
+        return NodeInfo(
+            id=self.node_id,
+            hostname=socket.gethostname(),
+            broadcast_address=opts.broadcast_address,
+            tcp_port=opts.broadcast_tcp_port or self.host.tcp_port,
+            http_port=opts.broadcast_http_port or self.host.http_port,
+            rpc_address=f"{opts.broadcast_address}:{rpc_port}",
+            version=CLUSTER_VERSION,
+            started_ns=self.started_ns,
+            load=Load(
+                partitions=len(held),
+                leaders=sum(1 for role, _e, _end in held.values() if role == LEADER),
+                msgs_per_sec=self._msgs_per_sec(),
+                bytes=sum(t.message_bytes for t in self.host.broker.topics.values()),
+            ),
+            ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
+        )
+
+    def _msgs_per_sec(self) -> float:
+        now = time.monotonic()
+        total = sum(t.message_count for t in self.host.broker.topics.values())
+        then, before = self._rate_at
+        if now - then >= 1.0:
+            self._rate = max(0.0, (total - before) / (now - then))
+            self._rate_at = (now, total)
+        return round(self._rate, 1)
+
+    # -- nsqd.gate.TopicGate -----------------------------------------------------------------
+
+    def where(self, topic: str) -> str:
+        if self.view is None or not self.started.is_set():
+            return ABSENT
+        if topic not in self.view.snapshot().topics:
+            return ABSENT
+        found = self.host.broker.get_topic(topic)
+        if found is not None and any(p.role == LEADER for p in found.partitions):
+            return HERE
+        return ELSEWHERE
+
+    async def prepare(self, topic: str) -> None:
+        await self.started.wait()
+        assert self.member is not None
+        if self.opts.disable_auto_create and not self.member.knows(topic):
+            raise TopicNotExist()
+        try:
+            await self.member.ensure_topic(topic)
+        except TopicUnavailable as exc:
+            log.info("cluster: topic %s not created: %s", topic, exc.detail)
+            raise TopicNotExist() from None

@@ -1,0 +1,166 @@
+"""The coordinator against a real etcd: one lock holder among several lookupds, a new one
+when it leaves, fenced writes, topic create/delete/update, and reconciling a dead leader."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from nsqpy.cluster.coordinator import (
+    Coordinator,
+    CoordinatorError,
+    CoordinatorSettings,
+    NotCoordinator,
+)
+from nsqpy.cluster.etcd import Etcd
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import LookupdInfo, NodeInfo, Replicas, TopicMeta
+from nsqpy.cluster.view import ClusterView
+from nsqpy.testing import eventually
+
+from .conftest import bounded
+
+SETTINGS = CoordinatorSettings(lease_ttl_s=2, tick_s=0.1, wait_s=3)
+
+
+def node(n: int) -> NodeInfo:
+    return NodeInfo(f"n{n}", "h", "127.0.0.1", 4150 + n, 4151 + n, f"127.0.0.1:{4250 + n}",
+                    "1.3.0", 0)  # fmt: skip
+
+
+async def lookupd(etcd: Etcd, keys: Keys, n: int) -> tuple[Coordinator, ClusterView]:
+    view = ClusterView(etcd, keys)
+    await view.start()
+    me = LookupdInfo(f"l{n}", "127.0.0.1", 4160 + n, 4161 + n)
+    coordinator = Coordinator(etcd, view, me, f"127.0.0.1:{4161 + n}", SETTINGS)
+    await coordinator.start()
+    return coordinator, view
+
+
+@pytest.fixture
+async def pair(etcd: Etcd, keys: Keys) -> AsyncIterator[list[Coordinator]]:
+    made = [await lookupd(etcd, keys, n) for n in range(2)]
+    try:
+        yield [c for c, _ in made]
+    finally:
+        for coordinator, view in made:
+            await bounded(coordinator.stop())
+            await bounded(view.stop())
+
+
+async def register(etcd: Etcd, keys: Keys, *nodes: NodeInfo) -> None:
+    for info in nodes:
+        await etcd.put(keys.node(info.id), info.to_json())
+
+
+async def test_exactly_one_coordinates_and_another_takes_over(pair: list[Coordinator]) -> None:
+    await eventually(lambda: sum(c.leading for c in pair) == 1, timeout=5)
+    leader = next(c for c in pair if c.leading)
+    other = next(c for c in pair if c is not leader)
+    await eventually(lambda: other.view.coordinator is not None, timeout=5)
+    assert other.view.coordinator is not None
+    assert other.view.coordinator.id == leader.me.id
+    started = time.monotonic()
+    await leader.stop()  # leaving revokes the lease: the other campaigns at once
+    await eventually(lambda: other.leading, timeout=5)
+    assert time.monotonic() - started < 5
+
+
+async def test_create_places_every_partition_in_one_txn(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    await register(etcd, keys, node(0), node(1), node(2))
+    await eventually(lambda: any(c.leading for c in pair), timeout=5)
+    leader = next(c for c in pair if c.leading)
+    await eventually(lambda: len(leader.view.snapshot().nodes) == 3, timeout=5)
+    meta = await leader.create_topic("orders", TopicMeta(4, 2, multipart=True))
+    snap = leader.view.snapshot()
+    assert snap.topics["orders"].partition_num == 4 and meta.created_ns > 0
+    parts = snap.partitions("orders")
+    assert [p for p, _ in parts] == [0, 1, 2, 3]
+    for _, versioned in parts:
+        r = versioned.value
+        assert len(set(r.isr)) == 2 and r.leader in r.isr and r.epoch == 1
+    leaders = sorted(v.value.leader for _, v in parts)
+    assert max(leaders.count(n) for n in set(leaders)) == 2  # spread 2/1/1 over 3 nodes
+    # the same again is answered as created; another meta is refused
+    await leader.create_topic("orders", TopicMeta(4, 2, multipart=True))
+    with pytest.raises(CoordinatorError) as refused:
+        await leader.create_topic("orders", TopicMeta(2, 1))
+    assert (refused.value.status, refused.value.code) == (400, "TOPIC_ALREADY_EXIST")
+    with pytest.raises(CoordinatorError) as too_many:
+        await leader.create_topic("wide", TopicMeta(4, 2))  # 8 replicas on 3 nodes
+    assert too_many.value.code.startswith("ErrType:9")
+    assert "wide" not in leader.view.snapshot().topics
+
+
+async def test_a_non_coordinator_cannot_write(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    await register(etcd, keys, node(0))
+    await eventually(lambda: sum(c.leading for c in pair) == 1, timeout=5)
+    other = next(c for c in pair if not c.leading)
+    with pytest.raises(NotCoordinator):
+        await other.create_topic("t", TopicMeta(1, 1))
+    assert "t" not in other.view.snapshot().topics
+
+
+async def test_a_deposed_coordinator_is_fenced(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    """A holder whose lock key went (its lease expired while it was paused) fails its
+    writes, although it has not noticed yet: the fence is in every txn."""
+    await register(etcd, keys, node(0))
+    await eventually(lambda: sum(c.leading for c in pair) == 1, timeout=5)
+    leader = next(c for c in pair if c.leading)
+    for c in pair:  # nobody campaigns while we look
+        assert c._task is not None
+        c._task.cancel()
+    await eventually(lambda: len(leader.view.snapshot().nodes) == 1, timeout=5)
+    await etcd.delete(keys.coordinator)
+    with pytest.raises(NotCoordinator):
+        await leader.create_topic("late", TopicMeta(1, 1))
+    assert await etcd.get(keys.topic_meta("late")) is None
+
+
+async def test_delete_and_update(pair: list[Coordinator], etcd: Etcd, keys: Keys) -> None:
+    await register(etcd, keys, node(0), node(1))
+    await eventually(lambda: any(c.leading for c in pair), timeout=5)
+    leader = next(c for c in pair if c.leading)
+    await eventually(lambda: len(leader.view.snapshot().nodes) == 2, timeout=5)
+    await leader.create_topic("gone", TopicMeta(2, 1))
+    updated = await leader.update_topic("gone", syncdisk=100, retention_days=3)
+    assert (updated.syncdisk, updated.retention_days) == (100, 3)
+    await leader.delete_topic("gone")
+    kvs, _ = await etcd.get_prefix(keys.topic_prefix("gone"))
+    assert kvs == []
+    with pytest.raises(CoordinatorError) as missing:
+        await leader.delete_topic("gone")
+    assert missing.value.status == 404
+
+
+async def test_a_dead_leader_is_replaced_by_an_isr_member(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    lease = await etcd.lease(1)
+    await etcd.put(keys.node("n0"), node(0).to_json(), lease)
+    await register(etcd, keys, node(1))
+    await etcd.put(keys.topic_meta("t"), TopicMeta(1, 2).to_json())
+    await etcd.put(keys.replicas("t", 0), Replicas("n0", ("n0", "n1")).to_json())
+    await eventually(lambda: any(c.leading for c in pair), timeout=5)
+    leader = next(c for c in pair if c.leading)
+    await lease.revoke()  # n0 dies
+
+    def moved() -> bool:
+        v = leader.view.snapshot().replicas.get(("t", 0))
+        return v is not None and v.value.leader == "n1"
+
+    await eventually(moved, timeout=5)
+    r = leader.view.snapshot().replicas[("t", 0)].value
+    assert (r.isr, r.catchup, r.epoch, r.leader_epoch) == (("n1",), ("n0",), 2, 2)
+    assert leader.changes_applied >= 1
+    await asyncio.sleep(0.3)  # more rounds: nothing else to do
+    assert leader.view.snapshot().replicas[("t", 0)].value == r

@@ -1,0 +1,369 @@
+"""A deterministic simulation of the control plane around the pure decisions.
+
+An in-memory etcd (revisions, txn on mod_revision, leases on a simulated clock, an event
+log), nodes that die and return (lease kept alive while live; log ends that grow while they
+lead, copied by in-sync followers, caught up by catch-up members), and coordinators that
+read a watched view which lags behind and sees events again, call ``reconcile`` on that
+possibly stale snapshot and apply its Changes as guarded txns. The checker watches every
+committed write of a replicas key and every node that starts leading.
+
+Values are stored as objects, not JSON (the JSON forms have their own tests): a schedule
+must cost milliseconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nsqpy.cluster.decisions import plan, track_missing
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import Change, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from nsqpy.cluster.placement import place_topic
+
+SECOND = 1_000_000_000
+KEYS = Keys("sim")
+parse = functools.lru_cache(maxsize=None)(KEYS.parse)
+
+
+@dataclass
+class Entry:
+    value: Any
+    mod_revision: int
+    lease: int | None
+
+
+class SimEtcd:
+    """Keys to objects, a revision counter, leases expiring on the simulated clock, and the
+    log of every put and delete (what a watch delivers)."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.kv: dict[str, Entry] = {}
+        self.revision = 0
+        self.log: list[tuple[int, str, Any]] = []  # (revision, key, value or None)
+        self.leases: dict[int, int] = {}  # id -> expiry ns
+        self.ttl: dict[int, int] = {}
+        self.next_lease = 1
+        self.checker = checker
+
+    def put(self, key: str, value: Any, lease: int | None = None) -> int:
+        if lease is not None and lease not in self.leases:
+            raise LookupError("lease not found")
+        self.revision += 1
+        self.kv[key] = Entry(value, self.revision, lease)
+        self.log.append((self.revision, key, value))
+        self.checker.written(key, value)
+        return self.revision
+
+    def delete(self, key: str) -> None:
+        if self.kv.pop(key, None) is not None:
+            self.revision += 1
+            self.log.append((self.revision, key, None))
+
+    def replace(self, key: str, value: Any, mod_revision: int) -> bool:
+        """Txn: put only if the key's mod_revision is ``mod_revision`` (0: key absent)."""
+        entry = self.kv.get(key)
+        if (entry.mod_revision if entry else 0) != mod_revision:
+            return False
+        self.put(key, value)
+        return True
+
+    def grant(self, ttl_ns: int, now: int) -> int:
+        lease = self.next_lease
+        self.next_lease += 1
+        self.leases[lease], self.ttl[lease] = now + ttl_ns, ttl_ns
+        return lease
+
+    def refresh(self, lease: int, now: int) -> bool:
+        if lease not in self.leases:
+            return False
+        self.leases[lease] = now + self.ttl[lease]
+        return True
+
+    def expire(self, now: int) -> None:
+        for lease in [lease for lease, at in self.leases.items() if at <= now]:
+            del self.leases[lease]
+            for key in [k for k, e in self.kv.items() if e.lease == lease]:
+                self.delete(key)
+
+
+class View:
+    """A watch-fed copy of etcd that may lag (``advance`` delivers only some events) and
+    see an old event again; it keeps the newest version of each key by revision, as a
+    watcher must."""
+
+    def __init__(self, etcd: SimEtcd) -> None:
+        self.etcd = etcd
+        self.cursor = 0
+        self.state: dict[str, tuple[Any, int]] = {}
+        self.seen: dict[str, int] = {}  # key -> revision of the last event applied
+
+    def advance(self, rng: random.Random, lag: bool) -> None:
+        log = self.etcd.log
+        upto = len(log) if not lag else rng.randint(self.cursor, len(log))
+        for event in log[self.cursor : upto]:
+            self.apply(event)
+        self.cursor = upto
+        if lag and self.cursor and rng.random() < 0.3:  # a repeated, late event
+            self.apply(log[rng.randrange(self.cursor)])
+
+    def apply(self, event: tuple[int, str, Any]) -> None:
+        revision, key, value = event
+        if revision <= self.seen.get(key, 0):
+            return
+        self.seen[key] = revision
+        if value is None:
+            self.state.pop(key, None)
+        else:
+            self.state[key] = (value, revision)
+
+    def snapshot(self) -> Snapshot:
+        nodes, topics, replicas = {}, {}, {}
+        for key, (value, revision) in self.state.items():
+            parsed = parse(key)
+            if parsed is None:
+                continue
+            if parsed[0] == "node":
+                nodes[parsed[1]] = value
+            elif parsed[0] == "meta":
+                topics[parsed[1]] = value
+            elif parsed[0] == "replicas":
+                replicas[(parsed[1], parsed[2])] = Versioned(value, revision)
+        return Snapshot(nodes, topics, replicas, self.etcd.revision if not self.state else max(
+            r for _, r in self.state.values()))  # fmt: skip
+
+
+@dataclass
+class Checker:
+    """Invariants over every replicas value ever written and every leader take-over."""
+
+    replicator: dict[str, int] = field(default_factory=dict)
+    last: dict[tuple[str, int], Replicas] = field(default_factory=dict)
+    leader_of: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    took_over: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def written(self, key: str, value: Any) -> None:
+        parsed = parse(key)
+        if parsed is None or parsed[0] != "replicas":
+            return
+        topic, p = parsed[1], parsed[2]
+        r: Replicas = value
+        assert r.leader in r.isr, r
+        assert not set(r.isr) & set(r.catchup), r
+        assert len(set(r.holders)) == len(r.holders), r
+        assert len(r.holders) <= self.replicator[topic], r
+        prev = self.last.get((topic, p))
+        if prev is not None:
+            assert r.epoch > prev.epoch, (prev, r)
+            assert r.leader_epoch >= prev.leader_epoch, (prev, r)
+            assert (r.leader_epoch == prev.leader_epoch) == (r.leader == prev.leader), (prev, r)
+        self.last[(topic, p)] = r
+        owner = self.leader_of.setdefault((topic, p, r.leader_epoch), r.leader)
+        assert owner == r.leader, (
+            f"two leaders of {topic}/{p} at {r.leader_epoch}: {owner}, {r.leader}"
+        )
+
+    def leads(self, node: str, topic: str, p: int, leader_epoch: int) -> None:
+        owner = self.took_over.setdefault((topic, p, leader_epoch), node)
+        assert owner == node, f"{node} and {owner} both lead {topic}/{p} at {leader_epoch}"
+
+
+class SimNode:
+    """An nsqd: registers under a lease while live, leads and follows what etcd says."""
+
+    TTL = 3 * SECOND
+
+    def __init__(self, node_id: str) -> None:
+        self.id = node_id
+        self.live = True
+        self.lease: int | None = None
+        self.logs: dict[tuple[str, int], list[int]] = {}  # (topic, p) -> [leader_epoch, end]
+        self.reported: dict[str, tuple[int, int]] | None = None
+
+    def info(self) -> NodeInfo:
+        ends = {f"{t}/{p}": (le, end) for (t, p), (le, end) in self.logs.items()}
+        return NodeInfo(
+            self.id, self.id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "sim", 0, ends=ends
+        )
+
+    def keep_alive(self, etcd: SimEtcd, now: int) -> None:
+        if self.lease is None or not etcd.refresh(self.lease, now):
+            self.lease = etcd.grant(self.TTL, now)
+            self.reported = None
+        ends = {f"{t}/{p}": (le, end) for (t, p), (le, end) in self.logs.items()}
+        if ends != self.reported:
+            etcd.put(KEYS.node(self.id), self.info(), self.lease)
+            self.reported = ends
+
+
+def data_plane(
+    nodes: dict[str, SimNode], etcd: SimEtcd, checker: Checker, rng: random.Random
+) -> None:
+    """One round of replication, read from etcd as it is now: a live leader takes over its
+    epoch and appends when every ISR member is live and in step; live ISR followers copy it;
+    live catch-up members copy it now and then (catching up takes a while)."""
+    for key, entry in list(etcd.kv.items()):
+        parsed = parse(key)
+        if parsed is None or parsed[0] != "replicas":
+            continue
+        tp = (parsed[1], parsed[2])
+        r: Replicas = entry.value
+        for node in nodes.values():  # a node drops what it no longer holds
+            if node.live and node.id not in r.holders:
+                node.logs.pop(tp, None)
+        leader = nodes[r.leader]
+        if not leader.live:
+            continue
+        log = leader.logs.setdefault(tp, [r.leader_epoch, 0])
+        if log[0] != r.leader_epoch:
+            log[0] = r.leader_epoch
+            checker.leads(leader.id, tp[0], tp[1], r.leader_epoch)
+        in_step = all(nodes[n].live and nodes[n].logs.get(tp) == log for n in r.followers)
+        if in_step:
+            log[1] += rng.randint(0, 3)
+        for n in r.followers:
+            if nodes[n].live:
+                nodes[n].logs[tp] = list(log)
+        for n in r.catchup:
+            if nodes[n].live and (tp not in nodes[n].logs or rng.random() < 0.4):
+                nodes[n].logs[tp] = list(log) if rng.random() < 0.7 else [log[0] - 1, 0]
+
+
+class Coordinator:
+    """A lookupd running the decisions on its own (lagging) view; no lock, so two of them
+    race and only the guarded txn keeps them honest."""
+
+    REPAIR = 6 * SECOND
+    EMERGENCY = 2 * SECOND
+
+    def __init__(self, etcd: SimEtcd) -> None:
+        self.etcd = etcd
+        self.view = View(etcd)
+        self.missing: dict[str, int] = {}
+        self.applied = 0
+        self.failed = 0
+
+    def step(self, now: int, rng: random.Random, lag: bool) -> list[Change]:
+        self.view.advance(rng, lag)
+        snap = self.view.snapshot()
+        self.missing = track_missing(self.missing, snap, now)
+        result = plan(snap, now, self.missing, self.REPAIR, self.EMERGENCY)
+        check_settles(snap, now, self.missing, result.changes)
+        for change in result.changes:
+            if self.etcd.replace(KEYS.replicas(change.topic, change.partition), change.new,
+                                 change.expected_revision):  # fmt: skip
+                self.applied += 1
+            else:
+                self.failed += 1
+        return result.changes
+
+
+def check_settles(snap: Snapshot, now: int, missing: dict[str, int], changes: list[Change]) -> None:
+    """Level-triggered: the same inputs with the Changes applied ask for nothing more. (What
+    a node just added to a partition reports about it predates the addition, so it is left
+    out: acting on it is progress of the next round, not a flap.)"""
+    if not changes:
+        return
+    replicas = dict(snap.replicas)
+    nodes = dict(snap.nodes)
+    for i, c in enumerate(changes):
+        replicas[(c.topic, c.partition)] = Versioned(c.new, snap.revision + 1 + i)
+        for n in set(c.new.holders) - set(snap.replicas[(c.topic, c.partition)].value.holders):
+            ends = {k: v for k, v in nodes[n].ends.items() if k != f"{c.topic}/{c.partition}"}
+            nodes[n] = replace(nodes[n], ends=ends)
+    after = Snapshot(nodes, snap.topics, replicas, snap.revision + len(changes))
+    again = plan(after, now, missing, Coordinator.REPAIR, Coordinator.EMERGENCY).changes
+    assert again == [], (changes, again)
+
+
+@dataclass
+class Outcome:
+    steps: int = 0
+    applied: int = 0
+    failed: int = 0
+    elections: int = 0
+    stuck_at_end: int = 0
+
+
+def run_schedule(seed: int, *, steps: int = 40, settle: int = 25) -> Outcome:
+    """One seeded schedule: topics placed on 3..5 nodes, ``steps`` rounds of deaths,
+    returns, lagging views and racing coordinators, then ``settle`` rounds without failures
+    and with caught-up views, after which every partition with a live ISR member must have
+    a live leader (and, when every node is back, a full ISR)."""
+    rng = random.Random(seed)
+    checker = Checker()
+    etcd = SimEtcd(checker)
+    nodes = {f"n{i}": SimNode(f"n{i}") for i in range(rng.randint(3, 5))}
+    now = 0
+    for node in nodes.values():
+        node.keep_alive(etcd, now)
+    create_topics(etcd, checker, rng)
+    coordinators = [Coordinator(etcd) for _ in range(rng.randint(1, 2))]
+    out = Outcome()
+    for step in range(steps + settle):
+        failing = step < steps
+        now += SECOND
+        if failing:
+            inject(nodes, rng)
+        elif step == steps and rng.random() < 0.7:
+            for node in nodes.values():
+                node.live = True
+        for node in nodes.values():
+            if node.live:
+                node.keep_alive(etcd, now)
+        etcd.expire(now)
+        data_plane(nodes, etcd, checker, rng)
+        for coordinator in coordinators:
+            if not failing or rng.random() < 0.7:
+                coordinator.step(now, rng, lag=failing)
+        out.steps += 1
+    check_liveness(etcd, nodes, checker)
+    out.applied = sum(c.applied for c in coordinators)
+    out.failed = sum(c.failed for c in coordinators)
+    out.elections = len(checker.leader_of)
+    return out
+
+
+def create_topics(etcd: SimEtcd, checker: Checker, rng: random.Random) -> None:
+    view = View(etcd)
+    view.advance(rng, lag=False)
+    snap = view.snapshot()
+    for t in range(rng.randint(1, 2)):
+        name = f"t{t}"
+        meta = TopicMeta(partition_num=rng.randint(1, 3), replicator=rng.randint(1, min(3, len(snap.nodes))),
+                         multipart=True)  # fmt: skip
+        hint = rng.choice(sorted(snap.nodes)) if rng.random() < 0.5 else None
+        checker.replicator[name] = meta.replicator
+        etcd.put(KEYS.topic_meta(name), meta)
+        for p, r in enumerate(place_topic(name, meta, snap, leader_hint=hint)):
+            etcd.put(KEYS.replicas(name, p), r)
+        view.advance(rng, lag=False)
+        snap = view.snapshot()
+
+
+def inject(nodes: dict[str, SimNode], rng: random.Random) -> None:
+    for node in nodes.values():
+        if node.live and rng.random() < 0.06:
+            node.live = False  # killed or paused: it stops refreshing its lease
+        elif not node.live and rng.random() < 0.12:
+            node.live = True
+
+
+def check_liveness(etcd: SimEtcd, nodes: dict[str, SimNode], checker: Checker) -> None:
+    live_ids = {k[len(KEYS.nodes_prefix) :] for k in etcd.kv if k.startswith(KEYS.nodes_prefix)}
+    all_back = all(node.live for node in nodes.values())
+    for key, entry in etcd.kv.items():
+        parsed = parse(key)
+        if parsed is None or parsed[0] != "replicas":
+            continue
+        r: Replicas = entry.value
+        if any(n in live_ids for n in r.isr):
+            assert r.leader in live_ids, (
+                f"{key}: leader {r.leader} not live, isr {r.isr}, live {live_ids}"
+            )
+        if all_back:
+            assert r.catchup == () and len(r.isr) == checker.replicator[parsed[1]], (
+                f"{key}: not settled: {r}"
+            )

@@ -1,0 +1,166 @@
+"""Each reconcile rule on a hand-made snapshot, and the level-triggered property."""
+
+from __future__ import annotations
+
+from nsqpy.cluster.decisions import Stuck, plan, reconcile, track_missing
+from nsqpy.cluster.model import Change, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+
+S = 1_000_000_000
+REPAIR, EMERGENCY = 600 * S, 10 * S
+NOW = 10_000 * S
+
+
+def node(node_id: str, **ends: tuple[int, int]) -> NodeInfo:
+    """A live node reporting ``ends`` for partitions of topic t (``p0=(le, end)``)."""
+    return NodeInfo(node_id, node_id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "t", 0,
+                    ends={f"t/{k[1:]}": v for k, v in ends.items()})  # fmt: skip
+
+
+def snap(nodes: list[NodeInfo], parts: dict[int, Replicas], replicator: int = 3) -> Snapshot:
+    return Snapshot(
+        nodes={n.id: n for n in nodes},
+        topics={"t": TopicMeta(partition_num=len(parts), replicator=replicator, multipart=True)},
+        replicas={("t", p): Versioned(r, 100 + p) for p, r in parts.items()},
+        revision=200,
+    )
+
+
+def run(s: Snapshot, missing: dict[str, int] | None = None) -> list[Change]:
+    return reconcile(s, NOW, missing or {}, REPAIR, EMERGENCY)
+
+
+def applied(s: Snapshot, changes: list[Change]) -> Snapshot:
+    replicas = dict(s.replicas)
+    for c in changes:
+        replicas[(c.topic, c.partition)] = Versioned(c.new, s.revision + 1)
+    return Snapshot(s.nodes, s.topics, replicas, s.revision + 1)
+
+
+def test_nothing_to_do_on_a_healthy_cluster() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    assert run(snap([node("a"), node("b"), node("c")], {0: r})) == []
+
+
+def test_a_dead_leader_is_replaced_by_the_isr_member_with_the_longest_log() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    s = snap([node("b", p0=(2, 90)), node("c", p0=(2, 100))], {0: r})
+    [change] = run(s)
+    assert change.expected_revision == 100 and (change.topic, change.partition) == ("t", 0)
+    assert change.new == Replicas("c", ("c", "b"), ("a",), epoch=5, leader_epoch=3)
+    assert "elect c" in change.reason
+
+
+def test_election_ties_go_to_the_node_leading_fewer_partitions_then_to_the_id() -> None:
+    dead_leader = Replicas("a", ("a", "b", "c"), (), epoch=1, leader_epoch=1)
+    other = Replicas("b", ("b",), (), epoch=1, leader_epoch=1)
+    s = snap([node("b", p0=(1, 5)), node("c", p0=(1, 5))], {0: dead_leader, 1: other}, replicator=1)
+    assert run(s)[0].new.leader == "c"  # b already leads partition 1
+    s = snap([node("b", p0=(1, 5)), node("c", p0=(1, 5))], {0: dead_leader})
+    assert run(s)[0].new.leader == "b"
+    s = snap([node("b"), node("c", p0=(1, 0))], {0: dead_leader})
+    assert run(s)[0].new.leader == "c"  # a report, even of an empty log, beats none
+
+
+def test_no_unclean_election_from_catch_up() -> None:
+    r = Replicas("a", ("a", "b"), ("c",), epoch=4, leader_epoch=2)
+    s = snap([node("c", p0=(2, 1000))], {0: r})
+    result = plan(s, NOW, {"a": 0, "b": 0}, REPAIR, EMERGENCY)
+    assert result.changes == []
+    assert result.stuck == [Stuck("t", 0, result.stuck[0].reason)]
+    assert "no ISR member is" in result.stuck[0].reason
+
+
+def test_a_dead_isr_follower_moves_to_catch_up() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    [change] = run(snap([node("a"), node("c")], {0: r}))
+    assert change.new == Replicas("a", ("a", "c"), ("b",), epoch=5, leader_epoch=2)
+
+
+def test_a_caught_up_member_joins_the_isr() -> None:
+    r = Replicas("a", ("a",), ("b", "c", "d"), epoch=4, leader_epoch=2)
+    nodes = [
+        node("a", p0=(2, 50)),
+        node("b", p0=(2, 50)),
+        node("c", p0=(2, 49)),
+        node("d", p0=(1, 50)),
+    ]
+    [change] = run(snap(nodes, {0: r}, replicator=4))
+    assert change.new == Replicas("a", ("a", "b"), ("c", "d"), epoch=5, leader_epoch=2)
+    # the leader has not reported its new epoch yet (it has not taken over): no join
+    nodes[0] = node("a", p0=(1, 50))
+    assert run(snap(nodes, {0: r}, replicator=4)) == []
+
+
+def test_a_missing_holder_is_replaced_after_the_repair_delay() -> None:
+    r = Replicas("a", ("a", "b"), ("c",), epoch=4, leader_epoch=2)
+    nodes = [node("a"), node("b"), node("d"), node("e")]
+    s = snap(nodes, {0: r})
+    other = Versioned(
+        Replicas("d", ("d",), (), epoch=1, leader_epoch=1), 1
+    )  # a topic being deleted
+    s = Snapshot(s.nodes, s.topics, {**s.replicas, ("u", 0): other}, s.revision)
+    assert run(s, {"c": NOW - REPAIR + 1}) == []
+    [change] = run(s, {"c": NOW - REPAIR})
+    assert change.new == Replicas(
+        "a", ("a", "b"), ("e",), epoch=5, leader_epoch=2
+    )  # e holds less than d
+
+
+def test_the_emergency_delay_applies_when_at_most_half_the_replicas_are_live() -> None:
+    r = Replicas("a", ("a",), ("b", "c"), epoch=4, leader_epoch=2)
+    s = snap([node("a"), node("d"), node("e")], {0: r})
+    missing = {"b": NOW - EMERGENCY, "c": NOW - EMERGENCY + 1}
+    [change] = run(s, missing)
+    assert change.new == Replicas("a", ("a",), ("c", "d"), epoch=5, leader_epoch=2)
+
+
+def test_with_no_spare_node_a_missing_holder_stays() -> None:
+    r = Replicas("a", ("a", "b"), ("c",), epoch=4, leader_epoch=2)
+    assert run(snap([node("a"), node("b")], {0: r}), {"c": 0}) == []
+
+
+def test_holders_are_filled_up_to_and_trimmed_down_to_the_replicator() -> None:
+    r = Replicas("a", ("a",), (), epoch=1, leader_epoch=1)
+    [change] = run(snap([node("a"), node("b"), node("c")], {0: r}, replicator=2))
+    assert change.new.catchup == ("b",)
+    r = Replicas("a", ("a", "b"), ("c", "d"), epoch=1, leader_epoch=1)
+    [change] = run(snap([node("a"), node("b"), node("c")], {0: r}, replicator=3))
+    assert change.new == Replicas("a", ("a", "b"), ("c",), epoch=2, leader_epoch=1)
+
+
+def test_one_change_per_partition_carrying_the_whole_next_state() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    s = snap([node("c", p0=(2, 7)), node("d"), node("e")], {0: r})
+    [change] = run(s, {"a": 0, "b": 0})
+    # c leads; a and b leave the ISR; both were missing past the emergency delay: replaced
+    assert change.new == Replicas("c", ("c",), ("d", "e"), epoch=5, leader_epoch=3)
+    assert run(applied(s, [change]), {"a": 0, "b": 0}) == []
+
+
+def test_level_triggered_and_pure() -> None:
+    parts = {
+        0: Replicas("a", ("a", "b"), (), epoch=4, leader_epoch=2),
+        1: Replicas("b", ("b", "c"), ("a",), epoch=2, leader_epoch=1),
+        2: Replicas("c", ("c",), ("b",), epoch=9, leader_epoch=5),
+    }
+    s = snap([node("b", p0=(2, 3), p2=(5, 8)), node("c", p2=(5, 8)), node("d")], parts)
+    before = dict(s.replicas)
+    first = run(s)
+    assert first == run(s) and dict(s.replicas) == before
+    assert [c.partition for c in first] == [0, 2]  # 1: a is missing, not for long
+    assert run(applied(s, first)) == []
+
+
+def test_topics_without_meta_are_left_alone() -> None:
+    r = Replicas("a", ("a", "b"), (), epoch=4, leader_epoch=2)
+    s = Snapshot(nodes={"b": node("b")}, replicas={("gone", 0): Versioned(r, 5)})
+    assert run(s) == []
+
+
+def test_track_missing_remembers_the_first_time_a_holder_was_seen_missing() -> None:
+    r = Replicas("a", ("a", "b"), ("c",), epoch=4, leader_epoch=2)
+    s = snap([node("a")], {0: r})
+    assert track_missing({}, s, 7) == {"b": 7, "c": 7}
+    assert track_missing({"b": 3, "z": 1}, s, 7) == {"b": 3, "c": 7}
+    s = snap([node("a"), node("b")], {0: r})
+    assert track_missing({"b": 3, "c": 4}, s, 9) == {"c": 4}

@@ -1,0 +1,108 @@
+"""Fixtures and helpers of the real-process cluster tests (issue 18's Proof).
+
+Every test here runs real programs: an etcd member (Debian's ``etcd-server``), two
+nsqlookupd and three nsqd, all on loopback, through ``nsqpy.testing.cluster.LocalCluster``
+(leases of 2 s, so a killed daemon is seen dead within seconds).
+
+- ``shared``: ONE cluster for every test of this directory that kills nothing; such tests
+  use topic names of their own (``topic_name``), so they cannot see each other's topics.
+- ``own_cluster``: a factory for tests that kill, restart or reconfigure daemons: each call
+  starts a cluster of the test's own under ``tmp_path`` (closed after the test).
+
+Helpers: ``create`` (POST /topic/create), ``leaders`` (node index per partition),
+``stats_partitions`` (what an nsqd's /stats says it holds of a topic), ``wire`` (a V2
+connection to nsqd ``i``) and ``run_client`` (a client script in ``clients/``, run in its
+own interpreter, answering one JSON line).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from nsqpy.testing import WireClient
+from nsqpy.testing.cluster import LocalCluster
+
+CLIENTS = Path(__file__).parent / "clients"
+_names = itertools.count()
+
+OwnCluster = Callable[..., LocalCluster]
+
+
+@pytest.fixture(scope="package")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(tmp_path_factory.mktemp("shared-cluster"))
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[OwnCluster]:
+    started: list[LocalCluster] = []
+
+    def start(**kwargs: Any) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"cluster{len(started)}", **kwargs)
+        started.append(cluster)
+        return cluster.start()
+
+    try:
+        yield start
+    finally:
+        for cluster in started:
+            cluster.close()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test of the run uses (the shared cluster keeps every topic)."""
+    base = "".join(c if c.isalnum() else "_" for c in request.node.name)[:40]
+    return f"{base}_{next(_names)}"
+
+
+def create(cluster: LocalCluster, topic: str, via: int | None = None, **args: object) -> Any:
+    """POST /topic/create on lookupd ``via`` (None: the first running); (status, body)."""
+    query = urlencode({"topic": topic, **{k: str(v) for k, v in args.items()}})
+    return cluster.post(f"/topic/create?{query}", via)
+
+
+def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
+    """partition -> index of the nsqd leading it, as /lookup?metainfo says."""
+    return {p: cluster.node_index(info["id"]) for p, info in cluster.partitions(topic).items()}
+
+
+def stats_partitions(cluster: LocalCluster, i: int, topic: str) -> dict[int, dict[str, Any]]:
+    """partition -> its /stats entry on nsqd ``i`` ({} when nsqd ``i`` holds none of it)."""
+    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")
+    found: dict[int, dict[str, Any]] = {}
+    for entry in doc["topics"] or []:
+        if entry["topic_name"] == topic:
+            found.update({p["partition"]: p for p in entry["partitions"]})
+    return found
+
+
+def wire(cluster: LocalCluster, i: int) -> WireClient:
+    """A protocol V2 connection to nsqd ``i`` (magic sent)."""
+    client = WireClient(cluster.nodes[i].ports["TCP"])
+    client.send(b"  V2")
+    return client
+
+
+def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, str(CLIENTS / script), *map(str, args)],
+        capture_output=True,
+        timeout=timeout,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(report, dict)
+    return report

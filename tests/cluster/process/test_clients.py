@@ -1,0 +1,80 @@
+"""NSQ clients that know nothing of clusters (pynsq, gnsq from PyPI, and nsqpy's own) on a
+cluster topic of 3 partitions with one replica each, one partition led by each nsqd: they
+publish to every nsqd over TCP and consume through the nsqlookupds, which name the
+partition leaders as producers; every message published is consumed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from nsqpy.client import Consumer, Message, Producer
+from nsqpy.testing import eventually
+from nsqpy.testing.cluster import LocalCluster
+
+from .conftest import create, leaders, run_client
+
+N = 20  # messages published to each nsqd
+
+
+def one_partition_per_node(cluster: LocalCluster, topic: str) -> None:
+    assert create(cluster, topic, partition_num=3, replicator=1) == (200, None)
+    assert sorted(leaders(cluster, topic).values()) == [0, 1, 2]
+    for i in range(3):  # every nsqd leads its partition before anyone publishes
+        cluster.wait_for(
+            lambda i=i: cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")["topics"],  # type: ignore[misc]
+            15,
+            f"nsqd {i} holds {topic}",
+        )
+
+
+def everything(nodes: int = 3) -> list[str]:
+    return sorted(f"{i}-{j}" for i in range(nodes) for j in range(N))
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("script", ["pynsq_cluster.py", "gnsq_cluster.py"])
+def test_pypi_client_publishes_to_every_nsqd_and_consumes_through_lookupd(
+    shared: LocalCluster, topic_name: str, script: str
+) -> None:
+    one_partition_per_node(shared, topic_name)
+    report = run_client(
+        script,
+        ",".join(shared.nsqd_tcp(i) for i in range(3)),
+        ",".join(shared.lookupd_https()),
+        topic_name,
+        N,
+    )
+    assert report["pub"] == ["OK"] * 6
+    assert report["bodies"] == everything()
+    if "nsqd" in report:  # pynsq tells which nsqd its Reader connected to: all three leaders
+        assert sorted(report["nsqd"]) == sorted(shared.nsqd_tcp(i) for i in range(3))
+    for i in range(3):  # each nsqd got its own messages, in the partition it leads
+        (entry,) = shared.nsqd_json(i, f"/stats?format=json&topic={topic_name}")["topics"]
+        assert entry["message_count"] == N
+
+
+async def test_nsqpy_client_publishes_to_every_nsqd_and_consumes_through_lookupd(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    await asyncio.to_thread(one_partition_per_node, shared, topic_name)
+    for i in range(3):
+        async with Producer(shared.nsqd_tcp(i)) as producer:
+            await producer.pub(topic_name, f"{i}-0".encode())
+            await producer.mpub(topic_name, [f"{i}-{j}".encode() for j in range(1, N)])
+    got: list[str] = []
+
+    async def handler(message: Message) -> None:
+        got.append(message.body.decode())
+
+    async with Consumer(
+        topic_name,
+        "cluster",
+        handler,
+        lookupd_http_addresses=shared.lookupd_https(),
+        max_in_flight=50,
+        lookupd_poll_interval=1,
+    ):
+        await eventually(lambda: len(got) >= 3 * N, timeout=20, what="every message consumed")
+    assert sorted(got) == everything()
