@@ -350,7 +350,7 @@ async def test_finished_messages_do_not_pile_up_in_the_timeout_heap(
 ) -> None:
     """Memory follows what is in flight, not what was delivered within one msg_timeout;
     a message held across the heap's rebuilds still times out."""
-    from nsqpy.broker.channel_partition import TIMEOUT_SLACK
+    from nsqpy.broker.inflight import TIMEOUT_SLACK
 
     total = (3 * TIMEOUT_SLACK) // 1000 * 1000
     p = await publisher(nsqd.tcp_port)

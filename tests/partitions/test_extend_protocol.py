@@ -18,7 +18,7 @@ from nsqpy.errors import (
     InvalidJsonHeader,
     ProtocolError,
 )
-from nsqpy.protocol.commands import Command, CommandParser, Mpub, Nop, Pub, Sub
+from nsqpy.protocol.commands import CommandParser
 from nsqpy.protocol.extend import (
     MpubExt,
     MpubTrace,
@@ -44,6 +44,7 @@ from nsqpy.protocol.message import (
     extend_frame,
 )
 from nsqpy.protocol.message import decode_message as decode
+from nsqpy.protocol.verbs import Command, Mpub, Nop, Pub, Sub
 
 MAGIC = b"  V2"
 GOLDEN: list[tuple[str, bytes, Command]] = [

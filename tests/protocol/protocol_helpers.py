@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from nsqpy.errors import ProtocolError
-from nsqpy.protocol.commands import Command, CommandParser
+from nsqpy.protocol.commands import CommandParser
 from nsqpy.protocol.limits import Limits
+from nsqpy.protocol.verbs import Command
 
 MAGIC = b"  V2"
 

@@ -26,11 +26,12 @@ from nsqpy.protocol.client_codec import (
     encode_sub,
     encode_touch,
 )
-from nsqpy.protocol.commands import (
+from nsqpy.protocol.commands import CommandParser
+from nsqpy.protocol.limits import Limits
+from nsqpy.protocol.verbs import (
     Auth,
     Cls,
     Command,
-    CommandParser,
     Dpub,
     Fin,
     Identify,
@@ -42,7 +43,6 @@ from nsqpy.protocol.commands import (
     Sub,
     Touch,
 )
-from nsqpy.protocol.limits import Limits
 
 from .protocol_helpers import MAGIC, parse_chunks, split_at, split_ways
 

@@ -19,8 +19,9 @@ from nsqpy.errors import (
     InvalidError,
     ProtocolError,
 )
-from nsqpy.protocol.commands import CommandParser, Dpub, LineTooLong, Nop, Req
+from nsqpy.protocol.commands import CommandParser, LineTooLong
 from nsqpy.protocol.limits import MAX_LINE_LENGTH, Limits
+from nsqpy.protocol.verbs import Dpub, Nop, Req
 
 from .protocol_helpers import MAGIC, parse_chunks, parse_error, split_ways
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 
 from nsqpy.errors import InvalidError
-from nsqpy.protocol.commands import (
+from nsqpy.protocol.commands import CommandParser
+from nsqpy.protocol.state import (
+    CLOSING,
+    CONNECTED,
+    DISCONNECTED,
+    INIT,
+    SUBSCRIBED,
+    check_sub_allowed,
+    check_verb,
+)
+from nsqpy.protocol.verbs import (
     Auth,
     Cls,
     Command,
-    CommandParser,
     Dpub,
     Fin,
     Identify,
@@ -20,15 +29,6 @@ from nsqpy.protocol.commands import (
     Req,
     Sub,
     Touch,
-)
-from nsqpy.protocol.state import (
-    CLOSING,
-    CONNECTED,
-    DISCONNECTED,
-    INIT,
-    SUBSCRIBED,
-    check_sub_allowed,
-    check_verb,
 )
 
 from .protocol_helpers import MAGIC

@@ -33,7 +33,7 @@ from nsqpy.broker.channel_policy import PolicyPaths
 from nsqpy.broker.client import Client
 from nsqpy.broker.deferred import Deferred, MemoryDeferred
 from nsqpy.broker.e2e import LatencyWindow
-from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight
+from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeout
 from nsqpy.broker.memqueue import MemoryQueue
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
@@ -41,12 +41,10 @@ from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
 from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
 
-__all__ = ["READ_BATCH", "TIMEOUT_SLACK", "ChannelPartition"]
+__all__ = ["READ_BATCH", "ChannelPartition"]
 
 # How many records one pump pass reads from the log at most.
 READ_BATCH = 512
-# Stale timeout entries tolerated beyond twice the in-flight count before a rebuild.
-TIMEOUT_SLACK = 4096
 
 
 class ChannelPartition:
@@ -275,7 +273,7 @@ class ChannelPartition:
         self.in_flight[offset] = InFlight(
             client, attempts, deadline, now, timestamp, body, source, ext
         )
-        self._push_timeout(deadline, offset)
+        push_timeout(self._timeouts, self.in_flight, deadline, offset)
         client.in_flight_count += 1
         client.message_count += 1
         # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
@@ -286,20 +284,6 @@ class ChannelPartition:
         tracer = self.policy.tracer
         if tracer is not None:
             tracer.channel_event(self, offset, "delivered", client, attempts, now)
-
-    def _push_timeout(self, deadline: int, offset: int) -> None:
-        """Remember the deadline the in-flight table already holds for ``offset``.
-
-        FIN, REQ and TOUCH leave their old entries in the heap (skipped when they come
-        due); when those outnumber the live ones the heap is rebuilt from the in-flight
-        table (which includes this deadline), so it stays proportional to what is in
-        flight rather than to what was delivered within one msg_timeout."""
-        heap = self._timeouts
-        if len(heap) > 2 * len(self.in_flight) + TIMEOUT_SLACK:
-            heap[:] = [(item.deadline, off) for off, item in self.in_flight.items()]
-            heapq.heapify(heap)
-            return
-        heapq.heappush(heap, (deadline, offset))
 
     def _confirm(self, offset: int) -> bool:
         if self.cursor.confirm(offset):
@@ -388,7 +372,7 @@ class ChannelPartition:
                 self.deferral.storage_failed("failed to touch a deferred message", exc)
                 raise TouchFailed(f"TOUCH {msg_id.decode(errors='replace')} failed {exc}") from exc
         item.deadline = deadline
-        self._push_timeout(deadline, offset)
+        push_timeout(self._timeouts, self.in_flight, deadline, offset)
 
     def _back_to_queue(
         self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False

@@ -36,6 +36,8 @@ from nsqpy.cluster.view import ClusterView
 
 log = logging.getLogger("nsqpy.cluster")
 
+STOP_REVOKE_S = 1.5  # how long leaving waits for etcd to drop the lease
+
 TXN_CHUNK = 100  # puts per txn (etcd's --max-txn-ops is 128 by default)
 
 
@@ -117,9 +119,9 @@ class Coordinator:
                 await self._task
         lease, self._lease = self._lease, None
         self._lock_revision = 0
-        if lease is not None:
-            with contextlib.suppress(EtcdError):
-                await lease.revoke()
+        if lease is not None:  # (bounded: with etcd gone, the lease just expires)
+            with contextlib.suppress(EtcdError, TimeoutError):
+                await asyncio.wait_for(lease.revoke(), STOP_REVOKE_S)
 
     async def _run(self) -> None:
         while True:
@@ -171,7 +173,8 @@ class Coordinator:
 
     async def _fenced(self, compares: list[Compare], ops: list[PutOp | DeleteOp]) -> bool:
         """The txn with our fence; NotCoordinator when it failed because we lost the lock."""
-        ok = await self.etcd.txn([self._fence(), *compares], ops)
+        # Safe to send again: once applied, its compares fail and the caller re-reads.
+        ok = await self.etcd.txn([self._fence(), *compares], ops, retry=True)
         if not ok:
             kv = await self.etcd.get(self.keys.coordinator)
             if kv is None or kv.create_revision != self._lock_revision:

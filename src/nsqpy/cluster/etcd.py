@@ -258,9 +258,14 @@ class Etcd:
         compares: Sequence[Compare],
         successes: Sequence[TxnOp],
         failures: Sequence[TxnOp] = (),
+        *,
+        retry: bool = False,
     ) -> bool:
         """Apply ``successes`` if every compare holds, else ``failures``; whether the
-        compares held. Never retried: ``EtcdUnavailable`` means the outcome is unknown."""
+        compares held. Not retried unless ``retry``: ``EtcdUnavailable`` means the outcome
+        is unknown. ``retry`` is for a txn whose compares fail once it has been applied
+        (a guarded write whose caller re-reads on False): an attempt lost with a dead etcd
+        leader is then sent again, each attempt bounded as reads are."""
         what = f"txn on {', '.join(sorted({c.key for c in compares})) or '-'}"
         ok, _ = await self._call(
             what,
@@ -269,7 +274,7 @@ class Etcd:
                 success=[_op(o) for o in successes],
                 failure=[_op(o) for o in failures],
             ),
-            retry=False,
+            retry=retry,
         )
         return bool(ok)
 

@@ -39,6 +39,8 @@ from nsqpy.errors import ConfigError
 
 log = logging.getLogger("nsqpy.cluster")
 
+STOP_REVOKE_S = 1.5  # how long leaving waits for etcd to drop the lease
+
 IDENTITY_FILE = "cluster.json"
 LEADER, FOLLOWER = "leader", "follower"
 
@@ -51,8 +53,16 @@ class PartitionHost(Protocol):
         ...
 
     def hold_partition(
-        self, topic: str, partition_count: int, number: int, role: str, leader_epoch: int
-    ) -> None: ...
+        self,
+        topic: str,
+        partition_count: int,
+        number: int,
+        role: str,
+        leader_epoch: int,
+        ordered: bool,
+    ) -> None:
+        """Hold the partition (creating its topic, with ``ordered`` channels, if missing)."""
+        ...
 
     def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None: ...
 
@@ -147,9 +157,9 @@ class Member:
         if self._http is not None:
             await self._http.close()
         lease, self._lease = self._lease, None
-        if lease is not None:
-            with contextlib.suppress(EtcdError):
-                await lease.revoke()
+        if lease is not None:  # (bounded: with etcd gone, the lease just expires)
+            with contextlib.suppress(EtcdError, TimeoutError):
+                await asyncio.wait_for(lease.revoke(), STOP_REVOKE_S)
 
     @property
     def live(self) -> bool:
@@ -193,17 +203,18 @@ class Member:
 
     # -- partitions --------------------------------------------------------------------------
 
-    def assignments(self, snap: Snapshot) -> dict[tuple[str, int], tuple[str, int, int]]:
-        """(topic, p) -> (role, leader_epoch, partition_num) for what this node holds."""
+    def assignments(self, snap: Snapshot) -> dict[tuple[str, int], tuple[str, int, int, bool]]:
+        """(topic, p) -> (role, leader_epoch, partition_num, ordered) for what this node
+        holds."""
         me = self.node_id
-        out: dict[tuple[str, int], tuple[str, int, int]] = {}
+        out: dict[tuple[str, int], tuple[str, int, int, bool]] = {}
         for (topic, p), versioned in snap.replicas.items():
             meta = snap.topics.get(topic)
             r = versioned.value
             if meta is None or me not in r.holders:
                 continue
             role = LEADER if r.leader == me and self.live else FOLLOWER
-            out[(topic, p)] = (role, r.leader_epoch, meta.partition_num)
+            out[(topic, p)] = (role, r.leader_epoch, meta.partition_num, meta.ordered)
         return out
 
     def apply(self, snap: Snapshot) -> None:
@@ -213,11 +224,11 @@ class Member:
         for key in sorted(set(held) - set(wanted)):
             log.info("cluster: releasing %s/%d (no longer held here)", *key)
             self.host.release_partition(*key)
-        for (topic, p), (role, leader_epoch, count) in sorted(wanted.items()):
+        for (topic, p), (role, leader_epoch, count, ordered) in sorted(wanted.items()):
             now = held.get((topic, p))
             if now is None:
                 log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role, leader_epoch)
-                self.host.hold_partition(topic, count, p, role, leader_epoch)
+                self.host.hold_partition(topic, count, p, role, leader_epoch, ordered)
             elif now[0] != role or now[1] != leader_epoch:
                 log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.set_role(topic, p, role, leader_epoch)

@@ -39,6 +39,7 @@ from nsqpy.lookupd.registry import Registry
 from nsqpy.protocol.names import valid_topic_name
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+FORWARD_VIEW_WAIT_S = 5.0
 MAX_SYNCDISK = 4000  # Youzan clamps syncdisk to this
 MAX_RETENTION_DAYS = 60
 _GO_INT = re.compile(r"[+-]?[0-9]{1,20}")  # longer: out of range anyway
@@ -115,6 +116,16 @@ class ClusterHttpApi:
             ("GET", "/listlookup", self.listlookup),
             ("GET", "/cluster/stats", self.cluster_stats),
         ]
+
+    async def _forwarded(
+        self, request: web.Request, done: Callable[[Snapshot], bool]
+    ) -> web.StreamResponse:
+        """The coordinator's answer; after a success, once this lookupd's own view shows
+        it too (so a client reads its own write from the lookupd it wrote through)."""
+        answer = await self.cluster.forward(request)
+        if answer.status == 200 and self.cluster.view is not None:
+            await self.cluster.view.wait_until(done, FORWARD_VIEW_WAIT_S)
+        return answer
 
     def _snapshot(self) -> Snapshot:
         assert self.cluster.view is not None
@@ -238,7 +249,7 @@ class ClusterHttpApi:
                 multipart=first(args, "multipart") == "true",
             )
         if not self.cluster.leading:
-            return await self.cluster.forward(request)
+            return await self._forwarded(request, lambda s: topic in s.topics)
         assert self.cluster.coordinator is not None
         try:
             await self.cluster.coordinator.create_topic(
@@ -256,7 +267,7 @@ class ClusterHttpApi:
         if first(args, "partition") not in (None, "**", "all"):
             raise HttpError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
         if not self.cluster.leading:
-            return await self.cluster.forward(request)
+            return await self._forwarded(request, lambda s: topic not in s.topics)
         assert self.cluster.coordinator is not None
         try:
             await self.cluster.coordinator.delete_topic(topic)

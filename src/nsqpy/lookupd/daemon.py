@@ -15,17 +15,19 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
 from nsqpy.flags import listen_host_port
-from nsqpy.lookupd.cluster import LookupdCluster
-from nsqpy.lookupd.cluster_http import ClusterHttpApi
 from nsqpy.lookupd.http import make_app
 from nsqpy.lookupd.options import NsqLookupdOptions
 from nsqpy.lookupd.registry import Registry
 from nsqpy.lookupd.tcp import V1Connection
+
+if TYPE_CHECKING:
+    from nsqpy.lookupd.cluster import LookupdCluster
 
 log = logging.getLogger("nsqpy.lookupd")
 
@@ -49,7 +51,13 @@ class NsqLookupd:
         self._tcp_port = 0
         self._http_port = 0
         # With --etcd-endpoints: the cluster side (view, coordinator; lookupd.cluster).
-        self.cluster = LookupdCluster(opts) if opts.etcd_endpoints else None
+        # (imported only then: the etcd client and gRPC cost memory a single lookupd does
+        # not need)
+        self.cluster: LookupdCluster | None = None
+        if opts.etcd_endpoints:
+            from nsqpy.lookupd.cluster import LookupdCluster
+
+            self.cluster = LookupdCluster(opts)
 
     @property
     def registry(self) -> Registry:
@@ -90,9 +98,11 @@ class NsqLookupd:
         self._tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         log.info("TCP: listening on %s:%d", tcp_host, self._tcp_port)
         try:
-            cluster_api = (
-                ClusterHttpApi(self.cluster, self._registry) if self.cluster is not None else None
-            )
+            cluster_api = None
+            if self.cluster is not None:
+                from nsqpy.lookupd.cluster_http import ClusterHttpApi
+
+                cluster_api = ClusterHttpApi(self.cluster, self._registry)
             runner = web.AppRunner(make_app(self, cluster_api), access_log=None)
             await runner.setup()
             self._http_runner = runner

@@ -14,16 +14,18 @@ exporter (which reads the daemon through ``LookupdView``); never the TCP side.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
 from nsqpy.httpapi import Args, HttpError, first, nsq_middleware, query_args, v1_empty, v1_json
-from nsqpy.lookupd.cluster_http import ClusterHttpApi
 from nsqpy.lookupd.registry import PeerInfo, Registry
 from nsqpy.metrics.lookupd_metrics import LookupdView, add_lookupd_metrics
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+
+if TYPE_CHECKING:
+    from nsqpy.lookupd.cluster_http import ClusterHttpApi
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

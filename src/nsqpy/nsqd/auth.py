@@ -42,11 +42,12 @@ from nsqpy.protocol.auth import (
     parse_auth_reply,
     unauthorized_text,
 )
-from nsqpy.protocol.commands import Auth, CommandParser
+from nsqpy.protocol.commands import CommandParser
 from nsqpy.protocol.frames import encode_response
 from nsqpy.protocol.identify import auth_response
 from nsqpy.protocol.limits import PRE_AUTH_BODY_SIZE
 from nsqpy.protocol.state import verb_of
+from nsqpy.protocol.verbs import Auth
 
 if TYPE_CHECKING:
     from nsqpy.broker.client import Client

@@ -16,6 +16,7 @@ asyncio, the cluster package and the broker; never the TCP or HTTP handlers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -84,20 +85,31 @@ class BrokerPartitions:
         }
 
     def hold_partition(
-        self, topic: str, partition_count: int, number: int, role: str, leader_epoch: int
+        self,
+        topic: str,
+        partition_count: int,
+        number: int,
+        role: str,
+        leader_epoch: int,
+        ordered: bool,
     ) -> None:
+        hold = functools.partial(
+            self.broker.hold_partition,
+            topic,
+            partition_count,
+            number,
+            role=role,
+            leader_epoch=leader_epoch,
+            ordered=ordered,
+        )
         try:
-            self.broker.hold_partition(
-                topic, partition_count, number, role=role, leader_epoch=leader_epoch
-            )
+            hold()
         except PartitionCountMismatch:
             # Deleted and created again with another count while this node was away: what
             # it kept is of the old topic (its offsets stay reserved, IDs stay unique).
             log.warning("cluster: %s changed partition count; dropping the old copy", topic)
             self.broker.delete_topic(topic)
-            self.broker.hold_partition(
-                topic, partition_count, number, role=role, leader_epoch=leader_epoch
-            )
+            hold()
 
     def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None:
         self.broker.set_role(topic, number, role, leader_epoch)

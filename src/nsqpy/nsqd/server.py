@@ -44,7 +44,6 @@ from nsqpy.flags import LOG_LEVELS
 from nsqpy.metrics.statsd import StatsdEmitter
 from nsqpy.nsqd.ack import Ack
 from nsqpy.nsqd.auth import AuthClient
-from nsqpy.nsqd.cluster import NsqdCluster
 from nsqpy.nsqd.http import make_app
 from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
@@ -57,6 +56,7 @@ from nsqpy.storage import Entry
 from nsqpy.storage.budget import OPEN_FILES
 
 if TYPE_CHECKING:
+    from nsqpy.nsqd.cluster import NsqdCluster
     from nsqpy.storage import CursorFile, MemoryLog, PartitionLog
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -128,8 +128,13 @@ class NsqdServer:
         self.start_time = int(time.time())
         self.broker.on_topic_deleted.append(self._topic_deleted)
         self.broker.on_partition_released.append(self._partition_released)
-        # With --etcd-endpoints: this node's part in a cluster (nsqd.cluster).
-        self.cluster = NsqdCluster(self) if opts.etcd_endpoints else None
+        # With --etcd-endpoints: this node's part in a cluster (nsqd.cluster; imported only
+        # then: the etcd client and gRPC cost a single node ~15 MB of memory for nothing).
+        self.cluster: NsqdCluster | None = None
+        if opts.etcd_endpoints:
+            from nsqpy.nsqd.cluster import NsqdCluster
+
+            self.cluster = NsqdCluster(self)
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -10,27 +10,20 @@ in the record's extension) and PUB_TRACE/MPUB_TRACE (trace id stored; the reply 
 ID, trace id, offset and size); a client that IDENTIFYs with ``extend_support`` gets
 extended message frames (its sink is an ``ExtendSink`` in front of this connection).
 
-Output follows nsqd's buffered writer: frames gathered during a loop turn go out with one
-``writelines``. A response, error or heartbeat is flushed at the end of its turn, with any
-messages before it. Message frames alone wait, as NSQ's messagePump lets them, until
-``output_buffer_size`` bytes are buffered (written at once, mid-turn), the client stops
-being ready (in flight >= RDY, channel paused or ordered, not subscribed), or
-``output_buffer_timeout`` has passed since the first of them, by the server's clock
-(checked by the server's ticker) or in real time (a loop timer); a size or timeout of -1
-in IDENTIFY turns buffering off.
-Writes have backpressure: when the transport's buffer passes its high-water mark
-(``pause_writing``) the client's RDY window counts as full, so its channel skips it until
-the buffer drains (``resume_writing``); then, and while the replies queued for it are over
-the mark, its commands stop running and its socket is not read (``nsqd.flow``, which also
-owns the read and write deadlines the server's ticker checks in ``heartbeat`` and the input
-a client may send before AUTH).
+Output, the order of replies and flow control are ``nsqd.tcp_output``'s
+``BufferedConnection``, which this connection is: frames gathered per loop turn go out in
+one write; past the high-water mark, or while held (AUTH query, stream upgrade), commands
+stop running and the socket is not read (``nsqd.flow``, which also owns the read and write
+deadlines the server's ticker checks in ``heartbeat`` and the input a client may send
+before AUTH).
 
 A connection knows its nsqd only through the ``ConnectionContext`` the server builds once
 it runs (broker, options, limits, clock, loop, TLS and auth settings, the set of live
 connections, and the group commit's two entry points ``touch`` and ``expect_ack``); the
 server reads back only public members (``release_replies``, ``flush``, ``heartbeat``,
 ``awaiting_acks``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
-modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_extend``, ``ack``); never the server.
+modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_output``, ``tcp_extend``, ``ack``); never
+the server.
 """
 
 from __future__ import annotations
@@ -38,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 from nsqpy.broker.broker import Broker, Placement
@@ -68,50 +61,44 @@ from nsqpy.nsqd.ack import Ack
 from nsqpy.nsqd.auth import AuthClient, ConnectionAuth
 from nsqpy.nsqd.flow import (
     FIN_BATCH,
-    REPLY_OVERHEAD,
     WRITE_HIGH_WATER,
-    expired,
     pre_auth_budget,
 )
 from nsqpy.nsqd.gate import ELSEWHERE, HERE, TopicGate
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
+from nsqpy.nsqd.tcp_output import BufferedConnection
 from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.nsqd.upgrade import begin_upgrade
 from nsqpy.options import NsqdOptions
-from nsqpy.protocol.commands import (
-    Auth,
-    Cls,
-    CommandParser,
-    Dpub,
-    Fin,
-    Identify,
-    Mpub,
-    MpubExt,
-    MpubTrace,
-    Nop,
-    Pub,
-    PubExt,
-    PubTrace,
-    Rdy,
-    Req,
-    Sub,
-    Touch,
-)
+from nsqpy.protocol.commands import CommandParser
+from nsqpy.protocol.extend import MpubExt, MpubTrace, PubExt, PubTrace
 from nsqpy.protocol.frames import (
     CLOSE_WAIT_FRAME,
-    HEARTBEAT_FRAME,
     OK_FRAME,
-    encode_error,
     encode_response,
 )
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
-from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE, Limits
+from nsqpy.protocol.limits import Limits
 from nsqpy.protocol.message import try_decode_message_id
 from nsqpy.protocol.names import is_ephemeral, valid_topic_name
 from nsqpy.protocol.state import (
     CLOSING,
     SUBSCRIBED,
     check_verb,
+)
+from nsqpy.protocol.verbs import (
+    Auth,
+    Cls,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
 )
 from nsqpy.storage import Entry
 
@@ -143,47 +130,32 @@ class ConnectionContext:
     cluster: TopicGate | None = None  # with --etcd-endpoints
 
 
-class V2Connection(asyncio.Protocol):
-    """One client connection speaking protocol V2."""
+class V2Connection(BufferedConnection):
+    """One client connection speaking protocol V2 (its output: ``BufferedConnection``)."""
 
     def __init__(self, ctx: ConnectionContext) -> None:
         self.ctx = ctx
         self.broker = ctx.broker
         self._tls_required = ctx.tls.tcp_required
         self.parser = CommandParser(ctx.limits, gate=self._gate)
-        self.transport: asyncio.Transport | None = None
-        self.client = Client(sink=self)
-        self._out: list[bytes] = []  # frames to write, in order
-        self._out_bytes = 0  # bytes of message frames among them
-        self._buffered_since = 0  # server clock when the first of them was buffered
-        self._force = False  # a frame that is not a message is waiting: flush this turn
-        self._timer: asyncio.TimerHandle | None = None
-        self._buf_size = DEFAULT_OUTPUT_BUFFER_SIZE
-        self._buf_timeout_ns = ctx.opts.output_buffer_timeout_ms * 1_000_000
-        # Replies waiting for a publish acknowledgement: (ack or None, frame bytes, close after).
-        self._replies: deque[tuple[Ack | None, bytes, bool]] = deque()
-        self.heartbeat_ns = ctx.opts.client_timeout_ms * 500_000
         self.last_recv = ctx.clock()  # the server's clock: fake in tests
-        self.last_heartbeat = self.last_recv
         self._heartbeat_ms = ctx.opts.client_timeout_ms // 2
-        self.closing = False
-        self._fatal = False
-        self._held = False
-        self._reading_paused = False  # by ``hold``
-        # Flow control (``nsqd.flow``): bytes of replies queued (waiting for their ack or
-        # gathered in _out) and of those waiting; past WRITE_HIGH_WATER, or while the
-        # transport's buffer is, commands stop running and the socket is not read.
-        self._reply_bytes = 0
-        self._waiting_bytes = 0
-        self._throttled = False
-        self._unthrottle_due = False
-        self._read_since = self.last_recv  # began waiting for its next command (deadline)
-        self._stalled_since = 0  # when the transport's buffer passed its high-water mark
+        super().__init__(
+            Client(sink=self),
+            clock=ctx.clock,
+            loop=ctx.loop,
+            touch=partial(ctx.touch, self),
+            buf_timeout_ns=ctx.opts.output_buffer_timeout_ms * 1_000_000,
+            heartbeat_ns=ctx.opts.client_timeout_ms * 500_000,
+            now=self.last_recv,
+        )
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
         self._pump_due: Channel | None = None
         self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
         self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
+        if self.auth is not None:  # the read deadline until AUTH (``heartbeat``)
+            self._pre_auth_ns = ctx.opts.client_timeout_ms * 500_000
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -285,78 +257,7 @@ class V2Connection(asyncio.Protocol):
         if channel is not None and not channel.deleted:
             channel.pump(self.broker.clock())
 
-    def hold(self, *, pause_reading: bool = True) -> None:
-        """Run no more commands until ``resume`` (an AUTH query or a stream upgrade runs);
-        the socket is read meanwhile only if ``pause_reading`` is False."""
-        self._held = True
-        self._reading_paused = pause_reading
-        self._update_reading()
-
-    def resume(self) -> None:
-        """Run the commands that arrived meanwhile and read again."""
-        if not self._held:
-            return
-        self._held = False
-        if self.transport is None:  # gone meanwhile: run nothing more for a dead client
-            return
-        self._reading_paused = False
-        self._read_since = self.ctx.clock()
-        self._update_reading()
-        self._process()
-        self.ctx.touch(self)
-
-    def _update_reading(self) -> None:
-        """Read the socket unless held with reading paused or throttled."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        want = not (self._reading_paused or self._throttled)
-        if want != transport.is_reading():
-            if want:
-                transport.resume_reading()
-            else:
-                transport.pause_reading()
-
-    def _throttle(self) -> None:
-        """The client is not reading its replies: stop running its commands and reading."""
-        self._throttled = True
-        self._update_reading()
-
-    def _maybe_unthrottle(self) -> None:
-        """Its replies drained: run and read again, on the next turn (this may be called
-        while a channel is delivering)."""
-        if (
-            self._throttled
-            and not self._unthrottle_due
-            and not self.client.write_paused
-            and self._reply_bytes <= WRITE_HIGH_WATER
-        ):
-            self._unthrottle_due = True
-            self.ctx.loop.call_soon(self._unthrottle)
-
-    def _unthrottle(self) -> None:
-        self._unthrottle_due = False
-        if self.transport is None or self.client.write_paused:
-            return
-        if self._reply_bytes > WRITE_HIGH_WATER:
-            return
-        self._throttled = False
-        self._read_since = self.ctx.clock()
-        self._update_reading()
-        self._process()  # the commands that were buffered meanwhile
-
     # -- output ----------------------------------------------------------------------
-
-    def send_message(self, frame: bytes) -> None:
-        """Sink for the broker: a message frame for this client (buffered, see the module doc)."""
-        self._out.append(frame)
-        self._out_bytes += len(frame)
-        if not self._buffered_since:
-            self._buffered_since = self.ctx.clock()
-        if self._out_bytes >= self._buf_size:
-            self._write_out()  # the buffer is full: it goes now, as bufio writes through
-        else:
-            self.ctx.touch(self)
 
     def pause_writing(self) -> None:
         """The transport's buffer passed its high-water mark: stop taking messages, running
@@ -373,157 +274,6 @@ class V2Connection(asyncio.Protocol):
             channel.pump(self.broker.clock())
         self.ctx.touch(self)
         self._maybe_unthrottle()
-
-    def close_by_server(self) -> None:
-        """The channel or topic was deleted: close the connection."""
-        self._reply(None, b"", close=True)
-        self.ctx.touch(self)
-
-    def _reply(self, ack: Ack | None, frame: bytes, close: bool = False) -> None:
-        cost = len(frame) + REPLY_OVERHEAD
-        self._reply_bytes += cost
-        if self._reply_bytes > WRITE_HIGH_WATER and not self._throttled:
-            self._throttle()  # the client is not reading its replies (``nsqd.flow``)
-        if ack is None and not self._replies:
-            if frame:
-                self._out.append(frame)
-                self._force = True
-            if close:
-                self._close_after_flush()
-            return
-        self._waiting_bytes += cost
-        self._replies.append((ack, frame, close))
-
-    def release_replies(self) -> bool:
-        """Move replies whose acknowledgement arrived to the output, in order; True while
-        some still wait for theirs."""
-        replies = self._replies
-        while replies:
-            ack, frame, close = replies[0]
-            if ack is not None and not ack.done:
-                return True
-            replies.popleft()
-            self._waiting_bytes -= len(frame) + REPLY_OVERHEAD
-            if ack is not None and ack.error is not None:
-                self._reply_bytes -= len(frame)
-                frame, close = encode_error(ack.error), True
-                self._reply_bytes += len(frame)
-            if frame:
-                self._out.append(frame)
-                self._force = True
-            if close:
-                self._close_after_flush()
-                replies.clear()
-                self._reply_bytes -= self._waiting_bytes
-                self._waiting_bytes = 0
-                return False
-        return False
-
-    @property
-    def awaiting_acks(self) -> bool:
-        """Replies wait for a publish acknowledgement (the server looks again after a
-        commit or an fsync)."""
-        return bool(self._replies)
-
-    @property
-    def has_output(self) -> bool:
-        """Frames are gathered, not yet written."""
-        return bool(self._out)
-
-    def pending_acks(self) -> list[Ack]:
-        """The acknowledgements queued replies still wait for (a stream upgrade waits too)."""
-        return [ack for ack, _, _ in self._replies if ack is not None and not ack.done]
-
-    def respond(self, frame: bytes) -> None:
-        """Answer ``frame``, in order behind the replies already queued."""
-        self._reply(None, frame)
-
-    def flush(self, force: bool = False) -> None:
-        """End of a loop turn: write what is gathered unless only messages wait in a buffer
-        that may still wait (see the module doc); ``force`` writes in any case."""
-        if self._out and not (force or self._force or self._flush_due()):
-            self._arm_timer()
-            return
-        self._write_out()
-
-    def _flush_due(self) -> bool:
-        if self.closing or self._buf_timeout_ns <= 0 or self._buf_size <= 1:
-            return True
-        client = self.client
-        channel = client.channel
-        if client.capacity <= 0 or client.state != SUBSCRIBED:
-            return True  # not ready for more: nsqd flushes
-        if isinstance(channel, Channel) and (channel.paused or channel.ordered):
-            return True  # an ordered channel sends the next only after a FIN: no batch to wait for
-        return self.ctx.clock() - self._buffered_since >= self._buf_timeout_ns
-
-    def _arm_timer(self) -> None:
-        """Flush when the output buffer timeout has passed in real time (the server's ticker
-        checks its own clock too: with a fake clock, tests move time themselves)."""
-        if self._timer is None:
-            self._timer = self.ctx.loop.call_later(self._buf_timeout_ns / 1e9, self._buffer_timer)
-
-    def _buffer_timer(self) -> None:
-        self._timer = None
-        if self._out:
-            self._write_out()
-
-    def _write_out(self) -> None:
-        """Write everything gathered, in one call."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._out and self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(self._out)
-        self._out.clear()
-        self._out_bytes = 0
-        self._reply_bytes = self._waiting_bytes
-        self._buffered_since = 0
-        self._force = False
-        if self.closing and self.transport is not None and not self._replies:
-            self.transport.close()
-        elif self._throttled:
-            self._maybe_unthrottle()
-
-    def _close_after_flush(self) -> None:
-        self.closing = True
-        self._fatal = True
-
-    def _abort(self) -> None:
-        self._fatal = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def send_error(self, err: ProtocolError) -> None:
-        """Answer an error frame; a fatal error closes the connection after it."""
-        if err.fatal:
-            log.info("[%s] fatal error: %s", self.client.remote_address, err)
-        self._reply(None, encode_error(err), close=err.fatal)
-
-    def heartbeat(self, now_ns: int) -> None:
-        """Called by the server's ticker: send heartbeats; close a connection past its read
-        or write deadline (``nsqd.flow``)."""
-        if self.closing:
-            return
-        pre_auth = self.auth is not None and not self.client.authed
-        why = expired(
-            now_ns,
-            self.heartbeat_ns,
-            pre_auth_ns=self.ctx.opts.client_timeout_ms * 500_000 if pre_auth else 0,
-            read_since=self._read_since,
-            stalled_since=self._stalled_since,
-            reading=not (self._held or self._throttled),
-        )
-        if why:
-            log.info("[%s] closing: %s", self.client.remote_address, why)
-            self._abort()
-            return
-        if self.heartbeat_ns <= 0:
-            return
-        if now_ns - self.last_heartbeat >= self.heartbeat_ns:
-            self.last_heartbeat = now_ns
-            self._reply(None, HEARTBEAT_FRAME)
-            self.ctx.touch(self)
 
     # -- commands --------------------------------------------------------------------
 

@@ -2,30 +2,15 @@
 
 Bytes in, values out; values in, bytes out. Modules: ``limits`` (server limits), ``names``
 (topic/channel rule), ``frames`` (V2 frames, client FrameDecoder), ``message`` (message
-frames and IDs), ``commands`` (command objects, server CommandParser), ``client_codec``
+frames and IDs), ``verbs`` (command objects), ``commands`` (the server's CommandParser),
+``extend`` (Youzan's commands: headers, partitions, tracing), ``client_codec``
 (client encoders: every byte nsqpy.client sends), ``identify`` (IDENTIFY body, negotiation,
 reply), ``state`` (connection state table), ``logread`` (the body of nsqd's HTTP log-read
 API, written by nsqd and read by Spark). This package imports only the standard library
 and nsqpy.errors: never asyncio, sockets or any layer above it.
 """
 
-from nsqpy.protocol.commands import (
-    Auth,
-    Cls,
-    Command,
-    CommandParser,
-    Dpub,
-    Fin,
-    Identify,
-    LineTooLong,
-    Mpub,
-    Nop,
-    Pub,
-    Rdy,
-    Req,
-    Sub,
-    Touch,
-)
+from nsqpy.protocol.commands import CommandParser, LineTooLong
 from nsqpy.protocol.frames import (
     CLOSE_WAIT_FRAME,
     FRAME_ERROR,
@@ -46,6 +31,21 @@ from nsqpy.protocol.message import (
     decode_message_id,
     encode_message_frame,
     encode_message_id,
+)
+from nsqpy.protocol.verbs import (
+    Auth,
+    Cls,
+    Command,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
 )
 
 __all__ = [

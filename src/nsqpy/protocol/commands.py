@@ -1,4 +1,5 @@
-"""V2 commands: the parsed command objects and the server-side incremental ``CommandParser``.
+"""V2 commands: the server-side incremental ``CommandParser`` (the objects it returns are in
+``nsqpy.protocol.verbs``).
 
 Bytes in, commands out (sans-IO). Everything nsqd checks without server state is checked
 here, in nsqd v1.3.0's order and with its codes and texts (SPEC 1.2, 1.6, 1.7): the magic,
@@ -9,8 +10,10 @@ in ``state``; an optional ``gate`` lets the server run them at nsqd's point in t
 too (``nsqpy.protocol.extend``): an optional partition after the topic of PUB/MPUB and
 after the channel of SUB (a decimal number, -1 meaning "none", else E_BAD_PARTITION),
 SUB_ORDERED, PUB_EXT/MPUB_EXT (split into header and body; the header's JSON is checked by
-the server, where its error is not fatal) and PUB_TRACE/MPUB_TRACE. Imports only the
-standard library and nsqpy.errors (plus sibling protocol modules); never asyncio or sockets.
+the server, where its error is not fatal) and PUB_TRACE/MPUB_TRACE (their parsing is in
+``extend``, over this parser's ``read_topic``/``read_message_body``/``read_mpub``). Imports
+only the standard library and nsqpy.errors (plus sibling protocol modules); never asyncio
+or sockets.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeAlias
 
 from nsqpy.errors import (
@@ -37,124 +40,31 @@ from nsqpy.protocol._gofmt import (
     ms_to_duration_ns,
     parse_base10,
 )
-from nsqpy.protocol.client_codec import (
-    encode_auth,
-    encode_cls,
-    encode_dpub,
-    encode_fin,
-    encode_identify,
-    encode_magic,
-    encode_mpub,
-    encode_nop,
-    encode_pub,
-    encode_rdy,
-    encode_req,
-    encode_sub,
-    encode_touch,
-)
 from nsqpy.protocol.extend import (
-    TRACE_ID_LENGTH,
-    MpubExt,
-    MpubTrace,
-    PubExt,
-    PubTrace,
+    parse_mpub_ext,
+    parse_mpub_trace,
     parse_partition,
-    split_header,
+    parse_pub_ext,
+    parse_pub_trace,
 )
 from nsqpy.protocol.frames import MAGIC_V2
 from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_IDENTIFY_BODY_SIZE, MAX_LINE_LENGTH, Limits
 from nsqpy.protocol.message import MSG_ID_LENGTH
 from nsqpy.protocol.names import valid_name_bytes
-
-
-@dataclass(slots=True)
-class Identify:
-    body: bytes
-
-
-@dataclass(slots=True)
-class Auth:
-    secret: bytes
-
-
-# A partition of -1 means none was given: the server picks one.
-@dataclass(slots=True)
-class Sub:
-    topic: str
-    channel: str
-    partition: int = -1
-    ordered: bool = False  # SUB_ORDERED
-
-
-@dataclass(slots=True)
-class Pub:
-    topic: str
-    body: bytes
-    partition: int = -1
-
-
-@dataclass(slots=True)
-class Mpub:
-    topic: str
-    bodies: list[bytes] = field(default_factory=list)
-    partition: int = -1
-
-
-@dataclass(slots=True)
-class Dpub:
-    topic: str
-    defer_ms: int
-    body: bytes
-
-
-@dataclass(slots=True)
-class Rdy:
-    count: int
-
-
-@dataclass(slots=True)
-class Fin:
-    msg_id: bytes
-
-
-@dataclass(slots=True)
-class Req:
-    msg_id: bytes
-    timeout_ms: int  # already clamped to [0, max_req_timeout_ms], as nsqd does
-
-
-@dataclass(slots=True)
-class Touch:
-    msg_id: bytes
-
-
-@dataclass(slots=True)
-class Cls:
-    pass
-
-
-@dataclass(slots=True)
-class Nop:
-    pass
-
-
-Command: TypeAlias = (
-    Identify
-    | Auth
-    | Sub
-    | Pub
-    | Mpub
-    | Dpub
-    | Rdy
-    | Fin
-    | Req
-    | Touch
-    | Cls
-    | Nop
-    | PubExt
-    | MpubExt
-    | PubTrace
-    | MpubTrace
+from nsqpy.protocol.verbs import (
+    Auth,
+    Cls,
+    Command,
+    Dpub,
+    Fin,
+    Identify,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
 )
 
 # A gate sees each verb before its parameters are checked; it raises a ProtocolError to refuse
@@ -171,7 +81,6 @@ class LineTooLong(InvalidError):
 
 
 _I32 = struct.Struct(">i")
-_U64 = struct.Struct(">Q")
 _COMPACT_AT = 1 << 16
 _NOP = Nop()
 _CLS = Cls()
@@ -237,10 +146,12 @@ class CommandParser:
             b"AUTH": self._auth,
             b"IDENTIFY": self._identify,
             b"SUB_ORDERED": self._sub_ordered,
-            b"PUB_EXT": self._pub_ext,
-            b"MPUB_EXT": self._mpub_ext,
-            b"PUB_TRACE": self._pub_trace,
-            b"MPUB_TRACE": self._mpub_trace,
+            # Youzan's extended publishing (``nsqpy.protocol.extend``), over ``read_topic``,
+            # ``read_message_body`` and ``read_mpub``
+            b"PUB_EXT": partial(parse_pub_ext, self),
+            b"MPUB_EXT": partial(parse_mpub_ext, self),
+            b"PUB_TRACE": partial(parse_pub_trace, self),
+            b"MPUB_TRACE": partial(parse_mpub_trace, self),
         }
 
     @property
@@ -354,7 +265,7 @@ class CommandParser:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _topic(self, raw: bytes | bytearray, verb: str, prefix: str = "") -> str:
+    def read_topic(self, raw: bytes | bytearray, verb: str, prefix: str = "") -> str:
         name = self._names.get(raw) if type(raw) is bytes else None
         if name is not None:
             return name
@@ -372,7 +283,7 @@ class CommandParser:
         size: int = _I32.unpack_from(self._buf, start)[0]
         return size
 
-    def _message_body(self, verb: str, start: int) -> tuple[bytes, int] | None:
+    def read_message_body(self, verb: str, start: int) -> tuple[bytes, int] | None:
         """PUB/DPUB: a size checked against --max-msg-size, then the body."""
         size = self._size(start)
         if size is None:
@@ -422,7 +333,7 @@ class CommandParser:
         raw = params[1]
         topic = self._names.get(raw) if type(raw) is bytes else None
         if topic is None:
-            topic = self._topic(raw, "PUB")
+            topic = self.read_topic(raw, "PUB")
         if len(params) == 3:
             parse_partition(params[2])  # refused before the body, as youzan's nsqd does
         buf = self._buf
@@ -444,7 +355,7 @@ class CommandParser:
     def _dpub(self, params: _Params, start: int) -> _Parsed:
         if len(params) < 3:
             raise InvalidError("DPUB insufficient number of parameters")
-        topic = self._topic(params[1], "DPUB")
+        topic = self.read_topic(params[1], "DPUB")
         defer = parse_base10(params[2])
         if defer is None:
             raise RawInvalidError("DPUB could not parse timeout ", params[2])
@@ -452,25 +363,25 @@ class CommandParser:
         max_ms = self.limits.max_req_timeout_ms
         if duration < 0 or duration > max_ms * 1_000_000:
             raise InvalidError(f"DPUB timeout {defer} out of range 0-{max_ms}")
-        parsed = self._message_body("DPUB", start)
+        parsed = self.read_message_body("DPUB", start)
         if parsed is None:
             return None
         return Dpub(topic, defer, parsed[0]), parsed[1]
 
     def _mpub_cmd(self, params: _Params, start: int) -> _Parsed:
-        parsed = self._mpub_any(params, start, "MPUB")
+        parsed = self.read_mpub(params, start, "MPUB")
         if parsed is None:
             return None
         (topic, partition, bodies), stop = parsed
         return Mpub(topic, bodies, partition), stop
 
-    def _mpub_any(
+    def read_mpub(
         self, params: _Params, start: int, verb: str
     ) -> tuple[tuple[str, int, list[bytes]], int] | None:
         """MPUB and its extended forms: (topic, partition, raw message bodies), end."""
         if len(params) < 2:
             raise InvalidError(f"{verb} insufficient number of parameters")
-        topic = self._topic(params[1], verb, prefix="E_BAD_TOPIC ")
+        topic = self.read_topic(params[1], verb, prefix="E_BAD_TOPIC ")
         partition = parse_partition(params[2]) if len(params) == 3 else -1
         size = self._size(start)
         if size is None:
@@ -570,7 +481,7 @@ class CommandParser:
     def _sub(self, params: _Params, start: int, ordered: bool = False) -> _Parsed:
         if len(params) < 3:
             raise InvalidError("SUB insufficient number of parameters")
-        topic = self._topic(params[1], "SUB")
+        topic = self.read_topic(params[1], "SUB")
         raw_channel = params[2]
         if not valid_name_bytes(raw_channel):
             raise BadChannel(f"SUB channel name {go_quote(raw_channel)} is not valid")
@@ -579,50 +490,6 @@ class CommandParser:
 
     def _sub_ordered(self, params: _Params, start: int) -> _Parsed:
         return self._sub(params, start, ordered=True)
-
-    # -- youzan's extended publishing --------------------------------------------------
-
-    def _one_extended(self, params: _Params, start: int, verb: str) -> _Parsed:
-        """PUB_EXT / PUB_TRACE: PUB's checks, then the header or trace id split off."""
-        if len(params) < 2:
-            raise InvalidError(f"{verb} insufficient number of parameters")
-        topic = self._topic(params[1], verb)
-        partition = parse_partition(params[2]) if len(params) == 3 else -1
-        parsed = self._message_body(verb, start)
-        if parsed is None:
-            return None
-        raw, stop = parsed
-        if verb == "PUB_TRACE":
-            if len(raw) <= TRACE_ID_LENGTH:
-                raise BadBody(f"invalid body size {len(raw)} with trace id enabled")
-            return PubTrace(topic, _U64.unpack_from(raw)[0], raw[TRACE_ID_LENGTH:], partition), stop
-        header, body = split_header(raw)
-        return PubExt(topic, header, body, partition), stop
-
-    def _pub_ext(self, params: _Params, start: int) -> _Parsed:
-        return self._one_extended(params, start, "PUB_EXT")
-
-    def _pub_trace(self, params: _Params, start: int) -> _Parsed:
-        return self._one_extended(params, start, "PUB_TRACE")
-
-    def _mpub_ext(self, params: _Params, start: int) -> _Parsed:
-        parsed = self._mpub_any(params, start, "MPUB_EXT")
-        if parsed is None:
-            return None
-        (topic, partition, raws), stop = parsed
-        split = [split_header(raw) for raw in raws]
-        return MpubExt(topic, [h for h, _ in split], [b for _, b in split], partition), stop
-
-    def _mpub_trace(self, params: _Params, start: int) -> _Parsed:
-        parsed = self._mpub_any(params, start, "MPUB_TRACE")
-        if parsed is None:
-            return None
-        (topic, partition, raws), stop = parsed
-        for i, raw in enumerate(raws):
-            if len(raw) <= TRACE_ID_LENGTH:
-                raise BadMessage(f"MPUB invalid message({i}) body size {len(raw)} for tracing")
-        traces = [_U64.unpack_from(raw)[0] for raw in raws]
-        return MpubTrace(topic, traces, [raw[TRACE_ID_LENGTH:] for raw in raws], partition), stop
 
     def _identify(self, params: _Params, start: int) -> _Parsed:
         parsed = self._command_body("IDENTIFY", start, self.max_command_body_size)
@@ -645,38 +512,4 @@ class CommandParser:
         return _CLS, start
 
 
-__all__ = [
-    "Auth",
-    "Cls",
-    "Command",
-    "CommandParser",
-    "Dpub",
-    "Fin",
-    "Gate",
-    "Identify",
-    "LineTooLong",
-    "Mpub",
-    "MpubExt",
-    "MpubTrace",
-    "Nop",
-    "Pub",
-    "PubExt",
-    "PubTrace",
-    "Rdy",
-    "Req",
-    "Sub",
-    "Touch",
-    "encode_auth",
-    "encode_cls",
-    "encode_dpub",
-    "encode_fin",
-    "encode_identify",
-    "encode_magic",
-    "encode_mpub",
-    "encode_nop",
-    "encode_pub",
-    "encode_rdy",
-    "encode_req",
-    "encode_sub",
-    "encode_touch",
-]
+__all__ = ["CommandParser", "Gate", "LineTooLong"]

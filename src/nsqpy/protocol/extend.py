@@ -11,8 +11,11 @@ the reply a traced publish gets (``encode_traced_reply``:
 big-endian) and the client-side encoders of ``PUB_EXT``/``MPUB_EXT`` (each message is a
 uint16 header length, the JSON header, the body), ``PUB_TRACE``/``MPUB_TRACE`` (a uint64
 trace id, the body), the partitioned ``PUB``/``MPUB <topic> <partition>`` and
-``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]``. Imports only the standard library,
-nsqpy.errors and sibling protocol modules.
+``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]``, and the server's parsing of
+``PUB_EXT``/``MPUB_EXT``/``PUB_TRACE``/``MPUB_TRACE`` (``parse_pub_ext`` …, which
+``commands.CommandParser`` calls with itself as the ``BodyReader`` it satisfies: this module
+never imports ``commands``). Imports only the standard library, nsqpy.errors and sibling
+protocol modules.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeAlias
 
-from nsqpy.errors import BadBody, BadPartition, InvalidJsonHeader
+from nsqpy.errors import BadBody, BadMessage, BadPartition, InvalidError, InvalidJsonHeader
 from nsqpy.protocol._gofmt import go_quote, reject_json_constant
 from nsqpy.protocol.message import MAX_PARTITION
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
@@ -100,6 +104,72 @@ def split_header(raw: bytes) -> tuple[bytes, bytes]:
     if len(raw) <= HEADER_LENGTH_SIZE + length:
         raise BadBody(f"invalid body size {len(raw)} in ext json header content length")
     return raw[HEADER_LENGTH_SIZE : HEADER_LENGTH_SIZE + length], raw[HEADER_LENGTH_SIZE + length :]
+
+
+# -- parsing the extended publishes (for nsqpy.protocol.commands.CommandParser) ------------
+
+_Params: TypeAlias = Sequence[bytes | bytearray]
+_Extended: TypeAlias = tuple[PubExt | PubTrace | MpubExt | MpubTrace, int] | None
+
+
+class BodyReader(Protocol):
+    """What the extended forms use of the parser (``CommandParser``): NSQ's checks of the
+    topic, of a PUB's body and of an MPUB's bodies; None while the body has not arrived."""
+
+    def read_topic(self, raw: bytes | bytearray, verb: str, prefix: str = "") -> str: ...
+
+    def read_message_body(self, verb: str, start: int) -> tuple[bytes, int] | None: ...
+
+    def read_mpub(
+        self, params: _Params, start: int, verb: str
+    ) -> tuple[tuple[str, int, list[bytes]], int] | None: ...
+
+
+def _one_extended(parser: BodyReader, params: _Params, start: int, verb: str) -> _Extended:
+    """PUB_EXT / PUB_TRACE: PUB's checks, then the header or trace id split off."""
+    if len(params) < 2:
+        raise InvalidError(f"{verb} insufficient number of parameters")
+    topic = parser.read_topic(params[1], verb)
+    partition = parse_partition(params[2]) if len(params) == 3 else -1
+    parsed = parser.read_message_body(verb, start)
+    if parsed is None:
+        return None
+    raw, stop = parsed
+    if verb == "PUB_TRACE":
+        if len(raw) <= TRACE_ID_LENGTH:
+            raise BadBody(f"invalid body size {len(raw)} with trace id enabled")
+        return PubTrace(topic, _U64.unpack_from(raw)[0], raw[TRACE_ID_LENGTH:], partition), stop
+    header, body = split_header(raw)
+    return PubExt(topic, header, body, partition), stop
+
+
+def parse_pub_ext(parser: BodyReader, params: _Params, start: int) -> _Extended:
+    return _one_extended(parser, params, start, "PUB_EXT")
+
+
+def parse_pub_trace(parser: BodyReader, params: _Params, start: int) -> _Extended:
+    return _one_extended(parser, params, start, "PUB_TRACE")
+
+
+def parse_mpub_ext(parser: BodyReader, params: _Params, start: int) -> _Extended:
+    parsed = parser.read_mpub(params, start, "MPUB_EXT")
+    if parsed is None:
+        return None
+    (topic, partition, raws), stop = parsed
+    split = [split_header(raw) for raw in raws]
+    return MpubExt(topic, [h for h, _ in split], [b for _, b in split], partition), stop
+
+
+def parse_mpub_trace(parser: BodyReader, params: _Params, start: int) -> _Extended:
+    parsed = parser.read_mpub(params, start, "MPUB_TRACE")
+    if parsed is None:
+        return None
+    (topic, partition, raws), stop = parsed
+    for i, raw in enumerate(raws):
+        if len(raw) <= TRACE_ID_LENGTH:
+            raise BadMessage(f"MPUB invalid message({i}) body size {len(raw)} for tracing")
+    traces = [_U64.unpack_from(raw)[0] for raw in raws]
+    return MpubTrace(topic, traces, [raw[TRACE_ID_LENGTH:] for raw in raws], partition), stop
 
 
 @dataclass(frozen=True, slots=True)

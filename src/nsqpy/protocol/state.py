@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from nsqpy.errors import InvalidError
 from nsqpy.protocol._gofmt import RawInvalidError
-from nsqpy.protocol.commands import (
+from nsqpy.protocol.extend import MpubExt, MpubTrace, PubExt, PubTrace
+from nsqpy.protocol.verbs import (
     Auth,
     Cls,
     Dpub,
     Fin,
     Identify,
     Mpub,
-    MpubExt,
-    MpubTrace,
     Nop,
     Pub,
-    PubExt,
-    PubTrace,
     Rdy,
     Req,
     Sub,

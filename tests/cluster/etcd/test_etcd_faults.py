@@ -39,7 +39,7 @@ async def _absent(etcd: Etcd, key: str) -> bool:
 async def test_a_lease_stays_alive_across_a_leader_kill(own_trio: EtcdCluster) -> None:
     etcd = await Etcd.connect(own_trio.endpoints)
     try:
-        lease = await etcd.lease(2)
+        lease = await etcd.lease(3)  # (2 s left no slack for an election on a busy machine)
         await etcd.put("/lease/node", b"n", lease=lease)
         own_trio.kill(own_trio.wait_leader())
         loop = asyncio.get_running_loop()

@@ -80,3 +80,19 @@ def test_disable_auto_create_answers_topic_not_exist(own_cluster: OwnCluster) ->
     client = wire(cluster, leader)
     client.send(pub("made", b"x"))
     assert client.read_frame() == (0, b"OK")
+
+
+def test_an_ordered_topic_has_ordered_channels_on_its_leader(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """orderedmulti=true reaches the nsqd: the channels of the topic deliver in order."""
+    assert create(shared, topic_name, partition_num=2, replicator=1, orderedmulti="true")[0] == 200
+    leader = leaders(shared, topic_name)[0]
+    wait_for(lambda: stats_partitions(shared, leader, topic_name))
+    client = wire(shared, leader)
+    client.send(f"SUB {topic_name} c\n".encode())
+    assert client.read_frame() == (0, b"OK")
+    doc = shared.nsqd_json(leader, f"/stats?format=json&topic={topic_name}")
+    (topic,) = [t for t in doc["topics"] if t["topic_name"] == topic_name]
+    (channel,) = topic["channels"]
+    assert channel.get("ordered") is True

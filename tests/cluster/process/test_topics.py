@@ -125,7 +125,13 @@ def test_plain_lookup_lists_the_leaders_as_nsq_producers(
     parts = shared.partitions(topic_name)
     leader_ids = {info["id"] for info in parts.values()}
     for via in (0, 1):
-        doc = shared.lookupd_json(f"/lookup?topic={topic_name}", via)
+        # (each lookupd answers from its own view of etcd: the one that did not take the
+        # create sees it a moment later)
+        doc = shared.wait_for(
+            lambda via=via: (d := shared.lookupd_json(f"/lookup?topic={topic_name}", via))
+            and len(d["partitions"]) == 4 and d,  # type: ignore[misc]
+            5, f"lookupd {via} sees the topic",
+        )  # fmt: skip
         assert set(doc) == {"channels", "producers", "partitions"}
         assert doc["channels"] == []
         assert {p["id"] for p in doc["producers"]} == leader_ids
