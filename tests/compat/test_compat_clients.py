@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,22 +15,14 @@ from typing import Any
 import pytest
 
 from nsqpy.testing import DaemonProcess, WireClient, http_get, nsqd_process, saved_cursor, wait_for
+from nsqpy.testing.processes import run_json_script
 
 CLIENTS = Path(__file__).parent / "clients"
 pytestmark = pytest.mark.compat
 
 
 def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(CLIENTS / script), *map(str, args)],
-        capture_output=True,
-        timeout=timeout,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert isinstance(report, dict)
-    return report
+    return run_json_script(CLIENTS / script, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -28,15 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from nsqpy.cluster.decisions import plan, track_missing
-from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdError, EtcdUnavailable, Lease, PutOp
+from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import CoordinatorInfo, LookupdInfo, Replicas, Snapshot, TopicMeta
 from nsqpy.cluster.placement import PlacementError, place_topic
 from nsqpy.cluster.view import ClusterView
 
 log = logging.getLogger("nsqpy.cluster")
-
-STOP_REVOKE_S = 1.5  # how long leaving waits for etcd to drop the lease
 
 TXN_CHUNK = 100  # puts per txn (etcd's --max-txn-ops is 128 by default)
 
@@ -113,15 +112,10 @@ class Coordinator:
         """Leave: the lock and the registration go at once (the lease is revoked)."""
         if self._wake.set in self.view.listeners:
             self.view.listeners.remove(self._wake.set)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        task, self._task = self._task, None
         lease, self._lease = self._lease, None
         self._lock_revision = 0
-        if lease is not None:  # (bounded: with etcd gone, the lease just expires)
-            with contextlib.suppress(EtcdError, TimeoutError):
-                await asyncio.wait_for(lease.revoke(), STOP_REVOKE_S)
+        await leave(task, lease)
 
     async def _run(self) -> None:
         while True:

@@ -31,15 +31,14 @@ from urllib.parse import quote
 
 import aiohttp
 
-from nsqpy.cluster.etcd import Etcd, EtcdError, EtcdUnavailable, Lease
+from nsqpy.cluster.etcd import Etcd, EtcdUnavailable, Lease
 from nsqpy.cluster.keys import check_segment
+from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
 
 log = logging.getLogger("nsqpy.cluster")
-
-STOP_REVOKE_S = 1.5  # how long leaving waits for etcd to drop the lease
 
 IDENTITY_FILE = "cluster.json"
 LEADER, FOLLOWER = "leader", "follower"
@@ -150,16 +149,11 @@ class Member:
         """Leave at once: the lease is revoked, so the coordinator moves leadership now."""
         if self._wake.set in self.view.listeners:
             self.view.listeners.remove(self._wake.set)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        task, self._task = self._task, None
+        lease, self._lease = self._lease, None
+        await leave(task, lease)
         if self._http is not None:
             await self._http.close()
-        lease, self._lease = self._lease, None
-        if lease is not None:  # (bounded: with etcd gone, the lease just expires)
-            with contextlib.suppress(EtcdError, TimeoutError):
-                await asyncio.wait_for(lease.revoke(), STOP_REVOKE_S)
 
     @property
     def live(self) -> bool:

@@ -8,6 +8,7 @@ Imports only the standard library.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -18,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def free_ports(n: int = 1) -> list[int]:
@@ -222,3 +224,19 @@ def lookupd_process(*extra: str, tcp_port: int = 0, http_port: int = 0) -> Daemo
 
 StartNsqd = Callable[..., DaemonProcess]
 """The ``start_nsqd`` fixture: ``start_nsqd(*flags, data=..., env=..., nofile=...)``."""
+
+
+def run_json_script(script: str | Path, *args: object, timeout: float = 60.0) -> dict[str, Any]:
+    """Run a Python script (a real client from PyPI driven in its own interpreter) with
+    ``args``; its last line of output is a JSON object, returned. AssertionError with its
+    output when it fails."""
+    proc = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        timeout=timeout,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(report, dict)
+    return report

@@ -1,25 +1,15 @@
 """Fixtures of the control-plane tests (view, coordinator, member) against the session's
-real etcd member: ``etcd`` (a connected ``Etcd``) and ``keys`` (this test's own cluster)."""
+real etcd member (``etcd``, from ``tests/cluster/conftest.py``): ``keys`` (this test's own
+cluster) and ``bounded`` (a teardown step with a deadline)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 
 import pytest
 
-from nsqpy.cluster.etcd import Etcd
 from nsqpy.cluster.keys import Keys
-from nsqpy.testing.etcd import EtcdCluster
-
-
-@pytest.fixture
-async def etcd(etcd_single: EtcdCluster) -> AsyncIterator[Etcd]:
-    client = await Etcd.connect(etcd_single.endpoints)
-    try:
-        yield client
-    finally:
-        await bounded(client.close())
 
 
 async def bounded(step: Awaitable[None], seconds: float = 10.0) -> None:

@@ -1,25 +1,15 @@
-"""Fixtures of the etcd client tests: ``etcd`` (an ``Etcd`` on the session's single
-member), ``prefix`` (this test's own key prefix there), and ``own_single`` / ``own_trio``
+"""Fixtures of the etcd client tests (``etcd``, an ``Etcd`` on the session's single member,
+is ``tests/cluster/conftest.py``'s): ``prefix`` (this test's own key prefix there), and ``own_single`` / ``own_trio``
 (members of the test's own, for tests that kill, pause, stop or compact)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nsqpy.cluster.etcd import Etcd
 from nsqpy.testing.etcd import EtcdCluster
-
-
-@pytest.fixture
-async def etcd(etcd_single: EtcdCluster) -> AsyncIterator[Etcd]:
-    client = await Etcd.connect(etcd_single.endpoints)
-    try:
-        yield client
-    finally:
-        await client.close()
 
 
 @pytest.fixture

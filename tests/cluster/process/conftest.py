@@ -18,9 +18,6 @@ own interpreter, answering one JSON line).
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ import pytest
 
 from nsqpy.testing import WireClient
 from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.processes import run_json_script
 
 CLIENTS = Path(__file__).parent / "clients"
 _names = itertools.count()
@@ -68,9 +66,20 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 
 def create(cluster: LocalCluster, topic: str, via: int | None = None, **args: object) -> Any:
-    """POST /topic/create on lookupd ``via`` (None: the first running); (status, body)."""
+    """POST /topic/create on lookupd ``via`` (None: the first running); (status, body).
+    After a 200, once every running lookupd shows the topic (each answers from its own
+    view of etcd, which follows the coordinator's write within moments)."""
     query = urlencode({"topic": topic, **{k: str(v) for k, v in args.items()}})
-    return cluster.post(f"/topic/create?{query}", via)
+    answer = cluster.post(f"/topic/create?{query}", via)
+    if answer[0] == 200:
+        for i, proc in enumerate(cluster.lookupds):
+            if cluster.running(proc):
+                cluster.wait_for(
+                    lambda i=i: cluster.request("GET", cluster.lookupd_http(i),  # type: ignore[misc]
+                                                f"/lookup?topic={topic}")[0] == 200,
+                    10, f"lookupd {i} sees topic {topic}",
+                )  # fmt: skip
+    return answer
 
 
 def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
@@ -96,13 +105,4 @@ def wire(cluster: LocalCluster, i: int) -> WireClient:
 
 
 def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(CLIENTS / script), *map(str, args)],
-        capture_output=True,
-        timeout=timeout,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert isinstance(report, dict)
-    return report
+    return run_json_script(CLIENTS / script, *args, timeout=timeout)
