@@ -6,8 +6,9 @@ frames and IDs), ``verbs`` (command objects), ``commands`` (the server's Command
 ``extend`` (Youzan's commands: headers, partitions, tracing), ``client_codec``
 (client encoders: every byte nsqpy.client sends), ``identify`` (IDENTIFY body, negotiation,
 reply), ``state`` (connection state table), ``logread`` (the body of nsqd's HTTP log-read
-API, written by nsqd and read by Spark). This package imports only the standard library
-and nsqpy.errors: never asyncio, sockets or any layer above it.
+API, written by nsqd and read by Spark), ``replication`` (frames between nsqd). This
+package imports only the standard library and nsqpy.errors: never asyncio, sockets or any
+layer above it.
 """
 
 from nsqpy.protocol.commands import CommandParser, LineTooLong

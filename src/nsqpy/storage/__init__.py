@@ -14,7 +14,14 @@ from nsqpy.storage.log import PartitionLog
 from nsqpy.storage.memory import MemoryLog
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.storage.raw import RawBatch
-from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.records import (
+    Entry,
+    Frame,
+    OffsetMismatch,
+    OffsetOutOfRange,
+    Record,
+    StaleEpoch,
+)
 
 __all__ = [
     "CursorFile",
@@ -25,9 +32,11 @@ __all__ = [
     "Entry",
     "Frame",
     "MemoryLog",
+    "OffsetMismatch",
     "OffsetOutOfRange",
     "PartitionLog",
     "RawBatch",
     "Record",
+    "StaleEpoch",
     "SyncPolicy",
 ]

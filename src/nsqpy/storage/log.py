@@ -39,6 +39,17 @@ records were lost (a repaired batch) and between segments where a log went on pa
 it had handed out (a power loss: see ``nsqpy.storage.reservation``); readers skip them,
 never reusing one. A segment in format 1 (magic "NQB1", 28-byte headers, no records CRC) is
 refused with StorageError and left untouched.
+
+Replication (cluster mode). A follower's log takes its leader's batches as they are
+(``append_raw``: same offsets, epochs and bytes, through the same pending/flush path, so
+segments, indexes and the epoch history come out as the leader's) and is made equal to
+the leader's by epoch history (``end_offset_for_epoch``, ``match_leader``: the loop is in
+``nsqpy.storage.epochs``). Truncation lowers the reservation to the new end: offsets
+above a follower's end were never committed (consumers read only below the committed
+offset, which every ISR member has), so the leader's records take them. Whatever this node
+does next, as follower or as a leader in a later epoch, offsets below its end are the
+leader's and new ones continue from the end; the reservation is extended by ``flush``
+as for any append, so no offset readable here is ever handed out again with other data.
 """
 
 from __future__ import annotations
@@ -55,12 +66,13 @@ from pathlib import Path
 
 from nsqpy.errors import StorageError
 from nsqpy.storage.budget import LOADED_INDEXES
-from nsqpy.storage.encode import Buf, encode_bodies, encode_entries
+from nsqpy.storage.encode import encode_bodies, encode_entries
+from nsqpy.storage.epochs import end_offset_for_epoch, trimmed
 from nsqpy.storage.files import write_atomic
 from nsqpy.storage.policy import SyncPolicy
-from nsqpy.storage.raw import RawBatch
+from nsqpy.storage.raw import RawBatch, check_raw
 from nsqpy.storage.reader import LogReader
-from nsqpy.storage.records import Entry, Frame, OffsetOutOfRange, Record
+from nsqpy.storage.records import Entry, Frame, OffsetMismatch, OffsetOutOfRange, Record
 from nsqpy.storage.recovery import Recovery
 from nsqpy.storage.reservation import RESERVED_FILE, Reservation
 from nsqpy.storage.segment import (
@@ -72,6 +84,7 @@ from nsqpy.storage.segment import (
 )
 
 IOV_MAX = 1024
+Buf = bytes | bytearray | memoryview  # a part of a pending batch (replicated ones are views)
 EPOCHS_FILE = "epochs"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -113,7 +126,7 @@ class PartitionLog:
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         # parts, bytes, base, count, max ts of each encoded, unwritten batch
-        self._pending: list[tuple[list[Buf], int, int, int, int]] = []
+        self._pending: list[tuple[Sequence[Buf], int, int, int, int]] = []
         self._next = 0
         self._durable = 0
         self._epoch = 0
@@ -184,6 +197,46 @@ class PartitionLog:
         """(epoch, first offset) for every epoch that has records, in order, and last an
         epoch begun at the end with none yet (``begin_epoch``)."""
         return list(self._epochs)
+
+    @property
+    def last_epoch(self) -> int:
+        """The last epoch of the history: its last record's, or one begun after it (0 for
+        an empty history). ``append_raw`` takes no batch below it. (``epoch``, what the
+        next own append carries, may be higher: ``set_epoch`` is not history.)"""
+        return self._epochs[-1][0] if self._epochs else 0
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch, asked of a leader by a follower whose last epoch
+        is ``epoch``: (the largest epoch <= ``epoch`` this log knows, the offset where it
+        ends here: the next epoch's first offset, or high_watermark for the last one), or
+        (-1, -1) when every epoch known here is above ``epoch`` (or none is)."""
+        return end_offset_for_epoch(self._epochs, epoch, self._next)
+
+    def match_leader(self, asked: int, answer: tuple[int, int]) -> bool:
+        """One round of catching up (the loop is in ``nsqpy.storage.epochs``): ``answer``
+        is the leader's ``end_offset_for_epoch(asked)``, ``asked`` this log's last_epoch.
+        Truncates the divergent tail: past the leader's end of its epoch and past this
+        log's own end of that epoch (everything for (-1, -1)), and a gap this log jumped
+        to at open (a reboot's reservation) with no record after it. Returns True when
+        the logs agree up to this log's end; False: ask again with the new last_epoch.
+        OffsetOutOfRange if the cut falls below low_watermark (nothing in common kept)."""
+        self.flush()
+        epoch, end = answer
+        if epoch < 0:
+            self.truncate(self.low_watermark)
+            return True
+        own = end_offset_for_epoch(self._epochs, epoch, self._next)[1]
+        cut = min(end, own if own >= 0 else self.low_watermark, self._records_end())
+        self.truncate(cut)
+        return epoch == asked
+
+    def _records_end(self) -> int:
+        """The end of the last record: high_watermark, or where a gap jumped to at open
+        (``advance_to``) starts when no record follows it yet."""
+        segs = self._segments
+        if len(segs) > 1 and segs[-1].size == 0 and segs[-2].end < segs[-1].base:
+            return segs[-2].end
+        return self._next
 
     # -- open and recovery -----------------------------------------------------------
 
@@ -335,7 +388,46 @@ class PartitionLog:
         self._queue(encode_bodies(bodies, base, self._epoch, ts, deliver_at), base, len(bodies), ts)
         return base
 
-    def _queue(self, parts: list[Buf], base: int, count: int, max_ts: int) -> None:
+    def append_raw(self, data: bytes, start_offset: int) -> int:
+        """Append a leader's whole batches as they are (what its ``read_raw`` returned:
+        ``RawBatch.data`` and ``.offset``): same offsets, epochs and bytes. Returns the new
+        high_watermark.
+
+        Everything is checked before anything is queued: ``start_offset`` must be the log's
+        end (else ``OffsetMismatch``; where the leader's log skips offsets, ``advance_to``
+        the batch's offset first), every header and records CRC32C (``CorruptRecord``
+        naming the byte and offset), offsets chaining from ``start_offset``, epochs never
+        below ``last_epoch`` (``StaleEpoch``: truncate first, see ``match_leader``). A
+        batch in a new epoch adds it to the history at its first offset, as the leader's
+        ``begin_epoch`` and writes did. Then it is pending like any append: ``flush``
+        writes everything appended since the last one in one ``pwritev``, extending the
+        reservation, rolling segments and indexing as for the leader. ``data`` is kept
+        (not copied) until then.
+        """
+        self._check_open()
+        if start_offset != self._next:
+            raise OffsetMismatch(start_offset, self._next)
+        checked = check_raw(data, start_offset, self.last_epoch)
+        if not checked:
+            return self._next
+        view = memoryview(data) if len(checked) > 1 else None
+        epochs = self._epochs
+        pending = self._pending
+        epoch = base = count = 0
+        for pos, end, base, count, epoch, max_ts in checked:
+            if not epochs or epochs[-1][0] != epoch:
+                if epochs and epochs[-1][1] >= base:
+                    epochs.pop()  # an epoch begun here with no record (a past leadership)
+                epochs.append((epoch, base))
+                self._epochs_dirty = True
+            part: Buf = data if view is None else view[pos:end]
+            pending.append(([part], end - pos, base, count, max_ts))
+        self._next = base + count
+        if epoch > self._epoch:
+            self._epoch = epoch
+        return self._next
+
+    def _queue(self, parts: Sequence[Buf], base: int, count: int, max_ts: int) -> None:
         if not self._epochs or self._epochs[-1][0] != self._epoch:
             self._epochs.append((self._epoch, base))
             self._epochs_dirty = True
@@ -351,12 +443,14 @@ class PartitionLog:
         if not self._pending:
             return self.flushed_offset
         self._check_open()
-        if self._next > self._reservation.reserved:
-            try:
+        try:
+            if self._next > self._reservation.reserved:
                 self._reservation.extend(self._next)
-            except OSError:
-                self._undo_pending()
-                raise
+            if self._epochs_dirty:  # before the records: a crash between never forgets an
+                self._write_epochs()  # epoch change (recovery drops entries past the end)
+        except OSError:
+            self._undo_pending()
+            raise
         pending, self._pending = self._pending, []
         seg = self._segments[-1]
         group: list[Buf] = []
@@ -377,8 +471,6 @@ class PartitionLog:
         except OSError:
             self._undo_pending()
             raise
-        if self._epochs_dirty:
-            self._write_epochs()
         return seg.end
 
     def _write(self, seg: Segment, group: list[Buf], end_pos: int, end_offset: int) -> None:
@@ -420,7 +512,10 @@ class PartitionLog:
         del seg.idx_ts[len(seg.idx_off) :]
         self._pending = []
         self._next = seg.end
-        self._epochs = [e for e in self._epochs if e[1] < self._next]
+        epochs = trimmed(self._epochs, self._next)
+        if epochs != self._epochs:
+            self._epochs = epochs
+            self._epochs_dirty = True
 
     def _roll(self, base: int) -> Segment:
         """A new active segment at ``base`` (the one before it, if any, is sealed)."""
@@ -573,9 +668,16 @@ class PartitionLog:
     # -- truncation and retention ----------------------------------------------------
 
     def truncate(self, offset: int) -> None:
-        """Drop every record >= offset (a replica's divergent tail); epochs are trimmed too."""
+        """Drop every record >= offset (a replica's divergent tail). The epoch history is
+        cut to match (``epochs.trimmed``: an epoch begun at the new end with no record
+        goes too, even when no record does), so that the leader's batches appended next
+        give the leader's history. The reservation comes down to the new end: see the
+        module doc. ``epoch`` (what the log's own next append carries) is left as set."""
         self._check_open()
         if offset >= self._next:
+            if self._epochs and self._epochs[-1][1] >= offset:
+                self._epochs = trimmed(self._epochs, offset)
+                self._write_epochs()
             return
         self.flush()
         if offset < self.low_watermark:
@@ -595,7 +697,7 @@ class PartitionLog:
         self._reader.forget()
         self._next = seg.end
         self._durable = min(self._durable, self._next)
-        self._epochs = [e for e in self._epochs if e[1] < self._next]
+        self._epochs = trimmed(self._epochs, self._next)
         self._write_epochs()
         self._reservation.lower(self._next)  # (what was cut was never read: see module doc)
 

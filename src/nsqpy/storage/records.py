@@ -52,6 +52,29 @@ class OffsetOutOfRange(StorageError):
         self.high = high
 
 
+class OffsetMismatch(StorageError):
+    """Replicated batches were offered at an offset that is not the log's end (a follower
+    appends only at its own end: ``PartitionLog.append_raw``)."""
+
+    def __init__(self, offset: int, end: int) -> None:
+        super().__init__(f"batches offered at offset {offset}, but the log ends at {end}")
+        self.offset = offset
+        self.end = end
+
+
+class StaleEpoch(StorageError):
+    """A replicated batch carries an epoch below the log's last epoch (epochs never go
+    back: the log's tail diverges from the leader's and must be truncated first)."""
+
+    def __init__(self, epoch: int, last_epoch: int, offset: int) -> None:
+        super().__init__(
+            f"batch at offset {offset} is in epoch {epoch}, below the log's last epoch {last_epoch}"
+        )
+        self.epoch = epoch
+        self.last_epoch = last_epoch
+        self.offset = offset
+
+
 @dataclass(slots=True)
 class Entry:
     """What a producer hands to ``append``."""

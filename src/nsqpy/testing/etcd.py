@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
-from nsqpy.testing.processes import free_ports
+from nsqpy.testing.processes import die_with_parent, free_ports
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 START_TIMEOUT = 20.0  # seconds: a fresh 3-member cluster elects in well under 2 s
@@ -138,6 +138,7 @@ class EtcdCluster:
             stdout=log,
             stderr=log,
             start_new_session=True,  # a Ctrl-C in the test's terminal is not theirs
+            preexec_fn=die_with_parent(),  # nor a test run killed by a timeout: they die too
         )
 
     def running(self, i: int) -> bool:
