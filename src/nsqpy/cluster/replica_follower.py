@@ -1,0 +1,264 @@
+"""The follower's end of replication: ``FollowerFetch`` keeps one followed partition's log
+equal to its leader's (CLUSTER.md "Epochs and the commit log", "Write path", issue 19).
+
+Owns one link's life: dial the leader's rpc address, HELLO, the catch-up loop of
+``nsqpy.storage.epochs`` (EPOCH_QUERY, ``match_leader`` until it agrees: a divergent tail is
+truncated), FETCH from the log's end, then every APPEND taken as it is (``advance_to`` where
+the leader's log skips offsets, ``append_raw``; all frames that arrive together under one
+``flush``; ``sync`` when the log's policy says so) and ACKed with (end, durable). It keeps
+the leader's committed offset: nothing above it may be exposed (``readable_offset``). A
+dropped link is redialled with capped exponential backoff; ``E_STALE_EPOCH`` (and a cluster
+mismatch) parks it until the owner gives a new (leader address, epoch) with
+``set_leader``. Imports asyncio, the codec and the storage log; never the broker or nsqd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from nsqpy.cluster.replica import Link
+from nsqpy.errors import StorageError
+from nsqpy.protocol.replication import (
+    E_CLUSTER_MISMATCH,
+    E_STALE_EPOCH,
+    HEARTBEAT_FRAME,
+    MAGIC,
+    MAX_BATCH_BYTES,
+    Append,
+    EpochEnd,
+    ErrorFrame,
+    Heartbeat,
+    Hello,
+    MalformedFrame,
+    ReplicationFrame,
+    ReplicationProtocolError,
+    encode_ack,
+    encode_epoch_query,
+    encode_fetch,
+    encode_hello,
+)
+from nsqpy.storage.log import PartitionLog
+
+Progress = Callable[[int, int, int], None]  # end, durable, committed
+
+
+class RemoteError(ConnectionError):
+    """The leader answered ERROR."""
+
+    def __init__(self, frame: ErrorFrame) -> None:
+        super().__init__(f"leader refused: {frame.code} (epoch {frame.leader_epoch}) {frame.text}")
+        self.frame = frame
+
+
+class FollowerFetch:
+    """Follows (topic, partition) into ``log``; ``start()``, ``set_leader()``, ``stop()``.
+
+    ``state``: "waiting" (no usable assignment: none yet, stale epoch, gave up),
+    "connecting", "catching-up", "streaming", "stopped". ``sessions`` counts links that
+    got past HELLO; ``leader_epoch_seen`` is the epoch an E_STALE_EPOCH named.
+    """
+
+    def __init__(
+        self,
+        log: PartitionLog,
+        *,
+        node_id: str,
+        cluster_id: str,
+        topic: str,
+        partition: int,
+        leader: str | None = None,
+        leader_epoch: int = 0,
+        on_progress: Progress | None = None,
+        max_bytes: int = MAX_BATCH_BYTES,
+        timeout: float = 5.0,
+        backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        max_attempts: int | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.plog = log
+        self.node_id, self.cluster_id = node_id, cluster_id
+        self.topic, self.partition = topic, partition
+        self.leader, self.leader_epoch = leader, leader_epoch
+        self.on_progress = on_progress
+        self.max_bytes, self.timeout = max_bytes, timeout
+        self.backoff, self.max_backoff, self.max_attempts = backoff, max_backoff, max_attempts
+        self.logger = logger or logging.getLogger("nsqpy.cluster.replica")
+        self.committed_offset = 0
+        self.state = "waiting"
+        self.sessions = 0
+        self.leader_epoch_seen: int | None = None
+        self._parked = leader is None
+        self._changed = asyncio.Event()
+        self._link: Link | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def readable_offset(self) -> int:
+        """What may be exposed here: below the leader's committed offset and flushed."""
+        return min(self.plog.flushed_offset, self.committed_offset)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"follow {self._where}")
+
+    def set_leader(self, address: str, leader_epoch: int) -> None:
+        """A new assignment: drop the current link and dial ``address`` in the epoch."""
+        self.leader, self.leader_epoch = address, leader_epoch
+        self._parked = False
+        self._changed.set()
+        if self._link is not None:
+            self._link.writer.close()
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._link is not None:
+            await self._link.close()
+        if self.plog.pending():
+            self.plog.flush()
+        self.state = "stopped"
+
+    @property
+    def _where(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            if self._parked or self.leader is None:
+                self.state = "waiting"
+                await self._changed.wait()
+            self._changed.clear()
+            before = self.sessions
+            try:
+                await self._session(self.leader or "", self.leader_epoch)
+            except RemoteError as err:
+                code = err.frame.code
+                if code in (E_STALE_EPOCH, E_CLUSTER_MISMATCH):
+                    self.leader_epoch_seen = err.frame.leader_epoch or None
+                    self._parked = True
+                    self.logger.warning("replication of %s: %s; waiting", self._where, err)
+                    continue
+                self.logger.info("replication of %s: %s", self._where, err)
+            except (OSError, TimeoutError, ReplicationProtocolError, StorageError) as err:
+                self.logger.info("replication of %s from %s: %s", self._where, self.leader, err)
+            attempt = 1 if self.sessions > before else attempt + 1
+            if self.max_attempts is not None and attempt >= self.max_attempts:
+                self.logger.warning("replication of %s: gave up after %d", self._where, attempt)
+                self._parked = True
+                continue
+            delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._changed.wait()
+
+    async def _session(self, address: str, epoch: int) -> None:
+        self.state = "connecting"
+        host, _, port = address.rpartition(":")
+        async with asyncio.timeout(self.timeout):
+            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        link = self._link = Link(reader, writer)
+        try:
+            hello = encode_hello(self.node_id, self.cluster_id, self.topic, self.partition, epoch)
+            link.send([MAGIC + hello])
+            link.magic_sent = True
+            await self._expect_hello(link, epoch)
+            self.sessions += 1
+            self.state = "catching-up"
+            await self._catch_up(link)
+            link.send([encode_fetch(epoch, self.plog.high_watermark, self.max_bytes)])
+            self.state = "streaming"
+            await self._stream(link, epoch)
+        finally:
+            self._link = None
+            if self.plog.pending():
+                self.plog.flush()
+            await link.close()
+
+    async def _next(self, link: Link) -> ReplicationFrame:
+        while True:
+            frame = await link.next(self.timeout)
+            if isinstance(frame, ErrorFrame):
+                raise RemoteError(frame)
+            if not isinstance(frame, Heartbeat):
+                return frame
+
+    async def _expect_hello(self, link: Link, epoch: int) -> None:
+        frame = await self._next(link)
+        if not isinstance(frame, Hello):
+            raise MalformedFrame(f"expected HELLO, got {type(frame).__name__}")
+        if (frame.topic, frame.partition, frame.leader_epoch) != (
+            self.topic,
+            self.partition,
+            epoch,
+        ):
+            raise MalformedFrame(
+                f"HELLO for {frame.topic}/{frame.partition} in epoch {frame.leader_epoch},"
+                f" asked {self._where} in {epoch}"
+            )
+
+    async def _catch_up(self, link: Link) -> None:
+        """EPOCH_QUERY and match_leader until the logs agree up to this log's end."""
+        while True:
+            asked = self.plog.last_epoch
+            link.send([encode_epoch_query(asked)])
+            frame = await self._next(link)
+            if not isinstance(frame, EpochEnd):
+                raise MalformedFrame(f"expected EPOCH_END, got {type(frame).__name__}")
+            if self.plog.match_leader(asked, (frame.epoch, frame.end_offset)):
+                return
+
+    async def _stream(self, link: Link, epoch: int) -> None:
+        log = self.plog
+        acked = (-1, -1)
+        while True:
+            frames = await link.recv(self.timeout)
+            heartbeat = False
+            for frame in frames:
+                if isinstance(frame, Append):
+                    self._take(frame, epoch)
+                elif isinstance(frame, Heartbeat):
+                    heartbeat = True
+                elif isinstance(frame, ErrorFrame):
+                    raise RemoteError(frame)
+                else:
+                    raise MalformedFrame(f"unexpected {type(frame).__name__} from the leader")
+            if log.pending():
+                log.flush()
+            if log.sync_due(time.time_ns()):
+                await asyncio.to_thread(log.sync)
+            now = (log.flushed_offset, log.durable_offset)
+            if now != acked:
+                link.send([encode_ack(epoch, *now)])
+                acked = now
+            elif heartbeat:
+                link.send([HEARTBEAT_FRAME])
+            await link.drain()
+            if self.on_progress is not None:
+                self.on_progress(now[0], now[1], self.committed_offset)
+
+    def _take(self, frame: Append, epoch: int) -> None:
+        if frame.leader_epoch != epoch:
+            raise MalformedFrame(f"APPEND in epoch {frame.leader_epoch} on a link in {epoch}")
+        if frame.committed_offset > self.committed_offset:
+            self.committed_offset = frame.committed_offset
+        if not frame.count:
+            return
+        log = self.plog
+        end = log.high_watermark
+        if frame.start_offset > end:  # the leader's log skips offsets here
+            log.advance_to(frame.start_offset)
+        elif frame.start_offset < end:
+            raise MalformedFrame(f"APPEND from {frame.start_offset}, the log ends at {end}")
+        log.append_raw(frame.data, frame.start_offset)
+
+
+__all__ = ["FollowerFetch", "RemoteError"]

@@ -1,0 +1,416 @@
+"""The leader's end of replication: ``LeaderFeed`` serves follower links for every
+partition this node leads (CLUSTER.md "Write path", issue 19).
+
+Owns the per-link conversation (magic, HELLO checked against the cluster id, the log held,
+leadership and epoch; EPOCH_QUERY answered from the epoch history; FETCH served by
+streaming ``read_raw`` chunks as APPEND frames, pipelined under a window of un-acked bytes,
+never the whole log in memory), the followers' ACKs per (topic, partition, node id), the
+committed offset (``committed``: the minimum of the leader's own end and every ISR
+follower's acked end; durable ends when the log's policy is ``always``), heartbeats on idle
+links and the report of silent followers (``lagging``). It does no polling: the owner calls
+``notify(topic, partition)`` after each flush of a led log, and learns of a committed offset
+that moved through ``on_progress``. Imports asyncio, the codec and the storage log; never the
+broker or nsqd (the owner hands it lookups).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from nsqpy.cluster.replica import Link, LinkClosed
+from nsqpy.errors import StorageError
+from nsqpy.protocol.replication import (
+    E_CLUSTER_MISMATCH,
+    E_NOT_LEADER,
+    E_NOT_REPLICA,
+    E_STALE_EPOCH,
+    HEARTBEAT_FRAME,
+    MAGIC,
+    Ack,
+    EpochQuery,
+    ErrorFrame,
+    Fetch,
+    Heartbeat,
+    Hello,
+    MalformedFrame,
+    ReplicationProtocolError,
+    encode_append,
+    encode_epoch_end,
+    encode_error,
+    encode_hello,
+)
+from nsqpy.storage.log import PartitionLog
+
+WINDOW = 4 << 20  # un-acked bytes in flight per follower
+CHUNK = 1 << 20  # read_raw bytes per APPEND
+
+LogLookup = Callable[[str, int], "PartitionLog | None"]
+EpochLookup = Callable[[str, int], "int | None"]  # our leader_epoch, None: not the leader
+IsrLookup = Callable[[str, int], Iterable[str]]
+Progress = Callable[[str, int, int], None]  # topic, partition, committed offset
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower of one partition (loop.time() seconds)."""
+
+    node_id: str
+    end: int = 0
+    durable: int = 0
+    last_heard: float = 0.0
+    connected: bool = False
+    unacked_since: float | None = None  # when the oldest un-acked APPEND went out
+
+
+@dataclass(eq=False, slots=True)
+class _Conn:
+    link: Link
+    topic: str
+    partition: int
+    node_id: str
+    epoch: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pos: int | None = None  # the next offset to send; None until FETCH
+    max_bytes: int = CHUNK
+    inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (next offset, bytes)
+    inflight_bytes: int = 0
+    sent_committed: int = -1
+
+
+@dataclass(slots=True)
+class _Partition:
+    since: float
+    committed: int = 0
+    followers: dict[str, FollowerState] = field(default_factory=dict)
+    conns: dict[str, _Conn] = field(default_factory=dict)
+
+    def poke(self) -> None:
+        for conn in self.conns.values():
+            conn.wake.set()
+
+
+class _Refused(Exception):
+    def __init__(self, epoch: int, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.frame = (epoch, code, text)
+
+
+class LeaderFeed:
+    """Serves followers of the partitions this node leads; see the module docstring.
+
+    ``logs(topic, partition)``: the log held here or None; ``leader_epoch(topic,
+    partition)``: our leader epoch when we lead it, else None; ``isr(topic, partition)``:
+    the node ids of its ISR (this node's own id among them or not: it is skipped).
+    """
+
+    def __init__(
+        self,
+        node_id: str,
+        cluster_id: str,
+        logs: LogLookup,
+        leader_epoch: EpochLookup,
+        isr: IsrLookup,
+        *,
+        on_progress: Progress | None = None,
+        window: int = WINDOW,
+        chunk: int = CHUNK,
+        heartbeat_interval: float = 1.0,
+        timeout: float = 5.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.node_id, self.cluster_id = node_id, cluster_id
+        self._logs, self._leader_epoch, self._isr = logs, leader_epoch, isr
+        self.on_progress = on_progress
+        self.window, self.chunk = window, chunk
+        self.heartbeat_interval, self.timeout = heartbeat_interval, timeout
+        self.log = logger or logging.getLogger("nsqpy.cluster.replica")
+        self._parts: dict[tuple[str, int], _Partition] = {}
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    # -- owner's API ---------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        """Listen; returns the bound (host, port)."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        bound = self._server.sockets[0].getsockname()
+        return bound[0], bound[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for part in self._parts.values():
+            for conn in part.conns.values():
+                conn.link.writer.close()
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=1.0)
+        for task in list(self._handlers):
+            task.cancel()
+        for task in list(self._handlers):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    def notify(self, topic: str, partition: int) -> None:
+        """The log of (topic, partition) was flushed (or synced): send what is new."""
+        part = self._part(topic, partition)
+        part.poke()
+        self._advance(topic, partition, part)
+
+    def set_committed(self, topic: str, partition: int, offset: int) -> None:
+        """Seed (or raise) the committed offset, e.g. when taking over a partition."""
+        part = self._part(topic, partition)
+        if offset > part.committed:
+            part.committed = offset
+            part.poke()
+
+    def committed_offset(self, topic: str, partition: int) -> int:
+        """The committed offset as last advanced (never goes back)."""
+        return self._part(topic, partition).committed
+
+    def committed(self, topic: str, partition: int, isr: Iterable[str]) -> int:
+        """min(our flushed end, or durable end when syncdisk is ``always``; every ISR
+        follower's acked end, or durable end likewise); 0 for a follower never heard."""
+        log = self._logs(topic, partition)
+        part = self._part(topic, partition)
+        if log is None:
+            return part.committed
+        durable = log.policy.always
+        low = log.durable_offset if durable else log.flushed_offset
+        for node in isr:
+            if node == self.node_id:
+                continue
+            f = part.followers.get(node)
+            low = min(low, 0 if f is None else f.durable if durable else f.end)
+        return low
+
+    def followers(self, topic: str, partition: int) -> dict[str, FollowerState]:
+        return dict(self._part(topic, partition).followers)
+
+    def lagging(self, topic: str, partition: int, isr: Iterable[str]) -> list[str]:
+        """ISR followers silent, unconnected or with an APPEND un-acked for longer than
+        ``timeout`` (the coordinator moves them to catch-up)."""
+        now = asyncio.get_running_loop().time()
+        part = self._part(topic, partition)
+        late = []
+        for node in isr:
+            f = part.followers.get(node)
+            if node == self.node_id:
+                continue
+            if f is None:
+                stale = now - part.since > self.timeout
+            elif f.unacked_since is not None and now - f.unacked_since > self.timeout:
+                stale = True
+            else:
+                stale = now - f.last_heard > self.timeout
+            if stale:
+                late.append(node)
+        return late
+
+    def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
+        """Close the links of (topic, partition) (of one follower); returns how many."""
+        conns = list(self._part(topic, partition).conns.values())
+        closed = 0
+        for conn in conns:
+            if node_id is None or conn.node_id == node_id:
+                conn.link.writer.close()
+                closed += 1
+        return closed
+
+    # -- internals -----------------------------------------------------------------
+
+    def _part(self, topic: str, partition: int) -> _Partition:
+        part = self._parts.get((topic, partition))
+        if part is None:
+            now = asyncio.get_running_loop().time()
+            part = self._parts[(topic, partition)] = _Partition(since=now)
+        return part
+
+    def _advance(self, topic: str, partition: int, part: _Partition) -> None:
+        new = self.committed(topic, partition, self._isr(topic, partition))
+        if new > part.committed:
+            part.committed = new
+            part.poke()
+            if self.on_progress is not None:
+                self.on_progress(topic, partition, new)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        link = Link(reader, writer)
+        try:
+            await self._conversation(link)
+        except ReplicationProtocolError as err:
+            self.log.warning("replication: %s broke the protocol (%s); closing", link.peer, err)
+            await link.refuse(err)
+        except _Refused as err:
+            self.log.info("replication: refused %s: %s", link.peer, err)
+            await link.refuse(err.frame)
+        except (LinkClosed, OSError, TimeoutError) as err:
+            self.log.debug("replication: link from %s ended: %s", link.peer, err)
+        except asyncio.CancelledError:
+            pass  # close(): a server callback must not end cancelled (asyncio logs it)
+        finally:
+            await link.close()
+            self._handlers.discard(task)
+
+    async def _conversation(self, link: Link) -> None:
+        hello = await link.next(self.timeout)
+        if not isinstance(hello, Hello):
+            raise MalformedFrame(f"expected HELLO first, got {type(hello).__name__}")
+        epoch = self._check_hello(hello)
+        link.send([MAGIC + encode_hello(self.node_id, self.cluster_id, *_tp(hello), epoch)])
+        link.magic_sent = True
+        conn = _Conn(link, hello.topic, hello.partition, hello.node_id, epoch)
+        part = self._part(hello.topic, hello.partition)
+        old = part.conns.get(hello.node_id)
+        if old is not None:
+            old.link.writer.close()  # a reconnect replaces the old link
+        part.conns[hello.node_id] = conn
+        f = part.followers.setdefault(hello.node_id, FollowerState(hello.node_id))
+        f.connected, f.unacked_since = True, None
+        f.last_heard = asyncio.get_running_loop().time()
+        sender = asyncio.create_task(self._send_loop(conn, part))
+        try:
+            await self._receive_loop(conn, part, f, sender)
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            if part.conns.get(conn.node_id) is conn:
+                del part.conns[conn.node_id]
+                f.connected = False
+
+    def _check_hello(self, hello: Hello) -> int:
+        if hello.cluster_id != self.cluster_id:
+            text = f"cluster {hello.cluster_id!r}, this node is in {self.cluster_id!r}"
+            raise _Refused(0, E_CLUSTER_MISMATCH, text)
+        where = f"{hello.topic}/{hello.partition}"
+        if self._logs(hello.topic, hello.partition) is None:
+            raise _Refused(0, E_NOT_REPLICA, f"{where} is not held here")
+        epoch = self._leader_epoch(hello.topic, hello.partition)
+        if epoch is None:
+            raise _Refused(0, E_NOT_LEADER, f"{where} is not led here")
+        if hello.leader_epoch < epoch:
+            text = f"{where}: epoch {hello.leader_epoch} is stale, the leader is in {epoch}"
+            raise _Refused(epoch, E_STALE_EPOCH, text)
+        if hello.leader_epoch > epoch:
+            text = f"{where}: epoch {hello.leader_epoch} is newer than ours ({epoch})"
+            raise _Refused(epoch, E_NOT_LEADER, text)
+        return epoch
+
+    async def _receive_loop(
+        self, conn: _Conn, part: _Partition, f: FollowerState, sender: asyncio.Task[None]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            recv = asyncio.ensure_future(conn.link.recv())
+            try:
+                done, _ = await asyncio.wait({recv, sender}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not recv.done():
+                    recv.cancel()
+            if recv not in done:  # the sender ended (leadership lost, write failed)
+                sender.result()
+                return
+            f.last_heard = loop.time()
+            for frame in recv.result():
+                self._on_frame(conn, part, f, frame)
+
+    def _on_frame(self, conn: _Conn, part: _Partition, f: FollowerState, frame: object) -> None:
+        match frame:
+            case Ack(epoch, end, durable):
+                self._check_epoch(conn, epoch)
+                f.end, f.durable = end, durable
+                while conn.inflight and conn.inflight[0][0] <= end:
+                    conn.inflight_bytes -= conn.inflight.popleft()[1]
+                f.unacked_since = f.last_heard if conn.inflight else None
+                conn.wake.set()
+                self._advance(conn.topic, conn.partition, part)
+            case Fetch(epoch, start, max_bytes):
+                self._check_epoch(conn, epoch)
+                conn.pos, conn.max_bytes = start, max(1, min(max_bytes, self.chunk))
+                conn.inflight.clear()
+                conn.inflight_bytes = 0
+                f.end, f.durable = start, min(f.durable, start)
+                conn.wake.set()
+            case EpochQuery(epoch):
+                log = self._logs(conn.topic, conn.partition)
+                if log is None:
+                    raise _Refused(conn.epoch, E_NOT_REPLICA, "the log is gone")
+                conn.link.send([encode_epoch_end(*log.end_offset_for_epoch(epoch))])
+            case Heartbeat():
+                pass
+            case ErrorFrame(epoch, code, text):
+                raise LinkClosed(f"{conn.link.peer} sent ERROR {code} (epoch {epoch}): {text}")
+            case _:
+                raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
+
+    def _check_epoch(self, conn: _Conn, epoch: int) -> None:
+        if epoch < conn.epoch:
+            raise _Refused(conn.epoch, E_STALE_EPOCH, f"epoch {epoch} is below {conn.epoch}")
+
+    async def _send_loop(self, conn: _Conn, part: _Partition) -> None:
+        link = conn.link
+        while True:
+            conn.wake.clear()
+            if self._leader_epoch(conn.topic, conn.partition) != conn.epoch:
+                text = f"{conn.topic}/{conn.partition} is no longer led here in {conn.epoch}"
+                link.send([encode_error(conn.epoch, E_NOT_LEADER, text)])
+                await link.drain()
+                return
+            log = self._logs(conn.topic, conn.partition)
+            if log is not None and self._send_some(conn, part, log):
+                await link.drain()
+                continue
+            try:
+                async with asyncio.timeout(self.heartbeat_interval):
+                    await conn.wake.wait()
+            except TimeoutError:
+                link.send([HEARTBEAT_FRAME])
+                await link.drain()
+
+    def _send_some(self, conn: _Conn, part: _Partition, log: PartitionLog) -> bool:
+        """APPENDs while the window allows; an empty one when only committed moved."""
+        if conn.pos is None:
+            return False
+        pos, sent = max(conn.pos, log.low_watermark), False
+        try:
+            while conn.inflight_bytes < self.window and pos < log.flushed_offset:
+                raw = log.read_raw(pos, conn.max_bytes)
+                if not raw.count:
+                    break
+                size = len(raw.data)
+                conn.link.send(
+                    encode_append(conn.epoch, raw.offset, part.committed, raw.count, raw.data)
+                )
+                if not conn.inflight:
+                    f = part.followers[conn.node_id]
+                    f.unacked_since = f.unacked_since or asyncio.get_running_loop().time()
+                conn.inflight.append((raw.next_offset, size))
+                conn.inflight_bytes += size
+                pos, sent = raw.next_offset, True
+        except StorageError as err:
+            raise _Refused(conn.epoch, E_NOT_REPLICA, f"reading the log failed: {err}") from err
+        conn.pos = pos
+        if not sent and part.committed != conn.sent_committed:
+            conn.link.send(encode_append(conn.epoch, pos, part.committed, 0, b""))
+            sent = True
+        if sent:
+            conn.sent_committed = part.committed
+        return sent
+
+
+def _tp(hello: Hello) -> tuple[str, int]:
+    return hello.topic, hello.partition
+
+
+__all__ = ["FollowerState", "LeaderFeed"]

@@ -1,0 +1,135 @@
+"""Fixtures for the replication link tests: real PartitionLogs in tmp_path, a LeaderFeed on
+127.0.0.1:0 and FollowerFetch instances dialling it, all closed after each test.
+
+``Cluster`` is a tiny stand-in for the owner (nsqd's member side): it holds the led logs,
+the leader epoch and ISR per partition, and records what ``on_progress`` reported.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from nsqpy.cluster.replica_follower import FollowerFetch
+from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.storage import PartitionLog
+from nsqpy.storage.policy import SyncPolicy
+
+TOPIC = "t"
+CLUSTER = "c1"
+SEGMENT = 4096  # small segments: rolls happen on both sides
+
+
+def body(i: int) -> bytes:
+    return (b"%06d;" % i) * (1 + i % 7)
+
+
+def lead(log: PartitionLog, epoch: int, batches: int, per_batch: int = 10) -> None:
+    """As a leader in ``epoch``: ``batches`` batches, each flushed."""
+    log.begin_epoch(epoch)
+    for _ in range(batches):
+        base = log.high_watermark
+        log.append_bodies([body(base + i) for i in range(per_batch)])
+        log.flush()
+
+
+def contents(log: PartitionLog) -> list[tuple[int, int, bytes]]:
+    """(offset, epoch, body) of every record below flushed_offset."""
+    out: list[tuple[int, int, bytes]] = []
+    offset = log.low_watermark
+    while offset < log.flushed_offset:
+        records = log.read(offset, 1000, 1 << 20)
+        if not records:
+            break
+        out += [(r.offset, r.epoch, r.body) for r in records]
+        offset = records[-1].offset + 1
+    return out
+
+
+def assert_same(leader: PartitionLog, follower: PartitionLog) -> None:
+    assert follower.high_watermark == leader.high_watermark
+    assert contents(follower) == contents(leader)
+    assert follower.epochs() == leader.epochs()
+
+
+@dataclass
+class Cluster:
+    tmp: Path
+    logs: dict[int, PartitionLog] = field(default_factory=dict)
+    epochs: dict[int, int] = field(default_factory=dict)
+    isr: dict[int, list[str]] = field(default_factory=dict)
+    progress: list[tuple[str, int, int]] = field(default_factory=list)
+    feed: LeaderFeed | None = None
+    address: str = ""
+    followers: list[FollowerFetch] = field(default_factory=list)
+    opened: list[PartitionLog] = field(default_factory=list)
+
+    def log(self, name: str, sync: SyncPolicy | None = None) -> PartitionLog:
+        log = PartitionLog(self.tmp / name, segment_bytes=SEGMENT, sync=sync or SyncPolicy())
+        self.opened.append(log)
+        return log
+
+    def leader_log(
+        self, partition: int = 0, epoch: int = 1, sync: SyncPolicy | None = None
+    ) -> PartitionLog:
+        log = self.logs[partition] = self.log(f"leader-{partition}", sync)
+        self.epochs[partition] = epoch
+        self.isr.setdefault(partition, ["L"])
+        return log
+
+    async def start_feed(self, **options: float) -> LeaderFeed:
+        feed = LeaderFeed(
+            "L",
+            CLUSTER,
+            lambda t, p: self.logs.get(p) if t == TOPIC else None,
+            lambda t, p: self.epochs.get(p) if t == TOPIC else None,
+            self._isr,
+            on_progress=lambda t, p, c: self.progress.append((t, p, c)),
+            **options,  # type: ignore[arg-type]
+        )
+        host, port = await feed.start()
+        self.feed, self.address = feed, f"{host}:{port}"
+        return feed
+
+    def _isr(self, topic: str, partition: int) -> Iterable[str]:
+        return self.isr.get(partition, [])
+
+    def follower(
+        self, log: PartitionLog, node_id: str = "F1", *, partition: int = 0, **options: float
+    ) -> FollowerFetch:
+        epoch = options.pop("epoch", None)
+        f = FollowerFetch(
+            log,
+            node_id=node_id,
+            cluster_id=CLUSTER,
+            topic=TOPIC,
+            partition=partition,
+            leader=self.address,
+            leader_epoch=int(epoch if epoch is not None else self.epochs[partition]),
+            **options,  # type: ignore[arg-type]
+        )
+        self.followers.append(f)
+        f.start()
+        return f
+
+    async def close(self) -> None:
+        for f in self.followers:
+            await f.stop()
+        if self.feed is not None:
+            await self.feed.close()
+        for log in self.opened:
+            log.close()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        await c.close()
+        gc.collect()  # finalizers run here, not inside a later import's ast.parse

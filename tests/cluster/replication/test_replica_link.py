@@ -1,0 +1,203 @@
+"""The replication link over real loopback sockets: LeaderFeed serving FollowerFetch
+instances, real PartitionLogs on both ends (nsqpy.cluster.replica_leader/_follower)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import pytest
+
+from nsqpy.cluster.replica_follower import FollowerFetch
+from nsqpy.protocol.replication import (
+    E_STALE_EPOCH,
+    MAGIC,
+    ErrorFrame,
+    Hello,
+    ReplicationReader,
+    encode_hello,
+)
+from nsqpy.storage.policy import SyncPolicy
+from nsqpy.testing.polling import eventually
+
+from .conftest import CLUSTER, TOPIC, Cluster, assert_same, contents, lead
+
+
+def converged(leader_end: int, *followers: FollowerFetch) -> Callable[[], bool]:
+    def check() -> bool:
+        return all(f.plog.flushed_offset == leader_end for f in followers)
+
+    return check
+
+
+async def test_catch_up_several_epochs_and_segments(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=4)
+    lead(leader, 1, 30)
+    lead(leader, 2, 25)
+    lead(leader, 4, 30)
+    assert len(list(leader.directory.glob("*.log"))) > 3
+    feed = await cluster.start_feed(window=32 << 10, chunk=8 << 10)
+    cluster.isr[0] = ["L", "F1"]
+    mine = cluster.log("f1")
+    f = cluster.follower(mine)
+    await eventually(converged(leader.high_watermark, f), 10, what="follower caught up")
+    assert_same(leader, mine)
+    assert len(list(mine.directory.glob("*.log"))) > 3
+    await eventually(lambda: feed.committed_offset(TOPIC, 0) == leader.high_watermark, 5)
+    assert cluster.progress[-1] == (TOPIC, 0, leader.high_watermark)
+    await eventually(lambda: f.committed_offset == leader.high_watermark, 5)
+    assert f.readable_offset == leader.high_watermark
+
+
+async def test_live_appends_and_committed_is_the_min(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 3)
+    feed = await cluster.start_feed()
+    cluster.isr[0] = ["L", "F1", "F2"]
+    f1 = cluster.follower(cluster.log("f1"), "F1")
+    f2 = cluster.follower(cluster.log("f2"), "F2")
+    await eventually(converged(leader.high_watermark, f1, f2), 5)
+    await eventually(lambda: feed.committed_offset(TOPIC, 0) == leader.high_watermark, 5)
+    for _ in range(5):
+        leader.append_bodies([b"x" * 200] * 50)
+        leader.flush()
+        feed.notify(TOPIC, 0)
+        end = leader.high_watermark
+        await eventually(converged(end, f1, f2), 2, what="live append replicated")
+        await eventually(lambda: feed.committed_offset(TOPIC, 0) == end, 2)  # noqa: B023
+    assert feed.committed(TOPIC, 0, ["L", "F1", "F2"]) == leader.high_watermark
+    # one follower gone: committed is held at what it acked
+    held = leader.high_watermark
+    await f2.stop()
+    leader.append_bodies([b"y" * 200] * 50)
+    leader.flush()
+    feed.notify(TOPIC, 0)
+    await eventually(converged(leader.high_watermark, f1), 2)
+    await eventually(lambda: feed.followers(TOPIC, 0)["F1"].end == leader.high_watermark, 2)
+    assert feed.committed(TOPIC, 0, ["L", "F1", "F2"]) == held
+    assert feed.committed(TOPIC, 0, ["L", "F1"]) == leader.high_watermark
+    assert feed.committed_offset(TOPIC, 0) == held
+    # the ISR shrinks (the coordinator's move): the next ACK or flush moves committed on
+    cluster.isr[0] = ["L", "F1"]
+    feed.notify(TOPIC, 0)
+    assert feed.committed_offset(TOPIC, 0) == leader.high_watermark
+    await eventually(lambda: f1.committed_offset == leader.high_watermark, 2)
+
+
+async def test_divergent_tail_is_truncated(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=3)
+    lead(leader, 1, 10)
+    mine = cluster.log("f1")
+    while (raw := leader.read_raw(mine.high_watermark)).count:  # epoch 1, as replicated
+        mine.append_raw(raw.data, raw.offset)
+        mine.flush()
+    lead(mine, 2, 5)  # an epoch this node led that the leader never had
+    lead(leader, 3, 12)
+    assert mine.epochs()[-1][0] == 2
+    await cluster.start_feed()
+    f = cluster.follower(mine)
+    await eventually(converged(leader.high_watermark, f), 5)
+    assert_same(leader, mine)
+    assert 2 not in dict(mine.epochs())
+
+
+async def test_link_killed_mid_stream(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=2)
+    lead(leader, 1, 40, per_batch=40)
+    lead(leader, 2, 40, per_batch=40)
+    feed = await cluster.start_feed(window=16 << 10, chunk=4 << 10)
+    mine = cluster.log("f1")
+    f = cluster.follower(mine, backoff=0.01)
+    await eventually(lambda: mine.flushed_offset > 0, 5)
+    assert feed.disconnect(TOPIC, 0) == 1
+    await eventually(lambda: f.sessions >= 2, 5, what="the follower reconnected")
+    await eventually(converged(leader.high_watermark, f), 10)
+    assert_same(leader, mine)
+    offsets = [o for o, _, _ in contents(mine)]
+    assert offsets == list(range(leader.high_watermark))  # no duplicate, no gap
+
+
+async def test_garbage_is_closed_and_others_are_served(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 5)
+    await cluster.start_feed()
+    host, port = cluster.address.rsplit(":", 1)
+    caplog.set_level(logging.INFO, logger="nsqpy.cluster.replica")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET / HTTP/1.1\r\n\r\n")
+    async with asyncio.timeout(5):
+        answer = await reader.read()  # the leader answers ERROR and closes
+    writer.close()
+    await writer.wait_closed()
+    frames = ReplicationReader()
+    frames.feed(answer)
+    (error,) = frames.frames()
+    assert isinstance(error, ErrorFrame) and error.code == "E_BAD_MAGIC"
+    lines = [r for r in caplog.records if "broke the protocol" in r.getMessage()]
+    assert len(lines) == 1
+    f = cluster.follower(cluster.log("f1"))
+    await eventually(converged(leader.high_watermark, f), 5)
+
+
+async def test_stale_epoch_hello(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=5)
+    lead(leader, 5, 3)
+    await cluster.start_feed()
+    host, port = cluster.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(MAGIC + encode_hello("F9", CLUSTER, TOPIC, 0, 3))
+    async with asyncio.timeout(5):
+        answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    frames = ReplicationReader()
+    frames.feed(answer)
+    (error,) = frames.frames()
+    assert isinstance(error, ErrorFrame)
+    assert (error.code, error.leader_epoch) == (E_STALE_EPOCH, 5)
+    # a FollowerFetch parks on it until it is given the new epoch
+    f = cluster.follower(cluster.log("f1"), epoch=3)
+    await eventually(lambda: f.leader_epoch_seen == 5 and f.state == "waiting", 5)
+    f.set_leader(cluster.address, 5)
+    await eventually(converged(leader.high_watermark, f), 5)
+
+
+async def test_hello_is_answered_and_lagging_is_reported(cluster: Cluster) -> None:
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed(timeout=0.3, heartbeat_interval=0.05)
+    cluster.isr[0] = ["L", "F1", "GONE"]
+    host, port = cluster.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(MAGIC + encode_hello("F9", CLUSTER, TOPIC, 0, 1))
+    frames = ReplicationReader()
+    async with asyncio.timeout(5):
+        frames.feed(await reader.readexactly(4 + 4 + 1 + 2 * 3 + 2 + len(CLUSTER) + 1 + 2 + 4))
+    assert next(frames.frames()) == Hello("L", CLUSTER, TOPIC, 0, 1)
+    writer.close()
+    await writer.wait_closed()
+    f = cluster.follower(cluster.log("f1"), "F1")
+    await eventually(converged(leader.high_watermark, f), 5)
+    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["GONE"], 5)
+    await f.stop()
+    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["F1", "GONE"], 5)
+
+
+async def test_syncdisk_always_commits_durable_ends(cluster: Cluster) -> None:
+    always = SyncPolicy(always=True)
+    leader = cluster.leader_log(epoch=1, sync=always)
+    lead(leader, 1, 4)
+    feed = await cluster.start_feed()
+    cluster.isr[0] = ["L", "F1"]
+    mine = cluster.log("f1", always)
+    f = cluster.follower(mine)
+    await eventually(converged(leader.high_watermark, f), 5)
+    await eventually(lambda: mine.durable_offset == leader.high_watermark, 5)
+    await eventually(lambda: feed.followers(TOPIC, 0)["F1"].durable == mine.durable_offset, 5)
+    assert feed.committed_offset(TOPIC, 0) == 0  # the leader has not fsynced yet
+    leader.sync()
+    feed.notify(TOPIC, 0)
+    assert feed.committed_offset(TOPIC, 0) == leader.high_watermark
