@@ -135,6 +135,8 @@ class Member:
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
         self.registered = asyncio.Event()
+        # Called with the snapshot after each ``apply`` (the node's replication follows).
+        self.on_applied: list[Callable[[Snapshot], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -226,6 +228,8 @@ class Member:
             elif now[0] != role or now[1] != leader_epoch:
                 log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.set_role(topic, p, role, leader_epoch)
+        for hook in self.on_applied:
+            hook(snap)
 
     def _demote_all(self) -> None:
         for (topic, p), (role, leader_epoch, _end) in self.host.held_partitions().items():

@@ -114,6 +114,18 @@ class FollowerFetch:
         if self._link is not None:
             self._link.writer.close()
 
+    def halt(self) -> None:
+        """Stop at once, from synchronous code (the owner is about to lead the partition:
+        nothing may be appended from the old leader after this returns)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()  # it is suspended at an await: it appends nothing more
+        if self._link is not None:
+            self._link.writer.close()
+        if self.plog.pending():
+            self.plog.flush()
+        self.state = "stopped"
+
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.broker.broker import Broker, PartitionCountMismatch
-from nsqpy.broker.partition import LEADER
+from nsqpy.broker.partition import LEADER, Partition
 from nsqpy.cluster.etcd import Etcd, EtcdUnavailable
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.member import (
@@ -36,11 +36,12 @@ from nsqpy.cluster.member import (
     fresh_node_id,
     node_identity,
 )
-from nsqpy.cluster.model import Load, NodeInfo, partition_name
+from nsqpy.cluster.model import Load, NodeInfo, Replicas, partition_name
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
 from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
+from nsqpy.nsqd.replicas import Replication
 from nsqpy.options import NsqdOptions
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -67,6 +68,11 @@ class ClusterHost(Protocol):
 
     def lookupd_addresses_changed(self) -> None:
         """Register with the lookupds named by ``--lookupd-tcp-address`` and the cluster."""
+        ...
+
+    def replicated(self, part: Partition) -> None:
+        """The committed offset of a led partition moved: answer the publishes it covers
+        and let its channels deliver up to it."""
         ...
 
 
@@ -135,6 +141,7 @@ class NsqdCluster:
         self.view: ClusterView | None = None
         self.member: Member | None = None
         self.node_id = ""
+        self.replication: Replication | None = None
         self.started = asyncio.Event()
         # The cluster's lookupds (TCP), registered with as --lookupd-tcp-address ones are,
         # so NSQ's tools see this node's channels and clients through any lookupd.
@@ -150,6 +157,15 @@ class NsqdCluster:
         """Join: ConfigError when etcd cannot be reached or the data path cannot join."""
         opts = self.opts
         self.node_id = self._identity(Path(opts.data_path))
+        self.replication = Replication(
+            self.host.broker,
+            self.node_id,
+            opts.cluster_id,
+            self._replicas,
+            self.host.replicated,
+        )
+        rpc_host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
+        await self.replication.start(rpc_host, rpc_port)  # (its port goes in the NodeInfo)
         try:
             self.etcd = await Etcd.connect(etcd_endpoints(opts.etcd_endpoints))
             self.view = ClusterView(self.etcd, self.keys)
@@ -157,6 +173,7 @@ class NsqdCluster:
             self.member = Member(
                 self.etcd, self.view, self.node_info, self.partitions, self.settings
             )
+            self.member.on_applied.append(self.replication.apply)
             await self.member.start()
         except EtcdUnavailable as exc:
             await self.stop()
@@ -167,6 +184,8 @@ class NsqdCluster:
         self.started.set()
 
     async def stop(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
         if self.member is not None:
             await self.member.stop()
         if self.view is not None:
@@ -203,6 +222,8 @@ class NsqdCluster:
         opts = self.opts
         held = self.partitions.held_partitions()
         _host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
+        if self.replication is not None and self.replication.address is not None:
+            rpc_port = self.replication.address[1]  # (the bound port: 0 picks one)
         return NodeInfo(
             id=self.node_id,
             hostname=socket.gethostname(),
@@ -229,6 +250,14 @@ class NsqdCluster:
             self._rate = max(0.0, (total - before) / (now - then))
             self._rate_at = (now, total)
         return round(self._rate, 1)
+
+    def _replicas(self, topic: str, partition: int) -> Replicas | None:
+        return self.member.replicas(topic, partition) if self.member is not None else None
+
+    def flushed(self, part: Partition) -> None:
+        """The server flushed or synced a partition's log (replication ships it)."""
+        if self.replication is not None:
+            self.replication.flushed(part)
 
     # -- nsqd.gate.TopicGate -----------------------------------------------------------------
 

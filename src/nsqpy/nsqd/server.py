@@ -302,6 +302,8 @@ class NsqdServer:
                 self._start_sync(part)  # acknowledged when the fsync covering it is done
                 continue
             self._release(part, part.log.flushed_offset)
+            if self.cluster is not None:
+                self.cluster.flushed(part)
             if not part.ephemeral:
                 self._unsynced.add(part)
                 if part.log.sync_due(now):
@@ -318,7 +320,20 @@ class NsqdServer:
             if waiting:  # still waiting for a commit (the ticker ran first): look again
                 self._touched.add(conn)
 
+    def replicated(self, part: Partition) -> None:
+        """(cluster) The committed offset of a led partition moved: answer the publishes
+        it covers, let its channels deliver up to it."""
+        self._release(part, part.log.flushed_offset)
+        self.broker.pump([part])
+        for conn in list(self.connections):
+            if conn.awaiting_acks:
+                self._touched.add(conn)
+        self._flush_connections()
+
     def _release(self, part: Partition, limit: int) -> None:
+        bound = part.commit_bound  # (cluster: only what every ISR member has is answered)
+        if bound is not None and bound < limit:
+            limit = bound
         acks = self._acks.get(part)
         while acks and acks[0].offset < limit:
             ack = acks.popleft()
@@ -372,6 +387,8 @@ class NsqdServer:
         if health.error:
             health.ok(key)
         self._release(part, part.log.durable_offset)
+        if self.cluster is not None:
+            self.cluster.flushed(part)
         if self.opts.sync_always:  # channels read only what is durable: now they may
             self.broker.pump([part])
         for conn in list(self.connections):

@@ -1,0 +1,177 @@
+"""nsqd's replication in a cluster: the leader's feed and the followers' fetches, wired to
+the broker's partitions (issue 19; the links are ``nsqpy.cluster.replica_leader`` and
+``replica_follower``).
+
+``Replication`` listens on ``--rpc-address`` (``LeaderFeed``) and keeps one
+``FollowerFetch`` per partition this node follows, pointed at the leader etcd names
+(re-pointed when the leader or its epoch changes, stopped before this node leads). For a
+partition this node leads with other ISR members, consumers see and producers are
+answered only up to the **committed offset**: the smallest end every ISR member has
+acknowledged (``Partition.commit_bound``); the server is told when it moves
+(``on_committed``) and answers the publishes it covers. A partition whose ISR is this
+node alone commits at its own flushed end, as a single node does. A follower that becomes
+leader starts from the committed offset it learned from the old leader. Imports asyncio,
+the cluster links and the broker; never the TCP or HTTP handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from nsqpy.broker.broker import Broker
+from nsqpy.broker.partition import Partition
+from nsqpy.cluster.model import Replicas, Snapshot
+from nsqpy.cluster.replica_follower import FollowerFetch
+from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.storage import PartitionLog
+
+log = logging.getLogger("nsqpy.nsqd")
+
+ReplicasOf = Callable[[str, int], "Replicas | None"]
+
+
+class Replication:
+    """The replication side of one clustered nsqd (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        node_id: str,
+        cluster_id: str,
+        replicas: ReplicasOf,
+        on_committed: Callable[[Partition], None],
+    ) -> None:
+        self.broker = broker
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.replicas = replicas
+        self.on_committed = on_committed
+        self.feed = LeaderFeed(
+            node_id,
+            cluster_id,
+            self._log_of,
+            self._epoch_of,
+            self._isr_of,
+            on_progress=self._progress,
+        )
+        self.fetches: dict[tuple[str, int], FollowerFetch] = {}
+        self.address: tuple[str, int] | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self.address = await self.feed.start(host or "0.0.0.0", port)
+        log.info("RPC: listening on %s:%d", *self.address)
+
+    async def stop(self) -> None:
+        for fetch in list(self.fetches.values()):
+            await fetch.stop()
+        self.fetches.clear()
+        await self.feed.close()
+
+    # -- lookups the feed uses ---------------------------------------------------------
+
+    def _part(self, topic: str, partition: int) -> Partition | None:
+        found = self.broker.get_topic(topic)
+        return found.partition(partition) if found is not None else None
+
+    def _log_of(self, topic: str, partition: int) -> PartitionLog | None:
+        part = self._part(topic, partition)
+        if part is None or part.ephemeral or not isinstance(part.log, PartitionLog):
+            return None
+        return part.log
+
+    def _epoch_of(self, topic: str, partition: int) -> int | None:
+        part = self._part(topic, partition)
+        return part.leader_epoch if part is not None and part.leading else None
+
+    def _isr_of(self, topic: str, partition: int) -> tuple[str, ...]:
+        r = self.replicas(topic, partition)
+        return r.isr if r is not None else ()
+
+    def _progress(self, topic: str, partition: int, committed: int) -> None:
+        part = self._part(topic, partition)
+        if part is None or not part.leading or part.commit_bound is None:
+            return
+        if committed > part.commit_bound:
+            part.commit_bound = committed
+            self.on_committed(part)
+
+    # -- the server's hooks ------------------------------------------------------------
+
+    def flushed(self, part: Partition) -> None:
+        """A led partition's log was flushed or synced: ship it, and commit what a
+        partition without other ISR members now holds."""
+        if not part.leading or part.ephemeral:
+            return
+        self.feed.notify(part.name, part.number)
+
+    # -- following what etcd says ------------------------------------------------------
+
+    def apply(self, snap: Snapshot) -> None:
+        """Fetches for the partitions followed, commit bounds for those led."""
+        wanted: set[tuple[str, int]] = set()
+        for topic in list(self.broker.topics.values()):
+            if topic.ephemeral:
+                continue
+            for part in topic.partitions:
+                key = (topic.name, part.number)
+                versioned = snap.replicas.get(key)
+                r = versioned.value if versioned is not None else None
+                if part.leading:
+                    self._lead(part, r)
+                elif r is not None and r.leader != self.node_id:
+                    leader = snap.nodes.get(r.leader)
+                    if leader is not None:
+                        wanted.add(key)
+                        self._follow(part, leader.rpc_address, r.leader_epoch)
+        for key in set(self.fetches) - wanted:
+            self._drop_fetch(key)
+
+    def _lead(self, part: Partition, r: Replicas | None) -> None:
+        key = (part.name, part.number)
+        fetch = self.fetches.get(key)
+        if fetch is not None:  # promoted: start from what the old leader had committed
+            self._drop_fetch(key)
+            self.feed.set_committed(part.name, part.number, fetch.committed_offset)
+        others = [n for n in (r.isr if r is not None else ()) if n != self.node_id]
+        if not others:
+            part.commit_bound = None  # alone in the ISR: committed when flushed
+            return
+        if part.commit_bound is None:
+            part.commit_bound = self.feed.committed_offset(part.name, part.number)
+            log.info(
+                "REPLICATION(%s/%d): leading with ISR %s from committed offset %d",
+                part.name,
+                part.number,
+                ",".join(others),
+                part.commit_bound,
+            )
+        self.feed.notify(part.name, part.number)
+
+    def _follow(self, part: Partition, address: str, epoch: int) -> None:
+        key = (part.name, part.number)
+        part.commit_bound = None
+        fetch = self.fetches.get(key)
+        if fetch is None:
+            plog = self._log_of(part.name, part.number)
+            if plog is None:
+                return
+            fetch = FollowerFetch(
+                plog,
+                node_id=self.node_id,
+                cluster_id=self.cluster_id,
+                topic=part.name,
+                partition=part.number,
+                leader=address,
+                leader_epoch=epoch,
+            )
+            self.fetches[key] = fetch
+            fetch.start()
+            log.info("REPLICATION(%s/%d): following %s in epoch %d", *key, address, epoch)
+        elif (fetch.leader, fetch.leader_epoch) != (address, epoch):
+            fetch.set_leader(address, epoch)
+
+    def _drop_fetch(self, key: tuple[str, int]) -> None:
+        fetch = self.fetches.pop(key, None)
+        if fetch is not None:
+            fetch.halt()
