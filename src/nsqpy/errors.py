@@ -168,6 +168,15 @@ class NotLeader(ProtocolError):
     fatal = False
 
 
+class NotWritable(ProtocolError):
+    """E_FAILED_ON_NOT_WRITABLE (youzan): a write to a partition whose in-sync replicas are
+    not more than half of its replicas (CLUSTER.md "Write path"): refused until the ISR
+    grows again. Non-fatal; over HTTP 400 ``E_FAILED_ON_NOT_WRITABLE``."""
+
+    code = "E_FAILED_ON_NOT_WRITABLE"
+    fatal = False
+
+
 class NotLeaderForSub(NotLeader):
     """E_FAILED_ON_NOT_LEADER for a SUB on a node that holds no partition of the topic:
     fatal, as youzan's nsqd closes such a consumer (it looks the leaders up again)."""
@@ -233,6 +242,8 @@ BY_CODE: dict[str, type[ProtocolError]] = {
         AuthError,
         BadPartition,
         NotLeader,
+        NotWritable,
+        TopicNotExist,
         InvalidJsonHeader,
         FinFailed,
         ReqFailed,

@@ -52,7 +52,7 @@ from nsqpy.broker.saving import (  # (importable from here as before)
     lock_data_path,
 )
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import BadPartition, InvalidError, StorageError, SubFailed
+from nsqpy.errors import BadPartition, InvalidError, NotWritable, StorageError, SubFailed
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.names import is_ephemeral
 from nsqpy.storage import CursorFile, CursorSnapshot, Entry, SyncPolicy
@@ -481,6 +481,8 @@ class Broker:
         maximum depth raises ``TopicFull`` (a StorageError) under the ``refuse`` policy.
         """
         part = topic.partition_for(partition, key)
+        if not part.writable:
+            raise NotWritable()  # (youzan's frame: the code alone; the cause is logged)
         count = len(entries) if entries else len(bodies)
         features = self.features
         features.before_publish(topic, part, count)

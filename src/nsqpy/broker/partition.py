@@ -118,6 +118,9 @@ class Partition:
         self.leading = leading
         # Replication bounds what consumers read by this (None: by the log's readable end).
         self.commit_bound: int | None = None
+        # Cluster: False while the partition's ISR is not more than half its replicas
+        # (writes get E_FAILED_ON_NOT_WRITABLE); always True on a single node.
+        self.writable = True
         self.ephemeral = directory is None
         self.directory = directory  # the topic's directory; this log is in p<number>
         self.mem_queue_size = settings.mem_queue_size

@@ -30,7 +30,7 @@ from nsqpy import NSQ_VERSION
 from nsqpy.broker.health import Health, StorageFailed
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import NotLeader, ProtocolError, PubFailed, StorageError
+from nsqpy.errors import NotLeader, NotWritable, ProtocolError, PubFailed, StorageError
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.httpapi import (
     Args,
@@ -220,8 +220,8 @@ class HttpApi:
                 topic, bodies, deliver_at, PubFailed, entries=entries, partition=partition,
                 key=key, source=source, trace_id=trace_id,
             )  # fmt: skip
-        except NotLeader:  # (cluster mode: youzan's answer)
-            raise HttpError(400, NotLeader.code) from None
+        except (NotLeader, NotWritable) as exc:  # (cluster mode: youzan's answers)
+            raise HttpError(400, exc.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None  # nsqd answers any PutMessage error so
         return v1_text("OK")

@@ -35,6 +35,7 @@ from nsqpy.errors import (
     BadBody,
     InvalidJsonHeader,
     NotLeader,
+    NotWritable,
     ProtocolError,
     PubFailed,
     StorageError,
@@ -141,8 +142,8 @@ class ExtendHttp:
                 topic, [], 0, PubFailed, entries=[entry], partition=partition,
                 key=entry.partition_key, source=http_source(request),
             )  # fmt: skip
-        except NotLeader:  # (cluster mode: youzan's answer)
-            raise HttpError(400, NotLeader.code) from None
+        except (NotLeader, NotWritable) as exc:  # (cluster mode: youzan's answers)
+            raise HttpError(400, exc.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None
         if not traced:

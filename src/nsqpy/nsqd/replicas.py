@@ -118,7 +118,8 @@ class Replication:
                 versioned = snap.replicas.get(key)
                 r = versioned.value if versioned is not None else None
                 if part.leading:
-                    self._lead(part, r)
+                    meta = snap.topics.get(topic.name)
+                    self._lead(part, r, meta.replicator if meta is not None else 1)
                 elif r is not None and r.leader != self.node_id:
                     leader = snap.nodes.get(r.leader)
                     if leader is not None:
@@ -127,8 +128,21 @@ class Replication:
         for key in set(self.fetches) - wanted:
             self._drop_fetch(key)
 
-    def _lead(self, part: Partition, r: Replicas | None) -> None:
+    def _lead(self, part: Partition, r: Replicas | None, replicator: int) -> None:
         key = (part.name, part.number)
+        isr = r.isr if r is not None else (self.node_id,)
+        writable = len(isr) * 2 > replicator  # the ISR must stay a majority of the replicas
+        if writable != part.writable:
+            part.writable = writable
+            log.log(
+                logging.INFO if writable else logging.WARNING,
+                "REPLICATION(%s/%d): %s (ISR %d of %d replicas)",
+                part.name,
+                part.number,
+                "writable again" if writable else "not writable",
+                len(isr),
+                replicator,
+            )
         fetch = self.fetches.get(key)
         if fetch is not None:  # promoted: start from what the old leader had committed
             self._drop_fetch(key)

@@ -133,12 +133,11 @@ class EtcdCluster:
         log = open(self.log_path(i), "ab")  # noqa: SIM115 - closed by _reap
         self._logs[i] = log
         self.procs[i] = subprocess.Popen(
-            self._args(i),
+            die_with_parent(self._args(i)),  # (a test run killed by a timeout: they die too)
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             start_new_session=True,  # a Ctrl-C in the test's terminal is not theirs
-            preexec_fn=die_with_parent(),  # nor a test run killed by a timeout: they die too
         )
 
     def running(self, i: int) -> bool:

@@ -8,11 +8,11 @@ Imports only the standard library.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,18 +39,19 @@ def free_ports(n: int = 1) -> list[int]:
 _LISTEN = re.compile(r"(TCP|HTTP|HTTPS): listening on (\S+):(\d+)")
 
 
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when the process that started it
-    dies (Linux's PR_SET_PDEATHSIG), so a test run killed by a timeout leaves no daemon
-    behind. Only from the main thread: the signal follows the starting *thread*."""
-    if threading.current_thread() is not threading.main_thread() or sys.platform != "linux":
-        return None
+SETPRIV = shutil.which("setpriv")  # util-linux (Debian's essential set)
 
-    def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
-    return arm
+def die_with_parent(command: Sequence[str]) -> list[str]:
+    """``command`` run so that it gets SIGKILL when the process that started it dies
+    (Linux's PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` before it execs the
+    command): a test run killed by a timeout leaves no daemon behind. Only from the main
+    thread (the signal follows the starting *thread*) and where ``setpriv`` exists. No
+    Python runs in the child: forking a process whose other threads are inside gRPC (an
+    etcd client) and running Python before exec can kill the child."""
+    if SETPRIV is None or threading.current_thread() is not threading.main_thread():
+        return list(command)
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *command]
 
 
 def _bin(name: str) -> str:
@@ -81,7 +82,6 @@ class DaemonProcess:
         self.log_lines: list[str] = []
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
-        self._arm: Callable[[], None] | None = None
 
     def start(self, timeout: float = 15.0) -> DaemonProcess:
         env = dict(os.environ)
@@ -89,13 +89,12 @@ class DaemonProcess:
             env.update(self.env)
         self.ports = {}
         self._ready.clear()
-        self._arm = die_with_parent()
         self.proc = subprocess.Popen(
-            [_bin(self.program), *self.args],
+            die_with_parent([_bin(self.program), *self.args]),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
-            preexec_fn=self._prepare,
+            preexec_fn=self._limit if self.nofile is not None else None,
         )
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
@@ -109,13 +108,10 @@ class DaemonProcess:
             )
         return self
 
-    def _prepare(self) -> None:
-        """In the child before exec: the descriptor limit asked for (soft = hard), and
-        death with the test process when started from its main thread."""
-        if self.nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-        if self._arm is not None:
-            self._arm()
+    def _limit(self) -> None:
+        """In the child before exec: the descriptor limit asked for (soft = hard)."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     @property
     def pid(self) -> int:
