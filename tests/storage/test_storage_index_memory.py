@@ -6,9 +6,13 @@ use it (``LOADED_INDEXES`` bounds how many are); its descriptor is open only whi
 
 from __future__ import annotations
 
+import gc
 import random
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from nsqpy.storage import PartitionLog
 from nsqpy.storage.budget import LOADED_INDEXES, OPEN_FILES
@@ -31,7 +35,22 @@ def write_log(directory: Path, batches: int) -> int:
 STORAGE = [tracemalloc.Filter(True, "*/nsqpy/storage/*", all_frames=True)]
 
 
+@pytest.fixture(autouse=True)
+def default_budgets() -> Iterator[None]:
+    """The budgets as a fresh process has them (an nsqd started in-process by an earlier
+    test sizes OPEN_FILES from the descriptor limit), restored after."""
+    saved = OPEN_FILES.capacity, LOADED_INDEXES.capacity
+    OPEN_FILES.set_capacity(1024)
+    LOADED_INDEXES.set_capacity(32)
+    try:
+        yield
+    finally:
+        OPEN_FILES.set_capacity(saved[0])
+        LOADED_INDEXES.set_capacity(saved[1])
+
+
 def storage_bytes() -> int:
+    gc.collect()  # (garbage an earlier test left uncollected is not the log's)
     snapshot = tracemalloc.take_snapshot().filter_traces(STORAGE)
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
