@@ -49,9 +49,17 @@ def default_budgets() -> Iterator[None]:
         LOADED_INDEXES.set_capacity(saved[1])
 
 
+TOP: list[str] = []  # where the storage code's memory was, at the last measure
+OPENED_TOP: list[str] = []  # the same, just after the last open
+
+
 def storage_bytes() -> int:
     gc.collect()  # (garbage an earlier test left uncollected is not the log's)
     snapshot = tracemalloc.take_snapshot().filter_traces(STORAGE)
+    TOP[:] = [
+        f"{stat.size} B in {stat.count} blocks at " + " < ".join(map(str, stat.traceback))
+        for stat in snapshot.statistics("traceback")[:4]
+    ]
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
@@ -62,6 +70,7 @@ def open_and_seek(directory: Path, seeks: int) -> tuple[int, int, PartitionLog]:
     try:
         log = PartitionLog(directory, segment_bytes=SEGMENT, index_interval_bytes=INTERVAL)
         opened = storage_bytes()
+        OPENED_TOP[:] = TOP
         rng = random.Random(7)
         for _ in range(seeks):
             offset = rng.randrange(log.low_watermark, log.high_watermark)
@@ -79,10 +88,11 @@ def test_index_memory_is_bounded_whatever_the_size_of_the_log(tmp_path: Path) ->
     assert segments > 3 * LOADED_INDEXES.capacity
     small_opened, _, small_log = open_and_seek(small, 200)
     large_opened, large_sought, large_log = open_and_seek(large, 200)
+    opened_top = list(OPENED_TOP)
     try:
         # Per segment only a few hundred bytes of bookkeeping stay (never its index).
         per_segment = (large_opened - small_opened) / segments
-        assert per_segment < 2_000, per_segment
+        assert per_segment < 2_000, (per_segment, opened_top)
         # Seeks load at most LOADED_INDEXES.capacity indexes: ~24 KiB each here.
         assert large_sought - large_opened < LOADED_INDEXES.capacity * 40_000
         assert len(LOADED_INDEXES) <= LOADED_INDEXES.capacity
