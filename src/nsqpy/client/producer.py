@@ -84,20 +84,23 @@ class Producer:
         if not any(isinstance(r, Connection) for r in results):
             raise NoConnectionsError(self._failure_summary())
 
-    async def pub(self, topic: str, body: bytes) -> None:
-        """PUB one message; returns when nsqd answered OK."""
+    async def pub(self, topic: str, body: bytes, *, partition: int = -1) -> None:
+        """PUB one message; returns when nsqd answered OK. ``partition`` >= 0 names the
+        partition (Youzan's ``PUB <topic> <partition>``; nsqd must lead it)."""
         _check_topic(topic)
         _check_body(body)
-        await self._send(encode_pub(topic, body))
+        _check_partition(partition)
+        await self._send(encode_pub(topic, body, partition))
 
-    async def mpub(self, topic: str, bodies: Sequence[bytes]) -> None:
+    async def mpub(self, topic: str, bodies: Sequence[bytes], *, partition: int = -1) -> None:
         """MPUB several messages atomically; returns when nsqd answered OK."""
         _check_topic(topic)
+        _check_partition(partition)
         if not bodies:
             raise BadBody("MPUB needs at least one message")
         for body in bodies:
             _check_body(body)
-        await self._send(encode_mpub(topic, bodies))
+        await self._send(encode_mpub(topic, bodies, partition))
 
     async def dpub(self, topic: str, delay: float, body: bytes) -> None:
         """DPUB: deliver the message after ``delay`` seconds (nsqd allows up to 1 h)."""
@@ -192,6 +195,11 @@ class Producer:
 def _check_topic(topic: str) -> None:
     if not valid_topic_name(topic):
         raise BadTopic(f"invalid topic name {topic!r}")
+
+
+def _check_partition(partition: int) -> None:
+    if partition < -1:
+        raise InvalidError(f"partition {partition} must be -1 (any) or a partition number")
 
 
 def _check_body(body: bytes) -> None:

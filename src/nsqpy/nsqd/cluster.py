@@ -20,6 +20,8 @@ import functools
 import logging
 import socket
 import time
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +42,7 @@ from nsqpy.cluster.model import Load, NodeInfo, Replicas, partition_name
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
+from nsqpy.nsqd.forward import Forwarder, Route
 from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
 from nsqpy.nsqd.replicas import Replication
 from nsqpy.options import NsqdOptions
@@ -142,6 +145,8 @@ class NsqdCluster:
         self.member: Member | None = None
         self.node_id = ""
         self.replication: Replication | None = None
+        self.forwarder = Forwarder(self.route)
+        self._turns: dict[str, int] = {}  # per topic: the last partition forwarded to
         self.started = asyncio.Event()
         # The cluster's lookupds (TCP), registered with as --lookupd-tcp-address ones are,
         # so NSQ's tools see this node's channels and clients through any lookupd.
@@ -184,6 +189,7 @@ class NsqdCluster:
         self.started.set()
 
     async def stop(self) -> None:
+        await self.forwarder.close()
         if self.replication is not None:
             await self.replication.stop()
         if self.member is not None:
@@ -270,6 +276,36 @@ class NsqdCluster:
         if found is not None and any(p.role == LEADER for p in found.partitions):
             return HERE
         return ELSEWHERE
+
+    async def forward(
+        self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int, key: bytes
+    ) -> None:
+        if partition < 0 and key and self.view is not None:
+            meta = self.view.snapshot().topics.get(topic)
+            if meta is not None:  # (as Topic.partition_for hashes a key)
+                partition = zlib.crc32(key) % meta.partition_num
+        await self.forwarder.publish(topic, partition, bodies, defer_ms)
+
+    def route(self, topic: str, partition: int, tried: frozenset[int]) -> Route | None:
+        """(``nsqd.forward``) The leader of ``partition`` of ``topic`` (-1: of the next
+        partition in turn not in ``tried``) when it is live and not this node."""
+        if self.view is None:
+            return None
+        snap = self.view.snapshot()
+        routes: list[Route] = []
+        for number, versioned in snap.partitions(topic):
+            leader = versioned.value.leader
+            node = snap.nodes.get(leader)
+            if node is None or leader == self.node_id or number in tried:
+                continue
+            if partition < 0 or number == partition:
+                routes.append(Route(number, f"{node.broadcast_address}:{node.tcp_port}"))
+        if not routes:
+            return None
+        turn = self._turns.get(topic, -1)
+        chosen = next((r for r in routes if r.partition > turn), routes[0])
+        self._turns[topic] = chosen.partition
+        return chosen
 
     async def prepare(self, topic: str) -> None:
         await self.started.wait()

@@ -12,9 +12,16 @@ only the standard library.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
+from nsqpy import __version__
+
 HERE, ELSEWHERE, ABSENT = "here", "elsewhere", "absent"
+
+# The user agent of publishes one nsqd forwards to another (``nsqpy.nsqd.forward``): a
+# node that does not lead what such a publish names refuses it rather than forward again.
+FORWARD_AGENT = f"nsqpy-forward/{__version__}"
 
 
 class TopicGate(Protocol):
@@ -25,4 +32,13 @@ class TopicGate(Protocol):
     async def prepare(self, topic: str) -> None:
         """Create the topic through the coordinator and take up what this node holds of
         it; TopicNotExist when it cannot be created."""
+        ...
+
+    async def forward(
+        self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int, key: bytes
+    ) -> None:
+        """Publish through the partition's leader (``partition`` -1: the one ``key``
+        hashes to, or with no key any partition of the topic) and return once it answered
+        OK; raises its error, or NotLeader when no leader could be reached in time
+        (``nsqpy.nsqd.forward``)."""
         ...

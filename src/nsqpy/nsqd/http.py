@@ -30,7 +30,14 @@ from nsqpy import NSQ_VERSION
 from nsqpy.broker.health import Health, StorageFailed
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import NotLeader, NotWritable, ProtocolError, PubFailed, StorageError
+from nsqpy.errors import (
+    BadPartition,
+    NotLeader,
+    NotWritable,
+    ProtocolError,
+    PubFailed,
+    StorageError,
+)
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.httpapi import (
     Args,
@@ -47,10 +54,10 @@ from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_args import (
     HttpHost,
     named_topic_args,
+    publish_target,
     query_args,
     read_at_most,
     read_message,
-    topic_from_query,
 )
 from nsqpy.nsqd.http_features import add_feature_routes, http_source, parse_trace_id
 from nsqpy.nsqd.http_limits import body_deadline
@@ -196,7 +203,7 @@ class HttpApi:
 
     async def _publish(
         self,
-        topic: Topic,
+        topic: Topic | str,
         bodies: list[bytes],
         defer_ms: int,
         args: Args,
@@ -205,6 +212,8 @@ class HttpApi:
         trace_id: int = 0,
         source: str = "",
     ) -> web.StreamResponse:
+        if isinstance(topic, str):  # (cluster) led elsewhere only: through its leader
+            return await self._forward(topic, bodies, defer_ms, args, partition)
         if topic.deleted:
             raise HttpError(503, "EXITING")
         now = self.broker.clock()
@@ -226,9 +235,27 @@ class HttpApi:
             raise HttpError(503, "EXITING") from None  # nsqd answers any PutMessage error so
         return v1_text("OK")
 
+    async def _forward(
+        self, topic: str, bodies: list[bytes], defer_ms: int, args: Args, partition: int
+    ) -> web.StreamResponse:
+        """A publish of a topic this node leads no partition of (``nsqd.forward``):
+        answered as the leader answered (a partition key picks the partition here)."""
+        gate = self.server.cluster
+        assert gate is not None
+        key = (first(args, "partition_key") or "").encode()
+        try:
+            await gate.forward(topic, partition, bodies, defer_ms, key)
+        except (NotLeader, NotWritable) as exc:
+            raise HttpError(400, exc.code) from None
+        except BadPartition:
+            raise HttpError(404, "PARTITION_NOT_FOUND") from None
+        except ProtocolError:
+            raise HttpError(503, "EXITING") from None
+        return v1_text("OK")
+
     async def pub(self, request: web.Request) -> web.StreamResponse:
         body = await read_message(request, self.opts.max_msg_size)
-        args, topic, partition = await topic_from_query(self.server, request, with_partition=True)
+        args, topic, partition = await publish_target(self.server, request)
         defer_ms = 0
         raw = first(args, "defer")
         if raw is not None:
@@ -248,7 +275,7 @@ class HttpApi:
         limit = self.opts.max_body_size
         if request.content_length is not None and request.content_length > limit:
             raise HttpError(413, "BODY_TOO_BIG")
-        args, topic, partition = await topic_from_query(self.server, request, with_partition=True)
+        args, topic, partition = await publish_target(self.server, request)
         binary = first(args, "binary")
         # Text mode is the default; a value other than nsqd's four spellings means binary.
         binary_mode = binary is not None and BOOL_PARAMS.get(binary, True)

@@ -141,12 +141,13 @@ def named_topic_args(
     return args, name
 
 
-async def cluster_topic(gate: TopicGate, name: str) -> None:
-    """The topic usable here, created through the coordinator when the cluster lacks it:
-    404 ``E_TOPIC_NOT_EXIST`` when it cannot be, 400 ``E_FAILED_ON_NOT_LEADER`` when only
-    other nodes hold it (youzan's answers)."""
+async def cluster_topic(gate: TopicGate, name: str, *, forward: bool = False) -> bool:
+    """True when the topic is usable here, created through the coordinator when the
+    cluster lacks it: 404 ``E_TOPIC_NOT_EXIST`` when it cannot be. When only other nodes
+    hold it: False with ``forward`` (a publish, which goes to a leader), else 400
+    ``E_FAILED_ON_NOT_LEADER`` (youzan's answers)."""
     if is_ephemeral(name):
-        return
+        return True
     where = gate.where(name)
     if where == ABSENT:
         try:
@@ -154,8 +155,11 @@ async def cluster_topic(gate: TopicGate, name: str) -> None:
         except ProtocolError as exc:
             raise HttpError(404, exc.code) from None
         where = gate.where(name)
-    if where != HERE:
+    if where == HERE:
+        return True
+    if not forward:
         raise HttpError(400, NotLeader.code)
+    return False
 
 
 async def topic_from_query(
@@ -164,13 +168,26 @@ async def topic_from_query(
     """nsqd's getTopicFromQuery: arguments, a valid topic name, the topic (created),
     and with ``with_partition`` the ``partition`` argument, checked before creating. In a
     cluster the topic is created through the coordinator (``cluster_topic``)."""
-    broker = host.broker
     args, name = named_topic_args(request)
     if host.cluster is not None:
         await cluster_topic(host.cluster, name)
-    partition = checked_partition(broker, args, name) if with_partition else -1
+    partition = checked_partition(host.broker, args, name) if with_partition else -1
+    return args, _created(host.broker, name), partition
+
+
+async def publish_target(host: HttpHost, request: web.Request) -> tuple[Args, Topic | str, int]:
+    """``topic_from_query`` with the partition, for a publish: in a cluster, a topic held
+    only by other nodes comes back as its name (the publish is forwarded to a leader,
+    which checks the partition)."""
+    args, name = named_topic_args(request)
+    if host.cluster is not None and not await cluster_topic(host.cluster, name, forward=True):
+        return args, name, partition_arg(args)
+    partition = checked_partition(host.broker, args, name)
+    return args, _created(host.broker, name), partition
+
+
+def _created(broker: Broker, name: str) -> Topic:
     try:
-        topic = broker.topic(name)
+        return broker.topic(name)
     except StorageError:  # it could not be created (health NOK): as a failed put
         raise HttpError(503, "EXITING") from None
-    return args, topic, partition

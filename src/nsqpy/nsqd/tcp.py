@@ -64,7 +64,7 @@ from nsqpy.nsqd.flow import (
     WRITE_HIGH_WATER,
     pre_auth_budget,
 )
-from nsqpy.nsqd.gate import ELSEWHERE, HERE, TopicGate
+from nsqpy.nsqd.gate import ELSEWHERE, FORWARD_AGENT, HERE, TopicGate
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
 from nsqpy.nsqd.tcp_output import BufferedConnection
 from nsqpy.nsqd.tls import TlsSettings
@@ -459,11 +459,13 @@ class V2Connection(BufferedConnection):
         turn), or ``entries`` (see ``Broker.append_entries``)."""
         if not valid_topic_name(topic_name):
             raise BadTopic(f'PUB topic name "{topic_name}" is not valid')
-        if partition >= 0:
+        if partition >= 0 and (
+            self.ctx.cluster is None or self.broker.get_topic(topic_name) is not None
+        ):  # (in a cluster a topic held elsewhere only is checked by its leader)
             self.broker.check_partition(topic_name, partition)
-        if not self._topic_here(topic_name, command, NotLeader):
-            return []
         try:
+            if not self._topic_here(topic_name, command, NotLeader):
+                return []
             topic = self.broker.topic(topic_name)  # StorageError: it could not be created
             if topic.deleted:
                 raise failed(f"{failed_verb(failed)} failed exiting")
@@ -477,6 +479,12 @@ class V2Connection(BufferedConnection):
                 placed = self.broker.append_entries(topic, entries, partition, source=self.client)
         except (OSError, StorageError) as exc:
             raise failed(f"{failed_verb(failed)} failed {exc}") from exc
+        except NotLeader:
+            gate = self.ctx.cluster
+            if gate is None or entries is not None or self.client.user_agent == FORWARD_AGENT:
+                raise  # (PUB_EXT is not forwarded; a forwarded publish never again)
+            self._forward(gate, topic_name, partition, bodies, deliver_at, failed)
+            return []
         counts = self.client.pub_counts
         counts[topic_name] = counts.get(topic_name, 0) + (
             len(bodies) if entries is None else len(entries)
@@ -487,6 +495,35 @@ class V2Connection(BufferedConnection):
                 self._reply(self.ctx.expect_ack(place.partition, place.last, failed), b"")
         self._reply(self.ctx.expect_ack(last.partition, last.last, failed), OK_FRAME)
         return placed
+
+    def _forward(
+        self,
+        gate: TopicGate,
+        topic: str,
+        partition: int,
+        bodies: list[bytes],
+        deliver_at: int,
+        failed: type[ProtocolError],
+    ) -> None:
+        """A publish this node does not lead goes to the leader (``nsqd.forward``); its
+        reply waits, in order with the others, for the leader's answer."""
+        defer_ms = max(1, (deliver_at - self.broker.clock()) // 1_000_000) if deliver_at else 0
+        ack = Ack(-1, failed)
+        self._reply(ack, OK_FRAME)
+        counts = self.client.pub_counts
+        counts[topic] = counts.get(topic, 0) + len(bodies)
+
+        async def forward() -> None:
+            try:
+                await gate.forward(topic, partition, bodies, defer_ms, b"")
+            except ProtocolError as err:
+                ack.resolve(err)
+            else:
+                ack.resolve()
+            if self.transport is not None:
+                self.ctx.touch(self)
+
+        self.ctx.loop.create_task(forward())
 
     def pub(self, cmd: Pub) -> None:
         self._publish(cmd, cmd.topic, [cmd.body], 0, PubFailed, cmd.partition)

@@ -196,7 +196,7 @@ class BufferedConnection(asyncio.Protocol):
             self._waiting_bytes -= len(frame) + REPLY_OVERHEAD
             if ack is not None and ack.error is not None:
                 self._reply_bytes -= len(frame)
-                frame, close = encode_error(ack.error), True
+                frame, close = encode_error(ack.error), ack.error.fatal
                 self._reply_bytes += len(frame)
             if frame:
                 self._out.append(frame)

@@ -72,21 +72,30 @@ def encode_sub(topic: str, channel: str) -> bytes:
     return b"SUB " + _topic(topic) + b" " + channel.encode("ascii") + b"\n"
 
 
-def encode_pub(topic: str, body: _BytesLike) -> bytes:
-    """``PUB <topic>\\n`` [size] [body]."""
-    return b"".join((b"PUB ", _topic(topic), b"\n", _I32.pack(len(body)), body))
+def _partition(partition: int) -> bytes:
+    """`` <partition>`` (Youzan's partitioned form), or nothing for -1 (nsqd picks)."""
+    if partition < -1:
+        raise ValueError(f"partition must be -1 (any) or a partition number: {partition}")
+    return b"" if partition == -1 else b" %d" % partition
 
 
-def encode_mpub(topic: str, bodies: Sequence[_BytesLike]) -> bytes:
-    """``MPUB <topic>\\n`` [body size] [count] then [size][body] per message."""
+def encode_pub(topic: str, body: _BytesLike, partition: int = -1) -> bytes:
+    """``PUB <topic> [<partition>]\\n`` [size] [body]."""
+    head = b"PUB " + _topic(topic) + _partition(partition) + b"\n"
+    return b"".join((head, _I32.pack(len(body)), body))
+
+
+def encode_mpub(topic: str, bodies: Sequence[_BytesLike], partition: int = -1) -> bytes:
+    """``MPUB <topic> [<partition>]\\n`` [body size] [count] then [size][body] per message."""
     pack = _I32.pack
-    parts: list[_BytesLike] = [b"MPUB ", _topic(topic), b"\n", b"", pack(len(bodies))]
+    head = b"MPUB " + _topic(topic) + _partition(partition) + b"\n"
+    parts: list[_BytesLike] = [head, b"", pack(len(bodies))]
     total = 4
     for body in bodies:
         parts.append(pack(len(body)))
         parts.append(body)
         total += 4 + len(body)
-    parts[3] = pack(total)
+    parts[1] = pack(total)
     return b"".join(parts)
 
 

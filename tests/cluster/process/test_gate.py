@@ -1,13 +1,15 @@
 """What an nsqd of a cluster does with a topic it does not lead: a PUB of an unknown topic
 creates it through the coordinator with this nsqd leading partition 0 (unless
-``--disable-auto-create``: ``E_TOPIC_NOT_EXIST``, as Youzan); a PUB of a topic led only
-elsewhere is refused with Youzan's ``E_FAILED_ON_NOT_LEADER`` (TCP: not fatal; HTTP: 400)."""
+``--disable-auto-create``: ``E_TOPIC_NOT_EXIST``, as Youzan); a publish of a topic led only
+elsewhere, or naming a partition led elsewhere, is forwarded to the leader (TCP and HTTP),
+and a forwarded one that finds no leader is refused with ``E_FAILED_ON_NOT_LEADER``."""
 
 from __future__ import annotations
 
 import json
 
-from nsqpy.testing import http_request, mpub, pub, wait_for
+from nsqpy.nsqd.gate import FORWARD_AGENT
+from nsqpy.testing import consume, dpub, http_request, identify, mpub, pub, wait_for
 from nsqpy.testing.cluster import LocalCluster
 
 from .conftest import OwnCluster, create, leaders, stats_partitions, wire
@@ -32,33 +34,78 @@ def test_pub_of_an_unknown_topic_creates_it_led_by_the_node_it_reached(
         assert client.read_frame() == (0, b"OK")
 
 
-def test_pub_where_the_topic_is_led_elsewhere_is_refused_and_the_connection_lives(
+def test_pub_where_the_topic_is_led_elsewhere_goes_to_its_leader(
     shared: LocalCluster, topic_name: str
 ) -> None:
+    """CLUSTER.md "Publish to any node": PUB, MPUB, DPUB and HTTP /pub, /mpub on a node
+    that leads no partition of the topic are forwarded to the leader and answered after
+    it; nothing of the topic is created on the forwarding node."""
     assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
     leader = leaders(shared, topic_name)[0]
     other = (leader + 1) % 3
     wait_for(lambda: stats_partitions(shared, leader, topic_name))
     client = wire(shared, other)
+    client.send(pub(topic_name, b"pub"))
+    assert client.read_frame() == (0, b"OK")
+    client.send(mpub(topic_name, [b"mpub-a", b"mpub-b"]))
+    client.send(dpub(topic_name, 50, b"dpub"))
+    assert client.read_frame() == (0, b"OK")
+    assert client.read_frame() == (0, b"OK")
+    client.send(pub(f"{topic_name}_mine", b"y"))  # in order with what it leads itself
+    assert client.read_frame() == (0, b"OK")
+    for path, body in (("/pub", b"http-pub"), ("/mpub", b"http-m1\nhttp-m2")):
+        status, answer, _ = http_request(
+            "POST", f"http://{shared.nsqd_http(other)}{path}?topic={topic_name}", body
+        )
+        assert (status, answer) == (200, b"OK")
+    assert stats_partitions(shared, other, topic_name) == {}, "nothing of it was created here"
+    assert stats_partitions(shared, leader, topic_name)[0]["message_count"] == 7
+    got = consume(shared.nodes[leader].ports["TCP"], topic_name, "all", 7)
+    assert sorted(got) == sorted(
+        [b"pub", b"mpub-a", b"mpub-b", b"dpub", b"http-pub", b"http-m1", b"http-m2"]
+    )
+    (entry,) = [c for c in shared.nsqd_json(other, "/stats?format=json")["topics"]
+                if c["topic_name"] == f"{topic_name}_mine"]  # fmt: skip
+    assert entry["message_count"] == 1
+
+
+def test_a_partitioned_pub_goes_to_that_partitions_leader(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """``PUB <topic> <partition>`` (Youzan's form) on a node leading another partition of
+    the topic goes to the named partition's leader; a key over HTTP picks the partition."""
+    assert create(shared, topic_name, partition_num=3, replicator=1) == (200, None)
+    led = leaders(shared, topic_name)
+    for node in set(led.values()):
+        wait_for(lambda node=node: stats_partitions(shared, node, topic_name))  # type: ignore[misc]
+    first_node = led[0]
+    target = next(p for p, node in led.items() if node != first_node)
+    client = wire(shared, first_node)
+    client.send(
+        b"PUB %s %d\n" % (topic_name.encode(), target) + len(b"x").to_bytes(4, "big") + b"x"
+    )
+    assert client.read_frame() == (0, b"OK")
+    held = stats_partitions(shared, led[target], topic_name)
+    assert held[target]["message_count"] == 1
+    assert stats_partitions(shared, first_node, topic_name)[0]["message_count"] == 0
+
+
+def test_a_forwarded_publish_is_never_forwarded_again(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """A publish from another nsqd's forwarder (its user agent) to a node that does not
+    lead either is refused with E_FAILED_ON_NOT_LEADER (not fatal), so none can loop."""
+    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    leader = leaders(shared, topic_name)[0]
+    other = (leader + 1) % 3
+    client = wire(shared, other)
+    client.send(identify({"user_agent": FORWARD_AGENT, "feature_negotiation": False}))
+    assert client.read_frame() == (0, b"OK")
     client.send(pub(topic_name, b"x"))
-    assert client.read_frame() == NOT_LEADER
-    client.send(mpub(topic_name, [b"a", b"b"]))
     assert client.read_frame() == NOT_LEADER
     client.send(b"NOP\n")  # not fatal: the connection still publishes what it may
     client.send(pub(f"{topic_name}_mine", b"y"))
     assert client.read_frame() == (0, b"OK")
-    assert stats_partitions(shared, other, topic_name) == {}, "nothing of it was created here"
-
-    status, body, headers = http_request(
-        "POST", f"http://{shared.nsqd_http(other)}/pub?topic={topic_name}", b"x"
-    )
-    assert (status, json.loads(body)) == (400, {"message": "E_FAILED_ON_NOT_LEADER"})
-    assert headers.get("X-NSQ-Content-Type") == "nsq; version=1.0"
-    status, body, _ = http_request(
-        "POST", f"http://{shared.nsqd_http(leader)}/pub?topic={topic_name}", b"x"
-    )
-    assert (status, body) == (200, b"OK")
-    assert stats_partitions(shared, leader, topic_name)[0]["message_count"] == 1
 
 
 def test_disable_auto_create_answers_topic_not_exist(own_cluster: OwnCluster) -> None:

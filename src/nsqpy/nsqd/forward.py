@@ -1,0 +1,128 @@
+"""Publishes a node does not lead, handed to the partition's leader (cluster mode).
+
+A plain NSQ client publishes to whichever nsqd it was given; in a cluster that node may
+lead no partition of the topic, or not the one a partitioned ``PUB <topic> <partition>``
+names. Rather than ``E_FAILED_ON_NOT_LEADER`` (Youzan's answer, which only Youzan's clients
+act on), nsqd forwards the publish to the leader over NSQ's own TCP protocol (nsqpy's
+``Producer``, one connection per leader) and answers its client once the leader did: a
+forwarded publish is acknowledged exactly when the leader acknowledges it (after every ISR
+member has it), and an error of the leader is the client's error.
+
+Which partition: the one named, else the next partition in turn whose leader is live.
+During a failover the leader may be gone for a few seconds: the forward is tried again as
+the cluster view changes, for at most ``patience`` seconds, then the client gets
+``E_FAILED_ON_NOT_LEADER`` (or the publish's own failure when the leader failed it). A
+retry after a dropped connection may store the message twice (at least once, as for any
+NSQ producer that retries). A forwarded publish is never forwarded again: the receiving
+node knows the forwarder by its user agent and answers ``E_FAILED_ON_NOT_LEADER`` when it
+does not lead either (views differ for a moment), so publishes never loop.
+
+Imports asyncio, nsqpy's client and errors; never the broker or the handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from nsqpy.client.conn import IdentifyOptions
+from nsqpy.client.errors import ClientError
+from nsqpy.client.producer import Producer
+from nsqpy.errors import NotLeader, ProtocolError
+from nsqpy.nsqd.gate import FORWARD_AGENT
+
+log = logging.getLogger("nsqpy.nsqd")
+
+RETRY_INTERVAL = 0.2  # seconds between tries while no leader answers
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a publish to (topic, partition) goes now: the leader's TCP address."""
+
+    partition: int
+    address: str
+
+
+# (topic, partition or -1 for any, partitions tried already) -> a Route, or None when no
+# partition of the topic has a live leader elsewhere now
+Resolve = Callable[[str, int, frozenset[int]], Route | None]
+
+
+class Forwarder:
+    """Forwards publishes to leaders; ``close`` ends every connection."""
+
+    def __init__(
+        self, resolve: Resolve, *, patience: float = 10.0, connect_timeout: float = 1.0
+    ) -> None:
+        self._resolve = resolve
+        self.patience = patience
+        self.connect_timeout = connect_timeout
+        self._producers: dict[str, Producer] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+        self.forwarded = 0  # messages answered OK through a leader
+        self.failed = 0  # forwards that ended in an error for the client
+
+    async def publish(
+        self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int = 0
+    ) -> None:
+        """PUB/MPUB/DPUB ``bodies`` to ``topic`` through the leader; returns once it
+        answered OK. Raises the leader's error (a ProtocolError) or NotLeader."""
+        deadline = time.monotonic() + self.patience
+        tried: set[int] = set()
+        last: ProtocolError | None = None
+        while True:
+            route = self._resolve(topic, partition, frozenset(tried))
+            if route is None and tried:  # every partition was tried: over again
+                tried.clear()
+                route = self._resolve(topic, partition, frozenset())
+            if route is not None:
+                try:
+                    await self._send(route, topic, bodies, defer_ms)
+                except NotLeader as exc:  # its view and ours differ for a moment
+                    last = exc
+                    tried.add(route.partition)
+                except ProtocolError:  # the leader's own answer is the client's
+                    self.failed += 1
+                    raise
+                except (ClientError, OSError) as exc:  # the leader went away meanwhile
+                    last = NotLeader(f"forward to {route.address} failed: {exc}")
+                    tried.add(route.partition)
+                    self._drop(route.address)
+                else:
+                    self.forwarded += len(bodies)
+                    return
+            if time.monotonic() >= deadline:
+                self.failed += 1
+                raise last or NotLeader(f"no live leader of topic {topic}")
+            await asyncio.sleep(RETRY_INTERVAL)  # the cluster view catches up meanwhile
+
+    async def _send(self, route: Route, topic: str, bodies: Sequence[bytes], defer_ms: int) -> None:
+        producer = self._producers.get(route.address)
+        if producer is None:
+            identify = IdentifyOptions(user_agent=FORWARD_AGENT)
+            producer = Producer(
+                route.address, connect_timeout=self.connect_timeout, identify=identify
+            )
+            self._producers[route.address] = producer
+        if defer_ms:
+            await producer.dpub(topic, defer_ms / 1000, bodies[0])
+        elif len(bodies) == 1:
+            await producer.pub(topic, bodies[0], partition=route.partition)
+        else:
+            await producer.mpub(topic, bodies, partition=route.partition)
+
+    def _drop(self, address: str) -> None:
+        producer = self._producers.pop(address, None)
+        if producer is not None:
+            task = asyncio.get_running_loop().create_task(producer.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        producers, self._producers = list(self._producers.values()), {}
+        for producer in producers:
+            await producer.close()
