@@ -141,6 +141,11 @@ def test_golden_client_encoders() -> None:
     assert encode_magic() == b"  V2"
     assert encode_pub("test", b"hello") == GOLDEN[0][1]
     assert encode_mpub("test", [b"a", b"bc"]) == GOLDEN[1][1]
+    assert encode_pub("test", b"hello", 3) == b"PUB test 3\n\x00\x00\x00\x05hello"
+    assert (
+        encode_mpub("test", [b"a"], 0)
+        == b"MPUB test 0\n\x00\x00\x00\x09\x00\x00\x00\x01\x00\x00\x00\x01a"
+    )
     assert encode_dpub("test", 5000, b"hello") == GOLDEN[2][1]
     assert encode_identify({"client_id": 1}) == GOLDEN[3][1]
     assert encode_auth(b"abc") == encode_auth("abc") == GOLDEN[4][1]
@@ -162,6 +167,8 @@ def test_golden_client_encoders() -> None:
         lambda: encode_req(b"0123456789abcde\n", 0),
         lambda: encode_rdy(-1),
         lambda: encode_dpub("t", -5, b"x"),
+        lambda: encode_pub("t", b"x", -2),
+        lambda: encode_mpub("t", [b"x"], -7),
     ],
 )
 def test_client_encoders_refuse_values_that_would_break_the_line(call: object) -> None:
@@ -193,6 +200,15 @@ commands = st.one_of(
         lambda t, bs: (encode_mpub(t, bs), Mpub(t, bs)),
         names,
         st.lists(bodies, min_size=1, max_size=5),
+    ),
+    st.builds(  # Youzan's partitioned forms, as a forwarding nsqd sends them
+        lambda t, b, p: (encode_pub(t, b, p), Pub(t, b, p)), names, bodies, st.integers(0, 1023)
+    ),
+    st.builds(
+        lambda t, bs, p: (encode_mpub(t, bs, p), Mpub(t, bs, p)),
+        names,
+        st.lists(bodies, min_size=1, max_size=5),
+        st.integers(0, 1023),
     ),
     st.builds(
         lambda t, d, b: (encode_dpub(t, d, b), Dpub(t, d, b)),

@@ -288,7 +288,9 @@ class NsqdCluster:
 
     def route(self, topic: str, partition: int, tried: frozenset[int]) -> Route | None:
         """(``nsqd.forward``) The leader of ``partition`` of ``topic`` (-1: of the next
-        partition in turn not in ``tried``) when it is live and not this node."""
+        partition in turn not in ``tried``) when it is live. It may be this node (it took
+        the lead while the publish waited): the publish then comes back here over TCP and
+        is taken as any other once the broker leads."""
         if self.view is None:
             return None
         snap = self.view.snapshot()
@@ -296,7 +298,7 @@ class NsqdCluster:
         for number, versioned in snap.partitions(topic):
             leader = versioned.value.leader
             node = snap.nodes.get(leader)
-            if node is None or leader == self.node_id or number in tried:
+            if node is None or number in tried:
                 continue
             if partition < 0 or number == partition:
                 routes.append(Route(number, f"{node.broadcast_address}:{node.tcp_port}"))

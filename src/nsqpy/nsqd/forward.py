@@ -97,7 +97,11 @@ class Forwarder:
                     return
             if time.monotonic() >= deadline:
                 self.failed += 1
-                raise last or NotLeader(f"no live leader of topic {topic}")
+                err = last or NotLeader(f"no live leader of topic {topic}")
+                log.warning(
+                    "publish to %s not forwarded within %.0fs: %s", topic, self.patience, err
+                )
+                raise err
             await asyncio.sleep(RETRY_INTERVAL)  # the cluster view catches up meanwhile
 
     async def _send(self, route: Route, topic: str, bodies: Sequence[bytes], defer_ms: int) -> None:

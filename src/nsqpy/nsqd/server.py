@@ -504,6 +504,9 @@ class NsqdServer:
             "ha_support": True,
             "node_id": self.cluster.node_id,
             "cluster_id": self.opts.cluster_id,
+            # publishes of partitions led elsewhere (``nsqd.forward``)
+            "forwarded_messages": self.cluster.forwarder.forwarded,
+            "forward_failures": self.cluster.forwarder.failed,
         }
 
     def apply_log_level(self) -> None:

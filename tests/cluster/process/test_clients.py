@@ -6,6 +6,7 @@ partition leaders as producers; every message published is consumed."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -13,7 +14,7 @@ from nsqpy.client import Consumer, Message, Producer
 from nsqpy.testing import eventually
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import create, leaders, run_client
+from .conftest import OwnCluster, create, leaders, run_client, stats_partitions
 
 N = 20  # messages published to each nsqd
 
@@ -78,3 +79,42 @@ async def test_nsqpy_client_publishes_to_every_nsqd_and_consumes_through_lookupd
     ):
         await eventually(lambda: len(got) >= 3 * N, timeout=20, what="every message consumed")
     assert sorted(got) == everything()
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("script", ["pynsq_failover.py", "gnsq_failover.py"])
+def test_pypi_client_carries_on_through_the_leaders_death(
+    own_cluster: OwnCluster, script: str
+) -> None:
+    """A PyPI client's producer pinned to a node that does not lead, and its consumer
+    through nsqlookupd, on a topic with three replicas: the leader is SIGKILLed while they
+    run. Every publish is answered OK (forwarded, it waits for the new leader) and every
+    one is consumed (the consumer finds the new leader at its next lookupd poll)."""
+    cluster = own_cluster()
+    topic = "failover"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    leader = leaders(cluster, topic)[0]
+    pinned = (leader + 1) % 3
+    for i in range(3):
+        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            run_client,
+            script,
+            cluster.nsqd_tcp(pinned),
+            ",".join(cluster.lookupd_https()),
+            topic,
+            6,
+            timeout=90,
+        )
+        cluster.wait_for(
+            lambda: stats_partitions(cluster, leader, topic)[0]["message_count"] >= 100,
+            20,
+            "the client publishing",
+        )
+        cluster.kill_nsqd(leader)
+        report = running.result()
+    print(f"\n{script} through a failover: {report}")
+    assert report["errors"] == [], "only OK answers"
+    assert report["acked"] == report["sent"] >= 200
+    assert report["missing"] == [], "every acknowledged message consumed"

@@ -67,6 +67,8 @@ def test_pub_where_the_topic_is_led_elsewhere_goes_to_its_leader(
     (entry,) = [c for c in shared.nsqd_json(other, "/stats?format=json")["topics"]
                 if c["topic_name"] == f"{topic_name}_mine"]  # fmt: skip
     assert entry["message_count"] == 1
+    info = shared.nsqd_json(other, "/info")
+    assert info["forwarded_messages"] >= 7 and info["forward_failures"] == 0
 
 
 def test_a_partitioned_pub_goes_to_that_partitions_leader(
