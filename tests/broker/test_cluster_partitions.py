@@ -167,6 +167,28 @@ def test_a_follower_delivers_nothing_whatever_its_log_holds(
     assert sorted(sink.bodies()) == [b"a", b"b", b"later"]
 
 
+def test_a_follower_takes_its_leaders_cursor_and_delivers_from_it_once_it_leads(
+    cluster_broker: Broker, clock: FakeClock
+) -> None:
+    """``ChannelPartition.adopt_cursor`` (what CURSORS from the leader do): below the
+    confirmed offset and in the ranges is done; deferred entries a past leadership left go
+    (the read meets their records again); the new leader delivers only the rest."""
+    topic = hold_t(cluster_broker, {1: "follower"})
+    part = topic.partitions[0]
+    part.publish([b"m%d" % i for i in range(10)], clock())  # (what replication appends)
+    part.log.flush()
+    channel = cluster_broker.channel(topic, "c")
+    cpart = channel.part(1)
+    assert cpart is not None
+    assert cpart.adopt_cursor(4, [(6, 8)])
+    assert not cpart.adopt_cursor(4, [(6, 8)]), "the same cursor again changes nothing"
+    assert (cpart.cursor.confirmed, cpart.cursor.ranges) == (4, [(6, 8)])
+    _, sink = subscriber(cluster_broker)
+    cluster_broker.set_role("t", 1, "leader", 2)
+    cluster_broker.scan()
+    assert sorted(sink.bodies()) == [b"m4", b"m5", b"m8", b"m9"]
+
+
 def test_leading_begins_the_epoch_in_the_log(cluster_broker: Broker) -> None:
     topic = hold_t(cluster_broker, {1: "leader"}, epoch=1)
     part = topic.partitions[0]

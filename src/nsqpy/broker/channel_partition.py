@@ -27,6 +27,7 @@ import heapq
 import random
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 
 from nsqpy.broker.channel_deferral import ChannelDeferral, PartitionView
 from nsqpy.broker.channel_policy import PolicyPaths
@@ -476,6 +477,24 @@ class ChannelPartition:
         self._arrived = max(self._arrived, offset)
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
+
+    def adopt_cursor(self, confirmed: int, ranges: Sequence[tuple[int, int]]) -> bool:
+        """(A follower's part, cluster mode) The leader's cursor of this channel over this
+        partition: every offset below ``confirmed`` and in ``ranges`` is done. A follower
+        delivers nothing, so nothing is in flight; what it had deferred (from a leadership
+        of its own) goes, as the read meets those records again once it leads. The cursor
+        file is saved with the periodic saves. True when the cursor changed."""
+        cursor = self.cursor
+        if cursor.confirmed == confirmed and cursor.ranges == list(ranges):
+            return False
+        self.deferred.clear()  # first: a StorageError here changes nothing
+        self.clear_window()
+        cursor.reset(confirmed)
+        for start, end in ranges:
+            cursor.confirm_range(start, end)
+        self._arrived = max(self._arrived, confirmed)
+        self._unsaved += 1
+        return True
 
     def clear_window(self) -> None:
         """Nothing in flight, requeued, ahead of the read or leased any more (its clients'

@@ -6,7 +6,9 @@ Owns one link's life: dial the leader's rpc address, HELLO, the catch-up loop of
 truncated), FETCH from the log's end, then every APPEND taken as it is (``advance_to`` where
 the leader's log skips offsets, ``append_raw``; all frames that arrive together under one
 ``flush``; ``sync`` when the log's policy says so) and ACKed with (end, durable). It keeps
-the leader's committed offset: nothing above it may be exposed (``readable_offset``). A
+the leader's committed offset: nothing above it may be exposed (``readable_offset``). The
+leader's channel cursors (CURSORS) go to ``on_cursors`` once the records that came with
+them are flushed. A
 dropped link is redialled with capped exponential backoff; ``E_STALE_EPOCH`` (and a cluster
 mismatch) parks it until the owner gives a new (leader address, epoch) with
 ``set_leader``. Imports asyncio, the codec and the storage log; never the broker or nsqd.
@@ -29,6 +31,7 @@ from nsqpy.protocol.replication import (
     MAGIC,
     MAX_BATCH_BYTES,
     Append,
+    Cursors,
     EpochEnd,
     ErrorFrame,
     Heartbeat,
@@ -44,6 +47,7 @@ from nsqpy.protocol.replication import (
 from nsqpy.storage.log import PartitionLog
 
 Progress = Callable[[int, int, int], None]  # end, durable, committed
+CursorSink = Callable[[Cursors], None]  # the leader's channel cursors, after their records
 
 
 class RemoteError(ConnectionError):
@@ -73,6 +77,7 @@ class FollowerFetch:
         leader: str | None = None,
         leader_epoch: int = 0,
         on_progress: Progress | None = None,
+        on_cursors: CursorSink | None = None,
         max_bytes: int = MAX_BATCH_BYTES,
         timeout: float = 5.0,
         backoff: float = 0.05,
@@ -85,6 +90,7 @@ class FollowerFetch:
         self.topic, self.partition = topic, partition
         self.leader, self.leader_epoch = leader, leader_epoch
         self.on_progress = on_progress
+        self.on_cursors = on_cursors
         self.max_bytes, self.timeout = max_bytes, timeout
         self.backoff, self.max_backoff, self.max_attempts = backoff, max_backoff, max_attempts
         self.logger = logger or logging.getLogger("nsqpy.cluster.replica")
@@ -234,17 +240,22 @@ class FollowerFetch:
         while True:
             frames = await link.recv(self.timeout)
             heartbeat = False
+            cursors: list[Cursors] = []
             for frame in frames:
                 if isinstance(frame, Append):
                     self._take(frame, epoch)
                 elif isinstance(frame, Heartbeat):
                     heartbeat = True
+                elif isinstance(frame, Cursors) and frame.leader_epoch == epoch:
+                    cursors.append(frame)
                 elif isinstance(frame, ErrorFrame):
                     raise RemoteError(frame)
                 else:
                     raise MalformedFrame(f"unexpected {type(frame).__name__} from the leader")
             if log.pending():
                 log.flush()
+            if cursors and self.on_cursors is not None:  # (after the records they cover)
+                self.on_cursors(cursors[-1])
             if log.sync_due(time.time_ns()):
                 await asyncio.to_thread(log.sync)
             now = (log.flushed_offset, log.durable_offset)

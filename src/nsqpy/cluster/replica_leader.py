@@ -7,7 +7,8 @@ streaming ``read_raw`` chunks as APPEND frames, pipelined under a window of un-a
 never the whole log in memory), the followers' ACKs per (topic, partition, node id), the
 committed offset (``committed``: the minimum of the leader's own end and every ISR
 follower's acked end; durable ends when the log's policy is ``always``), heartbeats on idle
-links and the report of silent followers (``lagging``). It does no polling: the owner calls
+links, the channels' cursors every ``cursor_interval`` when they changed (CURSORS, the
+owner's ``cursors`` lookup), and the report of silent followers (``lagging``). It does no polling: the owner calls
 ``notify(topic, partition)`` after each flush of a led log, and learns of a committed offset
 that moved through ``on_progress``. Imports asyncio, the codec and the storage log; never the
 broker or nsqd (the owner hands it lookups).
@@ -19,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nsqpy.cluster.replica import Link, LinkClosed
@@ -32,6 +33,7 @@ from nsqpy.protocol.replication import (
     HEARTBEAT_FRAME,
     MAGIC,
     Ack,
+    ChannelCursor,
     EpochQuery,
     ErrorFrame,
     Fetch,
@@ -40,6 +42,7 @@ from nsqpy.protocol.replication import (
     MalformedFrame,
     ReplicationProtocolError,
     encode_append,
+    encode_cursors,
     encode_epoch_end,
     encode_error,
     encode_hello,
@@ -53,6 +56,7 @@ LogLookup = Callable[[str, int], "PartitionLog | None"]
 EpochLookup = Callable[[str, int], "int | None"]  # our leader_epoch, None: not the leader
 IsrLookup = Callable[[str, int], Iterable[str]]
 Progress = Callable[[str, int, int], None]  # topic, partition, committed offset
+CursorLookup = Callable[[str, int], Sequence[ChannelCursor]]  # every channel's, now
 
 
 @dataclass(slots=True)
@@ -80,6 +84,8 @@ class _Conn:
     inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (next offset, bytes)
     inflight_bytes: int = 0
     sent_committed: int = -1
+    cursors_at: float = float("-inf")  # loop.time() of the last look at the cursors
+    cursors_sent: tuple[ChannelCursor, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +123,8 @@ class LeaderFeed:
         isr: IsrLookup,
         *,
         on_progress: Progress | None = None,
+        cursors: CursorLookup | None = None,
+        cursor_interval: float = 1.0,
         window: int = WINDOW,
         chunk: int = CHUNK,
         heartbeat_interval: float = 1.0,
@@ -126,6 +134,7 @@ class LeaderFeed:
         self.node_id, self.cluster_id = node_id, cluster_id
         self._logs, self._leader_epoch, self._isr = logs, leader_epoch, isr
         self.on_progress = on_progress
+        self._cursors, self.cursor_interval = cursors, cursor_interval
         self.window, self.chunk = window, chunk
         self.heartbeat_interval, self.timeout = heartbeat_interval, timeout
         self.log = logger or logging.getLogger("nsqpy.cluster.replica")
@@ -368,15 +377,35 @@ class LeaderFeed:
                 await link.drain()
                 return
             log = self._logs(conn.topic, conn.partition)
+            cursors = self._send_cursors(conn)
             if log is not None and self._send_some(conn, part, log):
                 await link.drain()
                 continue
+            if cursors:
+                await link.drain()
             try:
-                async with asyncio.timeout(self.heartbeat_interval):
+                async with asyncio.timeout(min(self.heartbeat_interval, self.cursor_interval)):
                     await conn.wake.wait()
             except TimeoutError:
                 link.send([HEARTBEAT_FRAME])
                 await link.drain()
+
+    def _send_cursors(self, conn: _Conn) -> bool:
+        """Every ``cursor_interval``, the channels' cursors when they changed (all of them:
+        ``full``), after the records they cover (a cursor never passes the committed
+        offset, which the follower has)."""
+        if self._cursors is None or conn.pos is None:
+            return False
+        now = asyncio.get_running_loop().time()
+        if now - conn.cursors_at < self.cursor_interval:
+            return False
+        conn.cursors_at = now
+        cursors = tuple(self._cursors(conn.topic, conn.partition))
+        if cursors == conn.cursors_sent:
+            return False
+        conn.link.send([encode_cursors(conn.epoch, conn.topic, conn.partition, cursors, True)])
+        conn.cursors_sent = cursors
+        return True
 
     def _send_some(self, conn: _Conn, part: _Partition, log: PartitionLog) -> bool:
         """APPENDs while the window allows; an empty one when only committed moved."""

@@ -10,7 +10,8 @@ answered only up to the **committed offset**: the smallest end every ISR member 
 acknowledged (``Partition.commit_bound``); the server is told when it moves
 (``on_committed``) and answers the publishes it covers. A partition whose ISR is this
 node alone commits at its own flushed end, as a single node does. A follower that becomes
-leader starts from the committed offset it learned from the old leader. Imports asyncio,
+leader starts from the committed offset it learned from the old leader, and its channels
+from the cursors the old leader sent every second (``_adopt_cursors``). Imports asyncio,
 the cluster links and the broker; never the TCP or HTTP handlers.
 """
 
@@ -24,6 +25,8 @@ from nsqpy.broker.partition import Partition
 from nsqpy.cluster.model import Replicas, Snapshot
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.errors import StorageError
+from nsqpy.protocol.replication import CHANNEL_PAUSED, ChannelCursor, Cursors
 from nsqpy.storage import PartitionLog
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -54,6 +57,7 @@ class Replication:
             self._epoch_of,
             self._isr_of,
             on_progress=self._progress,
+            cursors=self._cursors_of,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
         self.address: tuple[str, int] | None = None
@@ -87,6 +91,52 @@ class Replication:
     def _isr_of(self, topic: str, partition: int) -> tuple[str, ...]:
         r = self.replicas(topic, partition)
         return r.isr if r is not None else ()
+
+    def _cursors_of(self, topic: str, partition: int) -> list[ChannelCursor]:
+        """The cursor of every durable channel over a led partition (sent to followers)."""
+        found = self.broker.get_topic(topic)
+        if found is None:
+            return []
+        out = []
+        for name, channel in sorted(found.channels.items()):
+            part = channel.part(partition)
+            if part is None or channel.ephemeral:
+                continue
+            cursor = part.cursor
+            flags = CHANNEL_PAUSED if channel.paused else 0
+            out.append(ChannelCursor(name, cursor.confirmed, flags, tuple(cursor.ranges)))
+        return out
+
+    def _adopt_cursors(self, frame: Cursors) -> None:
+        """A follower takes its leader's channel cursors (``ChannelPartition.adopt_cursor``),
+        never past its own log's end; channels the leader has are created here, and (a full
+        set, on a topic this node leads no partition of) those it lacks are deleted, so the
+        node that takes over delivers where the old leader was (at most a second back)."""
+        topic = self.broker.get_topic(frame.topic)
+        part = topic.partition(frame.partition) if topic is not None else None
+        if topic is None or part is None or part.leading:
+            return
+        end = part.log.high_watermark
+        leads_some = any(p.leading for p in topic.partitions)
+        try:
+            for c in frame.channels:
+                channel = self.broker.channel(topic, c.name)
+                channel_part = channel.part(frame.partition)
+                if channel_part is None:
+                    continue
+                ranges = [(s, min(e, end)) for s, e in c.ranges if s < end]
+                channel_part.adopt_cursor(min(c.confirmed, end), ranges)
+                paused = bool(c.flags & CHANNEL_PAUSED)
+                if not leads_some and channel.paused != paused:
+                    channel.paused = paused
+                    self.broker.save_metadata()
+            if frame.full and not leads_some:
+                named = {c.name for c in frame.channels}
+                for name, channel in list(topic.channels.items()):
+                    if name not in named and not channel.ephemeral:
+                        self.broker.delete_channel(topic, name)
+        except StorageError as exc:  # (reported by the broker; the next CURSORS tries again)
+            log.warning("REPLICATION(%s/%d): cursors not taken: %s", *frame_key(frame), exc)
 
     def _progress(self, topic: str, partition: int, committed: int) -> None:
         part = self._part(topic, partition)
@@ -178,6 +228,7 @@ class Replication:
                 partition=part.number,
                 leader=address,
                 leader_epoch=epoch,
+                on_cursors=self._adopt_cursors,
             )
             self.fetches[key] = fetch
             fetch.start()
@@ -189,3 +240,7 @@ class Replication:
         fetch = self.fetches.pop(key, None)
         if fetch is not None:
             fetch.halt()
+
+
+def frame_key(frame: Cursors) -> tuple[str, int]:
+    return frame.topic, frame.partition

@@ -153,3 +153,42 @@ def until_delivered(port: int, topic: str, wanted: set[bytes], timeout: float = 
             consumer.send(b"FIN " + data[10:26] + b"\n")
     consumer.close()
     return left
+
+
+def confirmed(cluster: OwnCluster | object, i: int, topic: str, channel: str) -> int:
+    """The confirmed offset of ``channel`` over partition 0 on nsqd ``i`` (-1: none)."""
+    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")  # type: ignore[attr-defined]
+    for entry in doc["topics"] or []:
+        for c in entry["channels"]:
+            if c["channel_name"] == channel:
+                return int(c["partitions"][0]["confirmed_offset"])
+    return -1
+
+
+def test_a_channels_cursor_survives_the_leaders_death(own_cluster: OwnCluster) -> None:
+    """The leader sends its channels' cursors to the followers every second; after its
+    SIGKILL the new leader's channel goes on where the old one was: what was FINished
+    before is not delivered again, what was not is."""
+    cluster = own_cluster()
+    topic = "cursors"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    leader = leaders(cluster, topic)[0]
+    client = wire(cluster, leader)
+    sent = [f"m{i:04d}".encode() for i in range(1000)]
+    for start in range(0, len(sent), 100):
+        client.send(mpub(topic, sent[start : start + 100]))
+        assert client.read_frame() == (0, b"OK")
+    client.close()
+    assert consume(cluster.nodes[leader].ports["TCP"], topic, "c", 600, rdy=100) == sent[:600]
+    followers = [i for i in range(3) if i != leader]
+    for i in followers:  # within about a second, each follower has the cursor
+        cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 600, 10, f"cursor on {i}")  # type: ignore[misc]
+
+    cluster.kill_nsqd(leader)
+    cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 15, "a new leader")
+    new = leaders(cluster, topic)[0]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10, "it leads"
+    )
+    rest = consume(cluster.nodes[new].ports["TCP"], topic, "c", 400, rdy=100)
+    assert rest == sent[600:], "the channel goes on where it was on the old leader"
