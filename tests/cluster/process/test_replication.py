@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from nsqpy.testing import WireClient, consume, http_request, mpub
+from nsqpy.testing.cluster import LocalCluster
 
 from .conftest import OwnCluster, create, leaders, stats_partitions, wire
 
@@ -155,9 +156,9 @@ def until_delivered(port: int, topic: str, wanted: set[bytes], timeout: float = 
     return left
 
 
-def confirmed(cluster: OwnCluster | object, i: int, topic: str, channel: str) -> int:
+def confirmed(cluster: LocalCluster, i: int, topic: str, channel: str) -> int:
     """The confirmed offset of ``channel`` over partition 0 on nsqd ``i`` (-1: none)."""
-    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")  # type: ignore[attr-defined]
+    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")
     for entry in doc["topics"] or []:
         for c in entry["channels"]:
             if c["channel_name"] == channel:
