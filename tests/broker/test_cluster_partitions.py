@@ -149,9 +149,8 @@ def test_sub_to_a_partition_not_held_is_bad_partition(cluster_broker: Broker) ->
 def test_a_follower_delivers_nothing_whatever_its_log_holds(
     cluster_broker: Broker, clock: FakeClock
 ) -> None:
-    topic = hold_t(cluster_broker, {1: "leader"})
+    topic = hold_t(cluster_broker, {1: "follower"})
     _, sink = subscriber(cluster_broker)
-    cluster_broker.set_role("t", 1, "follower", 1)
     part = topic.partitions[0]
     part.publish([b"a", b"b"], clock())  # (what replication will append)
     part.publish([b"later"], clock(), deliver_at=clock() + 1_000_000)
@@ -187,6 +186,24 @@ def test_a_follower_takes_its_leaders_cursor_and_delivers_from_it_once_it_leads(
     cluster_broker.set_role("t", 1, "leader", 2)
     cluster_broker.scan()
     assert sorted(sink.bodies()) == [b"m4", b"m5", b"m8", b"m9"]
+
+
+def test_stepping_down_drops_the_window_and_closes_consumers_of_a_topic_led_no_more(
+    cluster_broker: Broker, clock: FakeClock
+) -> None:
+    topic = hold_t(cluster_broker, {1: "leader", 3: "leader"})
+    client, sink = subscriber(cluster_broker)
+    for number in (1, 3):
+        cluster_broker.append(topic, [b"x"], partition=number)
+    commit(cluster_broker)
+    channel = topic.channels["c"]
+    assert channel.in_flight_count == 2 and client.in_flight_count == 2
+    cluster_broker.set_role("t", 1, "follower", 2)
+    assert channel.in_flight_count == 1, "partition 1's message is the new leader's now"
+    assert not sink.closed, "partition 3 is still led here"
+    cluster_broker.set_role("t", 3, "follower", 2)
+    assert channel.in_flight_count == 0 and client.in_flight_count == 0
+    assert sink.closed, "no partition of the topic is led here: the consumer reconnects"
 
 
 def test_leading_begins_the_epoch_in_the_log(cluster_broker: Broker) -> None:

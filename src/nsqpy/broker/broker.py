@@ -385,7 +385,26 @@ class Broker:
             now = self.clock()
             for channel in topic.channels.values():
                 channel.pump(now)
+        elif was[0] == LEADER and not part.leading:
+            self._stepped_down(topic, number)
         return part
+
+    def _stepped_down(self, topic: Topic, number: int) -> None:
+        """A partition led here is followed now: what its channels had in flight is the
+        new leader's to deliver again (a late FIN here is "not in flight"), and consumers
+        of a topic this node leads no partition of any more are closed, so that they
+        reconnect (through lookupd, to the leaders)."""
+        leads_some = any(p.leading for p in topic.partitions)
+        for channel in topic.channels.values():
+            channel_part = channel.part(number)
+            if channel_part is not None:
+                channel_part.clear_window()
+            if not leads_some and channel.consumers:
+                log.info(
+                    "TOPIC(%s): channel(%s): closing %d consumers (no partition led here)",
+                    topic.name, channel.name, len(channel.consumers),
+                )  # fmt: skip
+                channel.close_consumers()
 
     def release_partition(self, topic_name: str, number: int) -> bool:
         """Hold partition ``number`` of ``topic_name`` no more (False when not held): what
