@@ -108,6 +108,8 @@ class Broker:
         self.cluster_mode = False
         self.partition_info: Callable[[str, int], dict[str, object]] | None = None
         self.on_partition_released: list[Callable[[Topic, Partition], None]] = []
+        # a partition led here is followed now (its waiting publishers get NotLeader)
+        self.on_stepped_down: list[Callable[[Topic, Partition], None]] = []
         self.sync_policy = SyncPolicy(
             every_messages=opts.sync_every,
             every_ms=opts.sync_timeout_ms,
@@ -387,6 +389,8 @@ class Broker:
                 channel.pump(now)
         elif was[0] == LEADER and not part.leading:
             self._stepped_down(topic, number)
+            for hook in self.on_stepped_down:
+                hook(topic, part)
         return part
 
     def _stepped_down(self, topic: Topic, number: int) -> None:

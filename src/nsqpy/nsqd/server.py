@@ -128,6 +128,7 @@ class NsqdServer:
         self.start_time = int(time.time())
         self.broker.on_topic_deleted.append(self._topic_deleted)
         self.broker.on_partition_released.append(self._partition_released)
+        self.broker.on_stepped_down.append(self._stepped_down)
         # With --etcd-endpoints: this node's part in a cluster (nsqd.cluster; imported only
         # then: the etcd client and gRPC cost a single node ~15 MB of memory for nothing).
         self.cluster: NsqdCluster | None = None
@@ -354,6 +355,26 @@ class NsqdServer:
         acks = self._acks.pop(part, None)
         while acks:
             acks.popleft().resolve(NotLeader())
+
+    def _stepped_down(self, topic: Topic, part: Partition) -> None:
+        """A partition led here is followed now (cluster): publishes still waiting for the
+        ISR are answered E_FAILED_ON_NOT_LEADER. They were never committed (the new
+        leader's epoch does not have them: this log's tail is cut when it catches up); the
+        client publishes again, to the leader."""
+        del topic
+        acks = self._acks.pop(part, None)
+        if not acks:
+            return
+        log.info(
+            "TOPIC(%s): partition %d: %d publishes not acknowledged (not the leader now)",
+            part.name, part.number, len(acks),
+        )  # fmt: skip
+        while acks:
+            acks.popleft().resolve(NotLeader())
+        for conn in list(self.connections):
+            if conn.awaiting_acks:
+                self._touched.add(conn)
+        self._schedule_commit()
 
     def _fail_topic(self, part: Partition, exc: OSError) -> None:
         """A write or fsync of a partition failed: its waiting publishers get an error."""

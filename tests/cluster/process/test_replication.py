@@ -193,3 +193,44 @@ def test_a_channels_cursor_survives_the_leaders_death(own_cluster: OwnCluster) -
     )
     rest = consume(cluster.nodes[new].ports["TCP"], topic, "c", 400, rdy=100)
     assert rest == sent[600:], "the channel goes on where it was on the old leader"
+
+
+def test_a_paused_leader_acknowledges_nothing_once_replaced_and_rejoins(
+    own_cluster: OwnCluster,
+) -> None:
+    """SIGSTOP of the leader (a long GC pause): another node leads, publishes through a
+    third node go on; a publish that reached the paused leader is never acknowledged once
+    it resumes (E_FAILED_ON_NOT_LEADER: it was not committed), its divergent tail is cut,
+    and it rejoins the ISR with a log equal to the new leader's."""
+    cluster = own_cluster()
+    topic = "paused"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    old = leaders(cluster, topic)[0]
+    for i in range(3):
+        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
+    direct = wire(cluster, old)
+    direct.send(mpub(topic, [b"before"] * 10))
+    assert direct.read_frame() == (0, b"OK")
+
+    cluster.pause_nsqd(old)
+    try:
+        direct.send(mpub(topic, [b"during"] * 10))  # waits in the paused node's socket
+        cluster.wait_for(lambda: leaders(cluster, topic)[0] != old, 15, "another leader")
+        new = leaders(cluster, topic)[0]
+        third = next(i for i in range(3) if i not in (old, new))
+        client = wire(cluster, third)
+        for _ in range(5):
+            client.send(mpub(topic, [b"after"] * 10))
+            assert client.read_frame() == (0, b"OK")
+        client.close()
+    finally:
+        cluster.resume_nsqd(old)
+    assert direct.read_frame() == (1, b"E_FAILED_ON_NOT_LEADER"), "never acknowledged"
+    direct.close()
+    cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR")
+    end = stats_partitions(cluster, new, topic)[0]["high_watermark"]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, old, topic)[0]["high_watermark"] == end, 10, "equal logs"
+    )
+    got = consume(cluster.nodes[new].ports["TCP"], topic, "all", 60, rdy=100)
+    assert got == [b"before"] * 10 + [b"after"] * 50
