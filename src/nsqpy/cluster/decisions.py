@@ -13,10 +13,13 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     fewest leaders, then id) leads, ``leader_epoch + 1``, the old leader goes to catch-up.
     No live ISR member: no Change (never an unclean election from catch-up); the partition
     is reported in ``Reconciliation.stuck``.
-(b) ISR members that are not live move to catch-up.
+(b) ISR members that are not live move to catch-up, and so do those the live leader reports
+    lagging (``NodeInfo.lagging``) in the current leader_epoch: a follower alive but not
+    keeping up (cut off from the leader, a stalled disk) must not hold its writes.
 (c) without an election in (a): a live catch-up member whose reported ``(leader_epoch, end)``
     has the partition's current leader_epoch and ``end >=`` the end the leader reports (the
-    leader reporting the current leader_epoch, i.e. it has taken over) joins the ISR.
+    leader reporting the current leader_epoch, i.e. it has taken over), and which the
+    leader does not report lagging, joins the ISR.
 (d) a holder missing for ``repair_delay_ns`` (``emergency_delay_ns`` when the live holders
     are at most replicator/2) is replaced by a live node holding no replica of the
     partition (fewest replicas of the topic, then overall, then id), added to catch-up;
@@ -175,12 +178,24 @@ class _Partition:
         )
         return True
 
+    def lagging(self) -> tuple[str, ...]:
+        """The followers the live leader reports lagging in the current leader_epoch."""
+        info = self.ctx.live.get(self.leader)
+        if info is None:
+            return ()
+        return info.lagging_in(self.topic, self.partition, self.leader_epoch)
+
     def shrink_isr(self) -> None:
         gone = [n for n in self.isr if n not in self.ctx.live]
         if gone:
             self.isr = [n for n in self.isr if n not in gone]
             self.catchup += gone
             self.reasons.append(f"isr -> catchup {gone} (not live)")
+        late = [n for n in self.isr if n != self.leader and n in self.lagging()]
+        if late:
+            self.isr = [n for n in self.isr if n not in late]
+            self.catchup += late
+            self.reasons.append(f"isr -> catchup {late} (lagging, says the leader)")
 
     def join_isr(self) -> None:
         ctx, le = self.ctx, self.leader_epoch
@@ -188,9 +203,10 @@ class _Partition:
         if lead is None or lead[0] != le:
             return
         ready = []
+        late = self.lagging()
         for n in self.catchup:
             end = ctx.end(n, self.topic, self.partition)
-            if end is not None and end[0] == le and end[1] >= lead[1]:
+            if end is not None and end[0] == le and end[1] >= lead[1] and n not in late:
                 ready.append(n)
         if ready:
             self.catchup = [n for n in self.catchup if n not in ready]

@@ -128,7 +128,9 @@ class Load:
 class NodeInfo:
     """A live nsqd as it registers itself under ``nodes/<id>``. ``ends`` maps
     ``"<topic>/<partition>"`` to ``(leader_epoch, log end offset)`` for every partition the
-    node holds (the leader epoch of its last record batch). Not hashable (``ends``)."""
+    node holds (the leader epoch of its last record batch). ``lagging`` maps a partition
+    the node leads to ``(leader_epoch, followers)``: the replicas that have not kept up
+    with it (silent, unconnected or not acknowledging) for its timeout. Not hashable."""
 
     id: str
     hostname: str
@@ -140,9 +142,16 @@ class NodeInfo:
     started_ns: int
     load: Load = field(default_factory=Load)
     ends: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    lagging: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
+        object.__setattr__(self, "lagging", MappingProxyType(dict(self.lagging)))
+
+    def lagging_in(self, topic: str, partition: int, leader_epoch: int) -> tuple[str, ...]:
+        """The followers this node, leading in ``leader_epoch``, reports lagging."""
+        found = self.lagging.get(partition_name(topic, partition))
+        return found[1] if found is not None and found[0] == leader_epoch else ()
 
     def end(self, topic: str, partition: int) -> tuple[int, int] | None:
         """The ``(leader_epoch, end)`` this node reports for a partition, if any."""
@@ -155,6 +164,8 @@ class NodeInfo:
             "http_port": self.http_port, "rpc_address": self.rpc_address,
             "version": self.version, "started_ns": self.started_ns, "load": self.load.to_dict(),
             "ends": {k: [le, end] for k, (le, end) in sorted(self.ends.items())},
+            **({"lagging": {k: [le, list(nodes)] for k, (le, nodes) in sorted(self.lagging.items())}}
+               if self.lagging else {}),
         })  # fmt: skip
 
     @classmethod
@@ -171,6 +182,7 @@ class NodeInfo:
                                  "'<topic>/<p>': [leader_epoch >= 0, end >= 0]")  # fmt: skip
             parsed[name] = (pair[0], pair[1])
         return cls(
+            lagging=_lagging(obj.get("lagging", {}), what),
             id=_str(obj, "id", what), hostname=_str(obj, "hostname", what, empty=True),
             broadcast_address=_str(obj, "broadcast_address", what),
             tcp_port=_int(obj, "tcp_port", what), http_port=_int(obj, "http_port", what),
@@ -178,6 +190,23 @@ class NodeInfo:
             started_ns=_int(obj, "started_ns", what, default=0),
             load=Load.from_dict(obj.get("load", {}), f"{what}: field 'load'"), ends=parsed,
         )  # fmt: skip
+
+
+def _lagging(raw: Any, what: str) -> dict[str, tuple[int, tuple[str, ...]]]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what}: field 'lagging' must be an object, got {raw!r}")
+    out: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for name, entry in raw.items():
+        ok = (
+            "/" in name and isinstance(entry, list) and len(entry) == 2
+            and isinstance(entry[0], int) and not isinstance(entry[0], bool) and entry[0] >= 0
+            and isinstance(entry[1], list) and all(isinstance(n, str) and n for n in entry[1])
+        )  # fmt: skip
+        if not ok:
+            raise ValueError(f"{what}: field 'lagging' entry {name!r}: {entry!r} is not "
+                             "'<topic>/<p>': [leader_epoch >= 0, [node id, ...]]")  # fmt: skip
+        out[name] = (entry[0], tuple(entry[1]))
+    return out
 
 
 def _pair_ok(pair: Any) -> bool:

@@ -180,6 +180,17 @@ class LeaderFeed:
             part.committed = offset
             part.poke()
 
+    def begin_leading(self, topic: str, partition: int) -> None:
+        """This node leads (topic, partition) in a new epoch: followers are given the
+        ``timeout`` from now to connect before ``lagging`` names them (what it knew of
+        them from an earlier leadership is stale)."""
+        part = self._part(topic, partition)
+        now = asyncio.get_running_loop().time()
+        part.since = now
+        part.followers = {n: f for n, f in part.followers.items() if f.connected}
+        for f in part.followers.values():
+            f.last_heard, f.unacked_since = now, None
+
     def committed_offset(self, topic: str, partition: int) -> int:
         """The committed offset as last advanced (never goes back)."""
         return self._part(topic, partition).committed

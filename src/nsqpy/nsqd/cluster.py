@@ -246,6 +246,7 @@ class NsqdCluster:
                 bytes=sum(t.message_bytes for t in self.host.broker.topics.values()),
             ),
             ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
+            lagging=self.replication.lagging() if self.replication is not None else {},
         )
 
     def _msgs_per_sec(self) -> float:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.partition import Partition
-from nsqpy.cluster.model import Replicas, Snapshot
+from nsqpy.cluster.model import Replicas, Snapshot, partition_name
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
 from nsqpy.errors import StorageError
@@ -60,6 +60,7 @@ class Replication:
             cursors=self._cursors_of,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
+        self._led: dict[tuple[str, int], int] = {}  # leader epoch of each partition led
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -146,6 +147,24 @@ class Replication:
             part.commit_bound = committed
             self.on_committed(part)
 
+    def lagging(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """(``NodeInfo.lagging``) Per partition led here, in its leader epoch, the other
+        holders that have not kept up for the feed's timeout (``LeaderFeed.lagging``): the
+        coordinator moves such ISR members to catch-up and keeps such catch-up members out
+        of the ISR, so one stuck follower never holds the partition's writes."""
+        out: dict[str, tuple[int, tuple[str, ...]]] = {}
+        for topic in list(self.broker.topics.values()):
+            if topic.ephemeral:
+                continue
+            for part in topic.partitions:
+                r = self.replicas(topic.name, part.number) if part.leading else None
+                if r is None or r.leader != self.node_id:
+                    continue
+                late = self.feed.lagging(part.name, part.number, r.holders)
+                if late:
+                    out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
+        return out
+
     # -- the server's hooks ------------------------------------------------------------
 
     def flushed(self, part: Partition) -> None:
@@ -165,6 +184,8 @@ class Replication:
                 continue
             for part in topic.partitions:
                 key = (topic.name, part.number)
+                if not part.leading:
+                    self._led.pop(key, None)
                 versioned = snap.replicas.get(key)
                 r = versioned.value if versioned is not None else None
                 if part.leading:
@@ -180,6 +201,9 @@ class Replication:
 
     def _lead(self, part: Partition, r: Replicas | None, replicator: int) -> None:
         key = (part.name, part.number)
+        if self._led.get(key) != part.leader_epoch:
+            self._led[key] = part.leader_epoch
+            self.feed.begin_leading(*key)
         isr = r.isr if r is not None else (self.node_id,)
         writable = len(isr) * 2 > replicator  # the ISR must stay a majority of the replicas
         if writable != part.writable:

@@ -17,7 +17,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class LocalCluster:
         nsqd_flags: Sequence[str] = (),
         lookupd_flags: Sequence[str] = (),
         etcd: EtcdCluster | None = None,
+        nsqd_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self._tmp = None if directory is not None else tempfile.mkdtemp(prefix="nsqpy-cluster-")
         self.directory = Path(directory if directory is not None else self._tmp or ".")
@@ -51,6 +52,7 @@ class LocalCluster:
         self.lease_ttl = lease_ttl
         self.nsqd_flags = list(nsqd_flags)
         self.lookupd_flags = list(lookupd_flags)
+        self.nsqd_env = dict(nsqd_env or {})  # node index -> environment it adds
         self._own_etcd = etcd is None
         self.etcd = etcd or EtcdCluster(etcd_members, self.directory / "etcd")
         self.lookupds: list[DaemonProcess] = []
@@ -102,6 +104,7 @@ class LocalCluster:
             f"--rpc-address=127.0.0.1:{self._rpc_ports[i]}",
             f"--node-id={i}",
             *self.nsqd_flags,
+            env=dict(self.nsqd_env[i]) if i in self.nsqd_env else None,
         )
 
     def close(self) -> None:

@@ -91,6 +91,37 @@ def test_a_caught_up_member_joins_the_isr() -> None:
     assert run(snap(nodes, {0: r}, replicator=4)) == []
 
 
+def lagging_leader(
+    node_id: str, leader_epoch: int, *late: str, **ends: tuple[int, int]
+) -> NodeInfo:
+    """A live leader of t/0 reporting ``late`` followers lagging in ``leader_epoch``."""
+    base = node(node_id, **ends)
+    return NodeInfo(base.id, base.hostname, base.broadcast_address, base.tcp_port,
+                    base.http_port, base.rpc_address, base.version, base.started_ns,
+                    ends=base.ends, lagging={"t/0": (leader_epoch, late)})  # fmt: skip
+
+
+def test_a_follower_the_leader_reports_lagging_moves_to_catch_up() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    nodes = [lagging_leader("a", 2, "b", p0=(2, 50)), node("b", p0=(2, 50)), node("c")]
+    [change] = run(snap(nodes, {0: r}))
+    assert change.new == Replicas("a", ("a", "c"), ("b",), epoch=5, leader_epoch=2)
+    assert "lagging" in change.reason
+    # ... and does not join again while the leader says so, though its end is the leader's
+    assert run(applied(snap(nodes, {0: r}), [change])) == []
+    nodes[0] = node("a", p0=(2, 50))  # it keeps up again: it joins
+    [back] = run(applied(snap(nodes, {0: r}), [change]))
+    assert back.new == Replicas("a", ("a", "c", "b"), (), epoch=6, leader_epoch=2)
+
+
+def test_a_lagging_report_of_another_epoch_or_from_a_non_leader_changes_nothing() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    stale = [lagging_leader("a", 1, "b"), node("b"), node("c")]
+    assert run(snap(stale, {0: r})) == []
+    not_leader = [node("a"), node("b"), lagging_leader("c", 2, "b")]
+    assert run(snap(not_leader, {0: r})) == []
+
+
 def test_a_missing_holder_is_replaced_after_the_repair_delay() -> None:
     r = Replicas("a", ("a", "b"), ("c",), epoch=4, leader_epoch=2)
     nodes = [node("a"), node("b"), node("d"), node("e")]

@@ -4,7 +4,9 @@ SIGKILLed the new leader (the other ISR member) delivers every acknowledged mess
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from nsqpy.testing import WireClient, consume, http_request, mpub
 from nsqpy.testing.cluster import LocalCluster
@@ -234,3 +236,51 @@ def test_a_paused_leader_acknowledges_nothing_once_replaced_and_rejoins(
     )
     got = consume(cluster.nodes[new].ports["TCP"], topic, "all", 60, rdy=100)
     assert got == [b"before"] * 10 + [b"after"] * 50
+
+
+HOOKS = Path(__file__).parents[2] / "faults" / "hooks"  # sitecustomize: NSQPY_FSYNC_GATE
+
+
+def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    """Under --sync-always one follower's disk stalls (every fsync held: its lease lives
+    on): the leader reports it lagging after its timeout, the coordinator moves it to
+    catch-up, and the publish waiting for it is answered by the remaining majority; once
+    its disk is back it catches up and rejoins the ISR."""
+    gates = {i: tmp_path / f"fsync-gate-{i}" for i in range(3)}
+    path = os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")]))
+    env = {
+        i: {
+            "NSQPY_FSYNC_GATE": str(gates[i]),
+            "NSQPY_FSYNC_GATE_SUFFIX": ".log",
+            "PYTHONPATH": path,
+        }
+        for i in range(3)
+    }
+    cluster = own_cluster(nsqd_flags=["--sync-always"], nsqd_env=env)
+    topic = "stalled"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    leader = leaders(cluster, topic)[0]
+    stalled = (leader + 1) % 3
+    for i in range(3):
+        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
+    client = WireClient(cluster.nodes[leader].ports["TCP"], timeout=30)
+    client.send(b"  V2" + mpub(topic, [b"before"] * 10))
+    assert client.read_frame() == (0, b"OK")
+    stalled_id = cluster.node_id(stalled)
+    gates[stalled].touch()
+    try:
+        started = time.monotonic()
+        client.send(mpub(topic, [b"stalled"] * 10))
+        assert client.read_frame() == (0, b"OK"), "answered without the stalled follower"
+        print(f"\na publish waited {time.monotonic() - started:.1f}s for the ISR to shrink")
+        said = [line for proc in cluster.lookupds for line in proc.log_lines]
+        assert any("lagging, says the leader" in line for line in said), "not by its lease"
+        assert stalled_id in cluster.partitions(topic)[0]["catchup"]
+        client.send(mpub(topic, [b"after"] * 10))
+        assert client.read_frame() == (0, b"OK")
+    finally:
+        gates[stalled].unlink(missing_ok=True)
+    cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR")
+    client.close()
