@@ -5,6 +5,7 @@ SIGKILLed the new leader (the other ISR member) delivers every acknowledged mess
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -284,3 +285,70 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
         gates[stalled].unlink(missing_ok=True)
     cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR")
     client.close()
+
+
+def log_bytes(cluster: LocalCluster, i: int, topic: str) -> bytes:
+    """The whole log of partition 0 on nsqd ``i`` as stored (``/log/read`` batches)."""
+    out, offset = b"", 0
+    while True:
+        status, body, headers = http_request(
+            "GET",
+            f"http://{cluster.nsqd_http(i)}/log/read?topic={topic}&offset={offset}"
+            "&format=batches&max_count=100000&max_bytes=4000000",
+        )
+        assert status == 200, body
+        if int(headers["X-NSQ-Record-Count"]) == 0:
+            return out
+        out += body
+        offset = int(headers["X-NSQ-Next-Offset"])
+
+
+def test_a_follower_killed_during_a_stream_rejoins_with_an_identical_log(
+    own_cluster: OwnCluster,
+) -> None:
+    """A producer publishes without pause; a follower is SIGKILLed, restarted, catches up
+    from the leader while the stream goes on and joins the ISR again; in the end its log
+    is the leader's, byte for byte (offsets, epochs, records)."""
+    cluster = own_cluster()
+    topic = "stream"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    leader = leaders(cluster, topic)[0]
+    follower = (leader + 1) % 3
+    for i in range(3):
+        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
+    stop = threading.Event()
+    answers: list[tuple[int, bytes]] = []
+
+    def produce() -> None:
+        client = WireClient(cluster.nodes[leader].ports["TCP"], timeout=30)
+        client.send(b"  V2")
+        n = 0
+        while not stop.is_set():
+            client.send(mpub(topic, [b"s%06d" % (n + j) for j in range(20)]))
+            answers.append(client.read_frame())
+            n += 20
+            time.sleep(0.005)
+        client.close()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        time.sleep(1)
+        cluster.kill_nsqd(follower)
+        time.sleep(1)
+        cluster.restart_nsqd(follower)
+        cluster.wait_for(
+            lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR"
+        )
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        producer.join(30)
+    assert set(answers) == {(0, b"OK")} and len(answers) > 100
+    end = stats_partitions(cluster, leader, topic)[0]["high_watermark"]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, follower, topic)[0]["high_watermark"] == end,
+        10,
+        "the follower has it all",
+    )
+    assert log_bytes(cluster, follower, topic) == log_bytes(cluster, leader, topic)
