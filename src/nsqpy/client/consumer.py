@@ -2,9 +2,12 @@
 
 Connections come from ``nsqd_tcp_addresses`` (kept connected, retried every
 ``reconnect_interval``) and from lookupd ``/lookup`` polls (``lookup``: one lookupd per
-round, first round at start, then after a random jitter every ``lookupd_poll_interval``,
-and at once after a discovered connection closes; new ``broadcast_address:tcp_port`` are
-connected, vanished ones are never dropped). Each connection sends IDENTIFY then SUB.
+round, first round at start, then after a random jitter every ``lookupd_poll_interval``;
+after a discovered connection closes, at once and then every ``FAST_POLL`` seconds for up
+to ``FAST_POLL_FOR`` until a node it finds subscribes: in a cluster that is the
+partition's new leader, found within moments of its election rather than at the next
+poll; new ``broadcast_address:tcp_port`` are connected, vanished ones are never dropped).
+Each connection sends IDENTIFY then SUB.
 
 RDY follows ``rdy.plan_rdy`` (SPEC 7.2), backoff follows ``backoff.Backoff`` (SPEC 7.3).
 Each message runs ``handler(msg)`` in its own task: a normal return FINs, an exception REQs
@@ -39,6 +42,9 @@ from nsqpy.protocol.message import Message as WireMessage
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
 log = logging.getLogger("nsqpy.client")
+
+FAST_POLL = 0.5  # seconds between lookupd polls after a discovered node was lost ...
+FAST_POLL_FOR = 30.0  # ... for at most this long, until a node it finds subscribes
 
 Handler = Callable[[Message], Awaitable[None]]
 GiveUpHook = Callable[[Message], Awaitable[None] | None]
@@ -146,6 +152,7 @@ class Consumer:
         self._connecting: set[str] = set()
         self._poller: LookupdPoller | None = None
         self._poll_now = asyncio.Event()
+        self._fast_until = 0.0  # monotonic: poll every FAST_POLL until then (a node lost)
         self._handlers: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
@@ -312,6 +319,7 @@ class Consumer:
         log.info("consumer lost nsqd %s", conn.key)
         self._update_rdy()
         if conn.key not in self.nsqd_tcp_addresses:
+            self._fast_until = time.monotonic() + FAST_POLL_FOR
             self._poll_now.set()
 
     def _on_error(self, conn: Connection, err: ProtocolError) -> None:
@@ -326,19 +334,23 @@ class Consumer:
                 self._spawn(self._discovered(address))
 
     async def _discovered(self, address: str) -> None:
-        await self._try_connect(address)
+        if await self._try_connect(address) is not None:
+            self._fast_until = 0.0  # (a node subscribed: the one that took over, say)
 
     async def _poll_loop(self) -> None:
-        jitter = random.uniform(0, self.lookupd_poll_jitter * self.lookupd_poll_interval)
-        await asyncio.sleep(jitter)
+        # The first wait is a random part of the interval (clients started together do not
+        # poll together); every wait ends early when a discovered node is lost.
+        wait = random.uniform(0, self.lookupd_poll_jitter * self.lookupd_poll_interval)
         while not self._closing:
-            self._poll_now.clear()
-            await self._poll_once()
             try:
-                async with asyncio.timeout(self.lookupd_poll_interval):
+                async with asyncio.timeout(wait):
                     await self._poll_now.wait()
             except TimeoutError:
                 pass
+            self._poll_now.clear()
+            await self._poll_once()
+            fast = time.monotonic() < self._fast_until
+            wait = FAST_POLL if fast else self.lookupd_poll_interval
 
     # ---- messages --------------------------------------------------------------------------
     def _on_message(self, conn: Connection, wire: WireMessage) -> None:

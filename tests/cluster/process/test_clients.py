@@ -6,6 +6,7 @@ partition leaders as producers; every message published is consumed."""
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -118,3 +119,41 @@ def test_pypi_client_carries_on_through_the_leaders_death(
     assert report["errors"] == [], "only OK answers"
     assert report["acked"] == report["sent"] >= 200
     assert report["missing"] == [], "every acknowledged message consumed"
+
+
+async def test_nsqpy_consumer_finds_the_new_leader_at_once(own_cluster: OwnCluster) -> None:
+    """nsqpy's Consumer through lookupd with the default 60 s poll interval: when the
+    leader it consumes from dies, it polls lookupd every half second until the new leader
+    is there, and consumes what is published after the failover within seconds."""
+    cluster = await asyncio.to_thread(own_cluster)
+    topic = "nsqpy_failover"
+    assert await asyncio.to_thread(create, cluster, topic, partition_num=1, replicator=3) == (
+        200,
+        None,
+    )
+    leader = leaders(cluster, topic)[0]
+    pinned = (leader + 1) % 3
+    got: set[str] = set()
+
+    async def handler(message: Message) -> None:
+        got.add(message.body.decode())
+
+    async with (
+        Producer(cluster.nsqd_tcp(pinned)) as producer,
+        Consumer(
+            topic, "c", handler, lookupd_http_addresses=cluster.lookupd_https(), max_in_flight=50
+        ) as consumer,
+    ):
+        await producer.mpub(topic, [f"before-{j}".encode() for j in range(10)])
+        await eventually(lambda: len(got) == 10, timeout=10, what="consumed from the leader")
+        assert consumer.lookupd_poll_interval == 60
+        await asyncio.to_thread(cluster.kill_nsqd, leader)
+        lost = time.monotonic()
+        after = [f"after-{j}" for j in range(10)]
+        await producer.mpub(topic, [b.encode() for b in after])  # forwarded: waits for it
+        elected = time.monotonic()  # (the publish was answered: a new leader has it)
+        await eventually(lambda: set(after) <= got, timeout=5, what="consumed after failover")
+        print(
+            f"\nnew leader answering {elected - lost:.1f}s after the kill, consumed from it"
+            f" {time.monotonic() - elected:.1f}s later"
+        )
