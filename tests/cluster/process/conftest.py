@@ -9,7 +9,8 @@ nsqlookupd and three nsqd, all on loopback, through ``nsqpy.testing.cluster.Loca
 - ``own_cluster``: a factory for tests that kill, restart or reconfigure daemons: each call
   starts a cluster of the test's own under ``tmp_path`` (closed after the test).
 
-Helpers: ``create`` (POST /topic/create), ``leaders`` (node index per partition),
+Helpers: ``create`` (POST /topic/create), ``three_replicas`` (one partition on every nsqd,
+its leader), ``leaders`` (node index per partition),
 ``stats_partitions`` (what an nsqd's /stats says it holds of a topic), ``wire`` (a V2
 connection to nsqd ``i``) and ``run_client`` (a client script in ``clients/``, run in its
 own interpreter, answering one JSON line).
@@ -80,6 +81,19 @@ def create(cluster: LocalCluster, topic: str, via: int | None = None, **args: ob
                     10, f"lookupd {i} sees topic {topic}",
                 )  # fmt: skip
     return answer
+
+
+def three_replicas(cluster: LocalCluster, topic: str) -> int:
+    """Create ``topic`` with one partition of three replicas and wait until every nsqd
+    holds it; the index of the nsqd leading it."""
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    for i in range(3):
+        cluster.wait_for(
+            lambda i=i: stats_partitions(cluster, i, topic),  # type: ignore[misc]
+            10,
+            f"nsqd {i} holds {topic}",
+        )
+    return leaders(cluster, topic)[0]
 
 
 def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:

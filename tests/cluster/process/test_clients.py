@@ -15,7 +15,7 @@ from nsqpy.client import Consumer, Message, Producer
 from nsqpy.testing import eventually
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import OwnCluster, create, leaders, run_client, stats_partitions
+from .conftest import OwnCluster, create, leaders, run_client, stats_partitions, three_replicas
 
 N = 20  # messages published to each nsqd
 
@@ -93,11 +93,8 @@ def test_pypi_client_carries_on_through_the_leaders_death(
     one is consumed (the consumer finds the new leader at its next lookupd poll)."""
     cluster = own_cluster()
     topic = "failover"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
-    leader = leaders(cluster, topic)[0]
+    leader = three_replicas(cluster, topic)
     pinned = (leader + 1) % 3
-    for i in range(3):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(
             run_client,

@@ -12,7 +12,7 @@ from pathlib import Path
 from nsqpy.testing import WireClient, consume, http_request, mpub
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import OwnCluster, create, leaders, stats_partitions, wire
+from .conftest import OwnCluster, create, leaders, stats_partitions, three_replicas, wire
 
 
 def test_acknowledged_messages_survive_the_leaders_death(own_cluster: OwnCluster) -> None:
@@ -105,11 +105,8 @@ def test_a_plain_producer_on_a_follower_carries_on_through_the_leaders_death(
     is delivered by the new leader. Nothing but OK is answered meanwhile."""
     cluster = own_cluster()
     topic = "pinned"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
-    leader = leaders(cluster, topic)[0]
+    leader = three_replicas(cluster, topic)
     pinned = (leader + 1) % 3
-    for i in range(3):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
 
     client = wire(cluster, pinned)
     acked: list[bytes] = []
@@ -207,10 +204,7 @@ def test_a_paused_leader_acknowledges_nothing_once_replaced_and_rejoins(
     and it rejoins the ISR with a log equal to the new leader's."""
     cluster = own_cluster()
     topic = "paused"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
-    old = leaders(cluster, topic)[0]
-    for i in range(3):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
+    old = three_replicas(cluster, topic)
     direct = wire(cluster, old)
     direct.send(mpub(topic, [b"before"] * 10))
     assert direct.read_frame() == (0, b"OK")
@@ -261,11 +255,8 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
     }
     cluster = own_cluster(nsqd_flags=["--sync-always"], nsqd_env=env)
     topic = "stalled"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
-    leader = leaders(cluster, topic)[0]
+    leader = three_replicas(cluster, topic)
     stalled = (leader + 1) % 3
-    for i in range(3):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
     client = WireClient(cluster.nodes[leader].ports["TCP"], timeout=30)
     client.send(b"  V2" + mpub(topic, [b"before"] * 10))
     assert client.read_frame() == (0, b"OK")
@@ -311,11 +302,8 @@ def test_a_follower_killed_during_a_stream_rejoins_with_an_identical_log(
     is the leader's, byte for byte (offsets, epochs, records)."""
     cluster = own_cluster()
     topic = "stream"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
-    leader = leaders(cluster, topic)[0]
+    leader = three_replicas(cluster, topic)
     follower = (leader + 1) % 3
-    for i in range(3):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, topic), 10, f"nsqd {i} holds it")  # type: ignore[misc]
     stop = threading.Event()
     answers: list[tuple[int, bytes]] = []
 
