@@ -512,6 +512,13 @@ class V2Connection(BufferedConnection):
         self._reply(ack, OK_FRAME)
         counts = self.client.pub_counts
         counts[topic] = counts.get(topic, 0) + len(bodies)
+        # The bodies wait in memory for the leader: they count as replies the client has
+        # not read (``nsqd.flow``), so a client pipelining publishes to a node that does
+        # not lead is throttled as one that does not read its answers.
+        held = sum(len(body) for body in bodies)
+        self._held_bytes += held
+        if self._reply_bytes + self._held_bytes > WRITE_HIGH_WATER and not self._throttled:
+            self._throttle()
 
         async def forward() -> None:
             try:
@@ -520,8 +527,10 @@ class V2Connection(BufferedConnection):
                 ack.resolve(err)
             else:
                 ack.resolve()
+            self._held_bytes -= held
             if self.transport is not None:
                 self.ctx.touch(self)
+                self._maybe_unthrottle()
 
         self.ctx.loop.create_task(forward())
 

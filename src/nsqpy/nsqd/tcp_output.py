@@ -76,6 +76,7 @@ class BufferedConnection(asyncio.Protocol):
         # gathered in _out) and of those waiting; past WRITE_HIGH_WATER, or while the
         # transport's buffer is, commands stop running and the socket is not read.
         self._reply_bytes = 0
+        self._held_bytes = 0  # request bodies the connection waits on (forwarded publishes)
         self._waiting_bytes = 0
         self._throttled = False
         self._unthrottle_due = False
@@ -135,7 +136,7 @@ class BufferedConnection(asyncio.Protocol):
             self._throttled
             and not self._unthrottle_due
             and not self.client.write_paused
-            and self._reply_bytes <= WRITE_HIGH_WATER
+            and self._reply_bytes + self._held_bytes <= WRITE_HIGH_WATER
         ):
             self._unthrottle_due = True
             self._loop.call_soon(self._unthrottle)
@@ -144,7 +145,7 @@ class BufferedConnection(asyncio.Protocol):
         self._unthrottle_due = False
         if self.transport is None or self.client.write_paused:
             return
-        if self._reply_bytes > WRITE_HIGH_WATER:
+        if self._reply_bytes + self._held_bytes > WRITE_HIGH_WATER:
             return
         self._throttled = False
         self._read_since = self._clock()

@@ -7,6 +7,7 @@ and a forwarded one that finds no leader is refused with ``E_FAILED_ON_NOT_LEADE
 from __future__ import annotations
 
 import json
+import threading
 
 from nsqpy.nsqd.gate import FORWARD_AGENT
 from nsqpy.testing import consume, dpub, http_request, identify, mpub, pub, wait_for
@@ -145,3 +146,37 @@ def test_an_ordered_topic_has_ordered_channels_on_its_leader(
     (topic,) = [t for t in doc["topics"] if t["topic_name"] == topic_name]
     (channel,) = topic["channels"]
     assert channel.get("ordered") is True
+
+
+def test_publishes_waiting_for_a_stalled_leader_throttle_the_client(
+    own_cluster: OwnCluster,
+) -> None:
+    """The bodies of forwarded publishes wait in the forwarding node's memory: once they
+    pass the connection's reply bound, the node stops reading the client (it cannot be
+    made to hold more while the leader is stalled); once the leader answers, every
+    publish is answered OK."""
+    cluster = own_cluster(lease_ttl="10s")  # (a 2 s pause must not be a failover here)
+    assert create(cluster, "stalled", partition_num=1, replicator=1) == (200, None)
+    leader = leaders(cluster, "stalled")[0]
+    other = (leader + 1) % 3
+    wait_for(lambda: stats_partitions(cluster, leader, "stalled"))
+    client = wire(cluster, other)
+    body = b"z" * 60_000
+    count = 400  # 24 MB: far more than the socket buffers and the reply bound
+    sent = threading.Event()
+
+    def send_all() -> None:
+        for _ in range(count):
+            client.send(pub("stalled", body))
+        sent.set()
+
+    cluster.pause_nsqd(leader)
+    sender = threading.Thread(target=send_all, daemon=True)
+    try:
+        sender.start()
+        assert not sent.wait(2.0), "the node went on reading while nothing was answered"
+    finally:
+        cluster.resume_nsqd(leader)
+    assert sent.wait(30), "read again once the leader answered"
+    assert [client.read_frame() for _ in range(count)] == [(0, b"OK")] * count
+    assert stats_partitions(cluster, leader, "stalled")[0]["message_count"] == count
