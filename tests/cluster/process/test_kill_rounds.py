@@ -37,7 +37,7 @@ class Producer(threading.Thread):
         self.acked: set[bytes] = set()
         self.sent: set[bytes] = set()
         self.refused: list[tuple[int, bytes]] = []
-        self.reconnects = 0
+        self.reconnects: list[str] = []  # why the producer connected again
 
     def run(self) -> None:
         n, node, client = 0, 0, None
@@ -57,9 +57,10 @@ class Producer(threading.Thread):
             try:
                 client.send(mpub(TOPIC, bodies))
                 answer = client.read_frame()
-            except OSError:  # (ConnectionError, TimeoutError: its node was killed)
+            except OSError as exc:  # (ConnectionError: its node was killed)
                 client.close()
-                client, self.reconnects = None, self.reconnects + 1
+                client = None
+                self.reconnects.append(f"nsqd {node}: {type(exc).__name__}")
                 continue
             if answer == (0, b"OK"):
                 self.acked.update(bodies)
@@ -95,7 +96,7 @@ class Consuming(threading.Thread):
 
 def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluster) -> None:
     cluster = own_cluster()
-    assert create(cluster, TOPIC, partition_num=2, replicator=3) == (200, None)
+    assert create(cluster, TOPIC, partition_num=2, replicator=3, multipart="true") == (200, None)
 
     def full_isr() -> bool:
         return all(len(p["isr"]) == 3 for p in cluster.partitions(TOPIC).values())
@@ -131,7 +132,7 @@ def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluste
         consumer.join(30)
     print(
         f"\n{ROUNDS} leader kills in {took:.0f}s: {len(acked)} bodies acknowledged, "
-        f"{len(consumer.got)} distinct consumed, {producer.reconnects} producer reconnects, "
+        f"{len(consumer.got)} distinct consumed, producer reconnects {producer.reconnects}, "
         f"refused {set(producer.refused)}"
     )
     assert acked - consumer.got == set(), "acknowledged and never consumed"
