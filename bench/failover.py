@@ -93,7 +93,15 @@ def fill(cluster: LocalCluster, node: int, megabytes: int) -> None:
 def rejoin(cluster: LocalCluster, megabytes: int) -> tuple[float, float]:
     """(seconds from restart to back in the ISR, MB it had to copy)."""
     leader = leader_of(cluster)
+    epoch = cluster.partitions(TOPIC)[0]["epoch"]
+    started = time.monotonic()
     fill(cluster, leader, megabytes)
+    took = time.monotonic() - started
+    changes = cluster.partitions(TOPIC)[0]["epoch"] - epoch  # a false failover changes it
+    print(
+        f"  fill: {megabytes} MB in {took:.1f}s ({megabytes / took:.0f} MB/s replicated),"
+        f" replica changes meanwhile: {changes}"
+    )
     follower = (leader + 1) % 3
     cluster.kill_nsqd(follower)
     gone = cluster.node_id(follower)

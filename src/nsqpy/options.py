@@ -401,7 +401,7 @@ class NsqdOptions:
     )
     etcd_lease_ttl_ms: int = option(
         "etcd-lease-ttl",
-        10_000,
+        3_000,
         "nsqpy: lease of this node in etcd; a node silent this long is dead",
         kind="duration_ms",
         api=False,
