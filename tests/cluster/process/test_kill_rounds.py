@@ -119,7 +119,7 @@ def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluste
                 f"round {n}: partition {partition} led again",
             )
             cluster.restart_nsqd(victim)
-            cluster.wait_for(full_isr, 30, f"round {n}: nsqd {victim} back in the ISR")
+            cluster.wait_for(full_isr, 60, f"round {n}: nsqd {victim} back in the ISR")
     finally:
         producer.stop.set()
         producer.join(30)
