@@ -199,8 +199,9 @@ class Coordinator:
         written = 0
         for change in result.changes:
             key = self.keys.replicas(change.topic, change.partition)
+            guards = [Compare.mod_is(self.keys.node(n), rev) for n, rev in change.guards]
             if await self._fenced(
-                [Compare.mod_is(key, change.expected_revision)],
+                [Compare.mod_is(key, change.expected_revision), *guards],
                 [PutOp(key, change.new.to_json())],
             ):
                 written += 1

@@ -18,8 +18,12 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     keeping up (cut off from the leader, a stalled disk) must not hold its writes.
 (c) without an election in (a): a live catch-up member whose reported ``(leader_epoch, end)``
     has the partition's current leader_epoch and ``end >=`` the end the leader reports (the
-    leader reporting the current leader_epoch, i.e. it has taken over), and which the
-    leader does not report lagging, joins the ISR.
+    leader reporting the current leader_epoch, i.e. it has taken over), which the leader
+    does not report lagging and does report caught up (``NodeInfo.caught_up``: it had
+    acknowledged everything committed, and the leader waits for it from then on as for an
+    ISR member, so no record committed before the join is missing on it), joins the ISR.
+    The Change is guarded by the leader's node key revision: once the leader has reported
+    again (it may have stopped waiting for the member), the join is void.
 (d) a holder missing for ``repair_delay_ns`` (``emergency_delay_ns`` when the live holders
     are at most replicator/2) is replaced by a live node holding no replica of the
     partition (fewest replicas of the topic, then overall, then id), added to catch-up;
@@ -96,9 +100,10 @@ def plan(
             continue
         new = step.result()
         if new != versioned.value:
-            out.changes.append(
-                Change(topic, partition, versioned.mod_revision, new, "; ".join(step.reasons))
-            )
+            reason = "; ".join(step.reasons)
+            guards = tuple(step.guards)
+            change = Change(topic, partition, versioned.mod_revision, new, reason, guards)
+            out.changes.append(change)
     return out
 
 
@@ -108,6 +113,7 @@ class _Round:
     def __init__(self, snapshot: Snapshot, now_ns: int, missing_since: Mapping[str, int],
                  repair_delay_ns: int, emergency_delay_ns: int) -> None:  # fmt: skip
         self.live: Mapping[str, NodeInfo] = snapshot.nodes
+        self.node_revisions = snapshot.node_revisions
         self.now_ns = now_ns
         self.missing_since = missing_since
         self.repair_delay_ns = repair_delay_ns
@@ -140,6 +146,7 @@ class _Partition:
         self.leader, self.leader_epoch = r.leader, r.leader_epoch
         self.isr, self.catchup = list(r.isr), list(r.catchup)
         self.reasons: list[str] = []
+        self.guards: list[tuple[str, int]] = []
         self.stuck = ""
         elected = self.elect()
         if self.stuck:
@@ -204,13 +211,20 @@ class _Partition:
             return
         ready = []
         late = self.lagging()
+        info = ctx.live.get(self.leader)
+        confirmed = info.caught_up_in(self.topic, self.partition, le) if info else ()
         for n in self.catchup:
             end = ctx.end(n, self.topic, self.partition)
-            if end is not None and end[0] == le and end[1] >= lead[1] and n not in late:
+            if end is None or end[0] != le or end[1] < lead[1] or n in late:
+                continue
+            if n in confirmed:  # (the leader has waited for it since it said so)
                 ready.append(n)
         if ready:
             self.catchup = [n for n in self.catchup if n not in ready]
             self.isr += ready
+            revision = ctx.node_revisions.get(self.leader)
+            if revision is not None:  # (void if the leader reported again meanwhile)
+                self.guards.append((self.leader, revision))
             self.reasons.append(f"catchup -> isr {ready} (caught up at {lead})")
 
     def repair(self) -> None:

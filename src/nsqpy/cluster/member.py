@@ -137,6 +137,7 @@ class Member:
         self.registered = asyncio.Event()
         # Called with the snapshot after each ``apply`` (the node's replication follows).
         self.on_applied: list[Callable[[Snapshot], None]] = []
+        self.on_reported: list[Callable[[], None]] = []  # after each NodeInfo is written
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -169,6 +170,8 @@ class Member:
             self.registered.clear()
             self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
         await self.etcd.put(self.keys.node(self.node_id), self.node().to_json(), self._lease)
+        for hook in self.on_reported:  # (what the report said is in etcd now)
+            hook()
         if not self.registered.is_set():
             log.info(
                 "cluster: node %s registered in cluster %s", self.node_id, self.keys.cluster_id

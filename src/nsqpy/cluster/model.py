@@ -130,7 +130,10 @@ class NodeInfo:
     ``"<topic>/<partition>"`` to ``(leader_epoch, log end offset)`` for every partition the
     node holds (the leader epoch of its last record batch). ``lagging`` maps a partition
     the node leads to ``(leader_epoch, followers)``: the replicas that have not kept up
-    with it (silent, unconnected or not acknowledging) for its timeout. Not hashable."""
+    with it (silent, unconnected or not acknowledging) for its timeout; ``caught_up`` the
+    same way, the catch-up members that have acknowledged everything it has committed,
+    which it waits for from then on as for ISR members (so one may join the ISR). Not
+    hashable."""
 
     id: str
     hostname: str
@@ -143,14 +146,21 @@ class NodeInfo:
     load: Load = field(default_factory=Load)
     ends: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     lagging: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    caught_up: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
         object.__setattr__(self, "lagging", MappingProxyType(dict(self.lagging)))
+        object.__setattr__(self, "caught_up", MappingProxyType(dict(self.caught_up)))
 
     def lagging_in(self, topic: str, partition: int, leader_epoch: int) -> tuple[str, ...]:
         """The followers this node, leading in ``leader_epoch``, reports lagging."""
         found = self.lagging.get(partition_name(topic, partition))
+        return found[1] if found is not None and found[0] == leader_epoch else ()
+
+    def caught_up_in(self, topic: str, partition: int, leader_epoch: int) -> tuple[str, ...]:
+        """The catch-up members this node, leading in ``leader_epoch``, reports caught up."""
+        found = self.caught_up.get(partition_name(topic, partition))
         return found[1] if found is not None and found[0] == leader_epoch else ()
 
     def end(self, topic: str, partition: int) -> tuple[int, int] | None:
@@ -164,8 +174,7 @@ class NodeInfo:
             "http_port": self.http_port, "rpc_address": self.rpc_address,
             "version": self.version, "started_ns": self.started_ns, "load": self.load.to_dict(),
             "ends": {k: [le, end] for k, (le, end) in sorted(self.ends.items())},
-            **({"lagging": {k: [le, list(nodes)] for k, (le, nodes) in sorted(self.lagging.items())}}
-               if self.lagging else {}),
+            **_node_lists("lagging", self.lagging), **_node_lists("caught_up", self.caught_up),
         })  # fmt: skip
 
     @classmethod
@@ -182,7 +191,8 @@ class NodeInfo:
                                  "'<topic>/<p>': [leader_epoch >= 0, end >= 0]")  # fmt: skip
             parsed[name] = (pair[0], pair[1])
         return cls(
-            lagging=_lagging(obj.get("lagging", {}), what),
+            lagging=_lagging(obj.get("lagging", {}), what, "lagging"),
+            caught_up=_lagging(obj.get("caught_up", {}), what, "caught_up"),
             id=_str(obj, "id", what), hostname=_str(obj, "hostname", what, empty=True),
             broadcast_address=_str(obj, "broadcast_address", what),
             tcp_port=_int(obj, "tcp_port", what), http_port=_int(obj, "http_port", what),
@@ -192,20 +202,28 @@ class NodeInfo:
         )  # fmt: skip
 
 
-def _lagging(raw: Any, what: str) -> dict[str, tuple[int, tuple[str, ...]]]:
+def _node_lists(name: str, lists: Mapping[str, tuple[int, tuple[str, ...]]]) -> dict[str, Any]:
+    """``{name: {"<topic>/<p>": [leader_epoch, [node, ...]]}}``, or {} when empty."""
+    if not lists:
+        return {}
+    return {name: {k: [le, list(nodes)] for k, (le, nodes) in sorted(lists.items())}}
+
+
+def _lagging(raw: Any, what: str, name: str) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """``lagging`` or ``caught_up`` of a NodeInfo, checked."""
     if not isinstance(raw, dict):
-        raise ValueError(f"{what}: field 'lagging' must be an object, got {raw!r}")
+        raise ValueError(f"{what}: field '{name}' must be an object, got {raw!r}")
     out: dict[str, tuple[int, tuple[str, ...]]] = {}
-    for name, entry in raw.items():
+    for key, entry in raw.items():
         ok = (
-            "/" in name and isinstance(entry, list) and len(entry) == 2
+            "/" in key and isinstance(entry, list) and len(entry) == 2
             and isinstance(entry[0], int) and not isinstance(entry[0], bool) and entry[0] >= 0
             and isinstance(entry[1], list) and all(isinstance(n, str) and n for n in entry[1])
         )  # fmt: skip
         if not ok:
-            raise ValueError(f"{what}: field 'lagging' entry {name!r}: {entry!r} is not "
+            raise ValueError(f"{what}: field '{name}' entry {key!r}: {entry!r} is not "
                              "'<topic>/<p>': [leader_epoch >= 0, [node id, ...]]")  # fmt: skip
-        out[name] = (entry[0], tuple(entry[1]))
+        out[key] = (entry[0], tuple(entry[1]))
     return out
 
 
@@ -365,6 +383,7 @@ class Snapshot:
     topics: Mapping[str, TopicMeta] = field(default_factory=dict)
     replicas: Mapping[tuple[str, int], Versioned[Replicas]] = field(default_factory=dict)
     revision: int = 0
+    node_revisions: Mapping[str, int] = field(default_factory=dict)  # node key mod_revision
 
     def partitions(self, topic: str) -> list[tuple[int, Versioned[Replicas]]]:
         """The topic's partitions that have a replicas key, by partition number."""
@@ -391,10 +410,13 @@ def _first(item: tuple[int, Versioned[Replicas]]) -> int:
 @dataclass(frozen=True)
 class Change:
     """One decision: write ``new`` to ``topics/<topic>/<partition>/replicas`` only if the
-    key's mod_revision is still ``expected_revision``."""
+    key's mod_revision is still ``expected_revision`` and each node key of ``guards``
+    (node id, mod_revision) is still the one the decision read (a decision resting on a
+    node's report is void once the node reported again)."""
 
     topic: str
     partition: int
     expected_revision: int
     new: Replicas
     reason: str
+    guards: tuple[tuple[str, int], ...] = ()

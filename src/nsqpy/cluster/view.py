@@ -148,6 +148,7 @@ class ClusterView:
 
     def _build(self) -> Snapshot:
         nodes: dict[str, NodeInfo] = {}
+        node_revisions: dict[str, int] = {}
         lookupds: dict[str, LookupdInfo] = {}
         self._coordinator = None
         topics: dict[str, TopicMeta] = {}
@@ -158,6 +159,7 @@ class ClusterView:
                 match parsed:
                     case ("node", node_id):
                         nodes[node_id] = NodeInfo.from_json(kv.value)
+                        node_revisions[node_id] = kv.mod_revision
                     case ("lookupd", lookupd_id):
                         lookupds[lookupd_id] = LookupdInfo.from_json(kv.value)
                     case ("coordinator",):
@@ -173,4 +175,7 @@ class ClusterView:
                     self._bad.add((key, kv.mod_revision))
                     log.warning("cluster view: ignoring %s: %s", key, exc)
         self._lookupds = lookupds
-        return Snapshot(nodes=nodes, topics=topics, replicas=replicas, revision=self.revision)
+        return Snapshot(
+            nodes=nodes, topics=topics, replicas=replicas, revision=self.revision,
+            node_revisions=node_revisions,
+        )  # fmt: skip

@@ -179,6 +179,7 @@ class NsqdCluster:
                 self.etcd, self.view, self.node_info, self.partitions, self.settings
             )
             self.member.on_applied.append(self.replication.apply)
+            self.member.on_reported.append(self.replication.reported)
             await self.member.start()
         except EtcdUnavailable as exc:
             await self.stop()
@@ -247,6 +248,7 @@ class NsqdCluster:
             ),
             ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
             lagging=self.replication.lagging() if self.replication is not None else {},
+            caught_up=self.replication.caught_up() if self.replication is not None else {},
         )
 
     def _msgs_per_sec(self) -> float:

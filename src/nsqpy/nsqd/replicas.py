@@ -61,6 +61,10 @@ class Replication:
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
         self._led: dict[tuple[str, int], int] = {}  # leader epoch of each partition led
+        # catch-up members reported caught up, waited for as ISR members (``caught_up``):
+        # as the last report written to etcd says, and as the one being written says
+        self._joining: dict[tuple[str, int], set[str]] = {}
+        self._joining_next: dict[tuple[str, int], set[str]] = {}
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -90,8 +94,23 @@ class Replication:
         return part.leader_epoch if part is not None and part.leading else None
 
     def _isr_of(self, topic: str, partition: int) -> tuple[str, ...]:
+        """Whom the committed offset waits for: the ISR, and the catch-up members this
+        node reported caught up (``caught_up``)."""
         r = self.replicas(topic, partition)
-        return r.isr if r is not None else ()
+        if r is None:
+            return ()
+        key = (topic, partition)
+        joining = self._joining.get(key, set()) | self._joining_next.get(key, set())
+        if not joining:
+            return r.isr
+        return r.isr + tuple(n for n in sorted(joining) if n in r.catchup)
+
+    def reported(self) -> None:
+        """The NodeInfo built last is in etcd: its ``caught_up`` is what the coordinator
+        may act on now. Only from here does the committed offset stop waiting for a member
+        the new report leaves out (the coordinator's join is guarded by this report's
+        revision, so a join decided on the older one cannot land any more)."""
+        self._joining = {k: set(v) for k, v in self._joining_next.items()}
 
     def _cursors_of(self, topic: str, partition: int) -> list[ChannelCursor]:
         """The cursor of every durable channel over a led partition (sent to followers)."""
@@ -163,6 +182,39 @@ class Replication:
                 late = self.feed.lagging(part.name, part.number, r.holders)
                 if late:
                     out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
+        return out
+
+    def caught_up(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """(``NodeInfo.caught_up``) Per partition led here, in its leader epoch, the
+        catch-up members that have acknowledged everything committed (durably under
+        ``always``) and do not lag. From the moment one is reported, the committed offset
+        waits for it too (``_isr_of``), and goes on waiting until a report without it is
+        in etcd (``reported``): the coordinator's join is guarded by the revision of the
+        report it read, so when it makes the member an ISR member no record acknowledged
+        before is missing on it (a leader that only compared log ends could commit more,
+        without it, between its report and the join)."""
+        out: dict[str, tuple[int, tuple[str, ...]]] = {}
+        nxt: dict[tuple[str, int], set[str]] = {}
+        for topic in list(self.broker.topics.values()):
+            if topic.ephemeral:
+                continue
+            for part in topic.partitions:
+                r = self.replicas(topic.name, part.number) if part.leading else None
+                if r is None or r.leader != self.node_id or not r.catchup:
+                    continue
+                key = (part.name, part.number)
+                late = set(self.feed.lagging(*key, r.holders))
+                joining = self._joining.get(key, set()) & (set(r.catchup) - late)
+                always = isinstance(part.log, PartitionLog) and part.log.policy.always
+                committed = part.committed_offset
+                for node, f in self.feed.followers(*key).items():
+                    has = f.durable if always else f.end
+                    if node in r.catchup and node not in late and f.connected and has >= committed:
+                        joining.add(node)
+                if joining:
+                    nxt[key] = joining
+                    out[partition_name(*key)] = (part.leader_epoch, tuple(sorted(joining)))
+        self._joining_next = nxt
         return out
 
     # -- the server's hooks ------------------------------------------------------------

@@ -62,11 +62,15 @@ class SimEtcd:
             self.revision += 1
             self.log.append((self.revision, key, None))
 
-    def replace(self, key: str, value: Any, mod_revision: int) -> bool:
-        """Txn: put only if the key's mod_revision is ``mod_revision`` (0: key absent)."""
-        entry = self.kv.get(key)
-        if (entry.mod_revision if entry else 0) != mod_revision:
-            return False
+    def replace(
+        self, key: str, value: Any, mod_revision: int, guards: tuple[tuple[str, int], ...] = ()
+    ) -> bool:
+        """Txn: put only if the key's mod_revision is ``mod_revision`` (0: key absent) and
+        so is each guarded node key's."""
+        for k, rev in ((key, mod_revision), *((KEYS.node(n), r) for n, r in guards)):
+            entry = self.kv.get(k)
+            if (entry.mod_revision if entry else 0) != rev:
+                return False
         self.put(key, value)
         return True
 
@@ -120,19 +124,20 @@ class View:
             self.state[key] = (value, revision)
 
     def snapshot(self) -> Snapshot:
-        nodes, topics, replicas = {}, {}, {}
+        nodes, topics, replicas, node_revisions = {}, {}, {}, {}
         for key, (value, revision) in self.state.items():
             parsed = parse(key)
             if parsed is None:
                 continue
             if parsed[0] == "node":
                 nodes[parsed[1]] = value
+                node_revisions[parsed[1]] = revision
             elif parsed[0] == "meta":
                 topics[parsed[1]] = value
             elif parsed[0] == "replicas":
                 replicas[(parsed[1], parsed[2])] = Versioned(value, revision)
         return Snapshot(nodes, topics, replicas, self.etcd.revision if not self.state else max(
-            r for _, r in self.state.values()))  # fmt: skip
+            r for _, r in self.state.values()), node_revisions)  # fmt: skip
 
 
 @dataclass
@@ -143,6 +148,8 @@ class Checker:
     last: dict[tuple[str, int], Replicas] = field(default_factory=dict)
     leader_of: dict[tuple[str, int, int], str] = field(default_factory=dict)
     took_over: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    nodes: dict[str, SimNode] = field(default_factory=dict)
+    joins: int = 0
 
     def written(self, key: str, value: Any) -> None:
         parsed = parse(key)
@@ -159,11 +166,28 @@ class Checker:
             assert r.epoch > prev.epoch, (prev, r)
             assert r.leader_epoch >= prev.leader_epoch, (prev, r)
             assert (r.leader_epoch == prev.leader_epoch) == (r.leader == prev.leader), (prev, r)
+        if prev is not None and r.leader_epoch == prev.leader_epoch:
+            self.joined_with_everything(topic, p, prev, r)
         self.last[(topic, p)] = r
         owner = self.leader_of.setdefault((topic, p, r.leader_epoch), r.leader)
         assert owner == r.leader, (
             f"two leaders of {topic}/{p} at {r.leader_epoch}: {owner}, {r.leader}"
         )
+
+    def joined_with_everything(self, topic: str, p: int, prev: Replicas, r: Replicas) -> None:
+        """A node that joins the ISR has every record committed so far: what each member
+        of the ISR it joins has (the leader appends only once they all copied)."""
+        tp = (topic, p)
+        committed = min(
+            (self.nodes[n].logs[tp][1] for n in prev.isr if tp in self.nodes[n].logs),
+            default=0,
+        )
+        for n in set(r.isr) - set(prev.isr):
+            self.joins += 1
+            log = self.nodes[n].logs.get(tp)
+            assert log is not None and log[0] == r.leader_epoch and log[1] >= committed, (
+                f"{n} joins the ISR of {topic}/{p} with {log}, committed {committed}"
+            )
 
     def leads(self, node: str, topic: str, p: int, leader_epoch: int) -> None:
         owner = self.took_over.setdefault((topic, p, leader_epoch), node)
@@ -180,22 +204,27 @@ class SimNode:
         self.live = True
         self.lease: int | None = None
         self.logs: dict[tuple[str, int], list[int]] = {}  # (topic, p) -> [leader_epoch, end]
-        self.reported: dict[str, tuple[int, int]] | None = None
+        # as a leader: the catch-up members it saw in step (and waits for from then on)
+        self.caught_up: dict[tuple[str, int], tuple[int, tuple[str, ...]]] = {}
+        self.reported: tuple[Any, ...] | None = None
 
     def info(self) -> NodeInfo:
         ends = {f"{t}/{p}": (le, end) for (t, p), (le, end) in self.logs.items()}
+        caught_up = {f"{t}/{p}": v for (t, p), v in self.caught_up.items() if v[1]}
         return NodeInfo(
-            self.id, self.id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "sim", 0, ends=ends
-        )
+            self.id, self.id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "sim", 0, ends=ends,
+            caught_up=caught_up,
+        )  # fmt: skip
 
     def keep_alive(self, etcd: SimEtcd, now: int) -> None:
         if self.lease is None or not etcd.refresh(self.lease, now):
             self.lease = etcd.grant(self.TTL, now)
             self.reported = None
         ends = {f"{t}/{p}": (le, end) for (t, p), (le, end) in self.logs.items()}
-        if ends != self.reported:
+        state = (ends, dict(self.caught_up))
+        if state != self.reported:
             etcd.put(KEYS.node(self.id), self.info(), self.lease)
-            self.reported = ends
+            self.reported = state
 
 
 def data_plane(
@@ -220,15 +249,25 @@ def data_plane(
         if log[0] != r.leader_epoch:
             log[0] = r.leader_epoch
             checker.leads(leader.id, tp[0], tp[1], r.leader_epoch)
-        in_step = all(nodes[n].live and nodes[n].logs.get(tp) == log for n in r.followers)
+        # the catch-up members it reported caught up are waited for as ISR members
+        prev_le, joining = leader.caught_up.get(tp, (r.leader_epoch, ()))
+        waited = [n for n in joining if prev_le == r.leader_epoch and n in r.catchup]
+        in_step = all(
+            nodes[n].live and nodes[n].logs.get(tp) == log for n in (*r.followers, *waited)
+        )
         if in_step:
             log[1] += rng.randint(0, 3)
-        for n in r.followers:
+        for n in (*r.followers, *waited):  # (in step: the leader waits for their copies)
             if nodes[n].live:
                 nodes[n].logs[tp] = list(log)
         for n in r.catchup:
+            if n in waited:
+                continue
             if nodes[n].live and (tp not in nodes[n].logs or rng.random() < 0.4):
                 nodes[n].logs[tp] = list(log) if rng.random() < 0.7 else [log[0] - 1, 0]
+        caught = {n for n in waited if nodes[n].live}  # (waited for until it is gone)
+        caught |= {n for n in r.catchup if nodes[n].live and nodes[n].logs.get(tp) == log}
+        leader.caught_up[tp] = (r.leader_epoch, tuple(sorted(caught)))
 
 
 class Coordinator:
@@ -253,7 +292,7 @@ class Coordinator:
         check_settles(snap, now, self.missing, result.changes)
         for change in result.changes:
             if self.etcd.replace(KEYS.replicas(change.topic, change.partition), change.new,
-                                 change.expected_revision):  # fmt: skip
+                                 change.expected_revision, change.guards):  # fmt: skip
                 self.applied += 1
             else:
                 self.failed += 1
@@ -296,6 +335,7 @@ def run_schedule(seed: int, *, steps: int = 40, settle: int = 25) -> Outcome:
     checker = Checker()
     etcd = SimEtcd(checker)
     nodes = {f"n{i}": SimNode(f"n{i}") for i in range(rng.randint(3, 5))}
+    checker.nodes = nodes
     now = 0
     for node in nodes.values():
         node.keep_alive(etcd, now)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nsqpy.cluster.decisions import Stuck, plan, reconcile, track_missing
 from nsqpy.cluster.model import Change, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
 
@@ -76,29 +78,48 @@ def test_a_dead_isr_follower_moves_to_catch_up() -> None:
     assert change.new == Replicas("a", ("a", "c"), ("b",), epoch=5, leader_epoch=2)
 
 
+def reporting(
+    node_id: str,
+    leader_epoch: int,
+    *,
+    late: tuple[str, ...] = (),
+    caught_up: tuple[str, ...] = (),
+    **ends: tuple[int, int],
+) -> NodeInfo:
+    """A live leader of t/0 reporting followers lagging and catch-up members caught up in
+    ``leader_epoch``."""
+    base = node(node_id, **ends)
+    return replace(base, lagging={"t/0": (leader_epoch, late)} if late else {},
+                   caught_up={"t/0": (leader_epoch, caught_up)} if caught_up else {})  # fmt: skip
+
+
+def with_revisions(s: Snapshot, **revisions: int) -> Snapshot:
+    return replace(s, node_revisions=revisions)
+
+
 def test_a_caught_up_member_joins_the_isr() -> None:
-    r = Replicas("a", ("a",), ("b", "c", "d"), epoch=4, leader_epoch=2)
+    """Its end is the leader's, in the leader's epoch, and the leader reports it caught up
+    (it waits for it from then on); the join is guarded by the leader's report."""
+    r = Replicas("a", ("a",), ("b", "c", "d", "e"), epoch=4, leader_epoch=2)
     nodes = [
-        node("a", p0=(2, 50)),
+        reporting("a", 2, caught_up=("b", "c", "d"), p0=(2, 50)),
         node("b", p0=(2, 50)),
         node("c", p0=(2, 49)),
         node("d", p0=(1, 50)),
+        node("e", p0=(2, 50)),  # in step, but the leader has not said so
     ]
-    [change] = run(snap(nodes, {0: r}, replicator=4))
-    assert change.new == Replicas("a", ("a", "b"), ("c", "d"), epoch=5, leader_epoch=2)
+    [change] = run(with_revisions(snap(nodes, {0: r}, replicator=5), a=77))
+    assert change.new == Replicas("a", ("a", "b"), ("c", "d", "e"), epoch=5, leader_epoch=2)
+    assert change.guards == (("a", 77),), "void once the leader reports again"
     # the leader has not reported its new epoch yet (it has not taken over): no join
-    nodes[0] = node("a", p0=(1, 50))
-    assert run(snap(nodes, {0: r}, replicator=4)) == []
+    nodes[0] = reporting("a", 1, caught_up=("b", "c", "d"), p0=(1, 50))
+    assert run(snap(nodes, {0: r}, replicator=5)) == []
 
 
 def lagging_leader(
     node_id: str, leader_epoch: int, *late: str, **ends: tuple[int, int]
 ) -> NodeInfo:
-    """A live leader of t/0 reporting ``late`` followers lagging in ``leader_epoch``."""
-    base = node(node_id, **ends)
-    return NodeInfo(base.id, base.hostname, base.broadcast_address, base.tcp_port,
-                    base.http_port, base.rpc_address, base.version, base.started_ns,
-                    ends=base.ends, lagging={"t/0": (leader_epoch, late)})  # fmt: skip
+    return reporting(node_id, leader_epoch, late=late, **ends)
 
 
 def test_a_follower_the_leader_reports_lagging_moves_to_catch_up() -> None:
@@ -109,7 +130,7 @@ def test_a_follower_the_leader_reports_lagging_moves_to_catch_up() -> None:
     assert "lagging" in change.reason
     # ... and does not join again while the leader says so, though its end is the leader's
     assert run(applied(snap(nodes, {0: r}), [change])) == []
-    nodes[0] = node("a", p0=(2, 50))  # it keeps up again: it joins
+    nodes[0] = reporting("a", 2, caught_up=("b",), p0=(2, 50))  # it keeps up again: it joins
     [back] = run(applied(snap(nodes, {0: r}), [change]))
     assert back.new == Replicas("a", ("a", "c", "b"), (), epoch=6, leader_epoch=2)
 

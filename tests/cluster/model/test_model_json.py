@@ -25,6 +25,7 @@ NODE = NodeInfo(
     rpc_address="10.0.0.1:4250", version="0.1.0", started_ns=123,
     load=Load(partitions=2, leaders=1, msgs_per_sec=12.5, bytes=4096),
     ends={"orders/0": (3, 1000), "orders/1": (1, 0)}, lagging={"orders/0": (3, ("n2",))},
+    caught_up={"orders/1": (1, ("n3", "n4"))},
 )  # fmt: skip
 META = TopicMeta(partition_num=4, replicator=2, syncdisk=100, retention_days=3, ordered=True,
                  ext=True, multipart=True, created_ns=99)  # fmt: skip
@@ -57,10 +58,10 @@ def test_round_trip(record: Any) -> None:
 
 def test_unknown_fields_are_ignored_and_optional_ones_default() -> None:
     assert TopicMeta.from_json(b'{"partition_num":2,"replicator":1,"new":1}') == TopicMeta(2, 1)
-    drop = ("ends", "load", "lagging")
+    drop = ("ends", "load", "lagging", "caught_up")
     minimal = {k: v for k, v in json.loads(NODE.to_json()).items() if k not in drop}
     node = NodeInfo.from_json(json.dumps(minimal).encode())
-    assert node.ends == {} and node.load == Load() and node.lagging == {}
+    assert node.ends == {} and node.load == Load() and node.lagging == node.caught_up == {}
     assert (
         Replicas.from_json(b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1}').catchup == ()
     )
@@ -145,6 +146,8 @@ def test_garbage_is_a_value_error_naming_the_field(cls: Any, data: bytes, field:
         ({"lagging": {"t/0": [1, "n2"]}}, "'lagging'"),
         ({"lagging": {"t/0": [-1, ["n2"]]}}, "'lagging'"),
         ({"lagging": {"t/0": [1, [""]]}}, "'lagging'"),
+        ({"caught_up": {"t/0": [1, "n2"]}}, "'caught_up'"),
+        ({"caught_up": {"t0": [1, ["n2"]]}}, "'caught_up'"),
         ({"load": []}, "'load'"),
         ({"load": {"msgs_per_sec": "fast"}}, "'msgs_per_sec'"),
         ({"load": {"leaders": -1}}, "'leaders'"),
