@@ -119,7 +119,7 @@ def test_a_caught_up_member_joins_the_isr() -> None:
 def lagging_leader(
     node_id: str, leader_epoch: int, *late: str, **ends: tuple[int, int]
 ) -> NodeInfo:
-    return reporting(node_id, leader_epoch, late=late, **ends)
+    return replace(node(node_id, **ends), lagging={"t/0": (leader_epoch, late)})
 
 
 def test_a_follower_the_leader_reports_lagging_moves_to_catch_up() -> None:
