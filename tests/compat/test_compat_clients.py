@@ -1,4 +1,6 @@
-"""Real NSQ client libraries from PyPI (pynsq, gnsq, ansq) against the real ``nsqd`` program.
+"""Real NSQ client libraries from PyPI (pynsq, gnsq, ansq) against the real ``nsqd`` program:
+a single nsqd, and (the round trips) a node of a three-node cluster whose topics are
+created on first use with three replicas.
 
 Each client runs in its own interpreter (tornado, gevent and asyncio each want to own the
 process) through a script in ``clients/`` that prints a JSON report.
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from nsqpy.testing import DaemonProcess, WireClient, http_get, nsqd_process, saved_cursor, wait_for
+from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.processes import run_json_script
 
 CLIENTS = Path(__file__).parent / "clients"
@@ -26,9 +29,26 @@ def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, A
 
 
 @pytest.fixture(scope="module")
-def nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     with nsqd_process(tmp_path_factory.mktemp("compat") / "data") as daemon:
         yield daemon
+
+
+@pytest.fixture(scope="module")
+def clustered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """nsqd 0 of a three-node cluster (etcd, two nsqlookupd): the clients' topics are
+    created on first use with the cluster defaults, three replicas, led by this node."""
+    with LocalCluster(tmp_path_factory.mktemp("compat-cluster")) as cluster:
+        yield cluster.nodes[0]
+
+
+@pytest.fixture(params=["single", "cluster"])
+def nsqd(request: pytest.FixtureRequest) -> DaemonProcess:
+    """A single nsqd, then a node of a cluster: the same clients must not tell them apart."""
+    daemon: DaemonProcess = request.getfixturevalue(
+        "single" if request.param == "single" else "clustered"
+    )
+    return daemon
 
 
 def test_pynsq_writer_and_reader(nsqd: DaemonProcess) -> None:

@@ -18,7 +18,8 @@ the cluster links and the broker; never the TCP or HTTP handlers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.partition import Partition
@@ -124,7 +125,9 @@ class Replication:
                 continue
             cursor = part.cursor
             flags = CHANNEL_PAUSED if channel.paused else 0
-            out.append(ChannelCursor(name, cursor.confirmed, flags, tuple(cursor.ranges)))
+            deferred = part.deferred.offsets() if part.deferred.count() else []
+            confirmed, ranges = without(cursor.confirmed, cursor.ranges, deferred)
+            out.append(ChannelCursor(name, confirmed, flags, ranges))
         return out
 
     def _adopt_cursors(self, frame: Cursors) -> None:
@@ -320,3 +323,35 @@ class Replication:
 
 def frame_key(frame: Cursors) -> tuple[str, int]:
     return frame.topic, frame.partition
+
+
+MAX_PIECES = 4096  # confirmed ranges one channel's CURSORS entry carries at most
+
+
+def without(
+    confirmed: int, ranges: Sequence[tuple[int, int]], deferred: Sequence[int]
+) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """A cursor's confirmed offsets (all below ``confirmed``, and ``ranges``) less the
+    ``deferred`` ones: what a follower may count as done. The leader's cursor confirms a
+    deferred offset (its entry in the delayed store brings it back), but a follower has no
+    such entry: it must read that record again once it leads (a DPUB is deferred again by
+    its record's deliver-at; a delayed REQ comes early), never skip it. Beyond
+    ``MAX_PIECES`` ranges the rest is left out (delivered again: at least once)."""
+    if not deferred:
+        return confirmed, tuple(ranges)
+    holes = sorted(set(deferred))
+    pieces: list[tuple[int, int]] = []
+    for start, end in ((0, confirmed), *ranges):
+        i = bisect_left(holes, start)
+        while i < len(holes) and holes[i] < end:
+            if holes[i] > start:
+                pieces.append((start, holes[i]))
+            start = holes[i] + 1
+            i += 1
+        if start < end:
+            pieces.append((start, end))
+    if pieces and pieces[0][0] == 0:
+        first, rest = pieces[0][1], pieces[1:]
+    else:
+        first, rest = 0, pieces
+    return first, tuple(rest[:MAX_PIECES])

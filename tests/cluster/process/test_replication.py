@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from nsqpy.testing import WireClient, consume, http_request, mpub
+from nsqpy.testing import WireClient, consume, dpub, http_request, mpub
 from nsqpy.testing.cluster import LocalCluster
 
 from .conftest import OwnCluster, create, leaders, stats_partitions, three_replicas, wire
@@ -340,3 +340,42 @@ def test_a_follower_killed_during_a_stream_rejoins_with_an_identical_log(
         "the follower has it all",
     )
     assert log_bytes(cluster, follower, topic) == log_bytes(cluster, leader, topic)
+
+
+def test_a_deferred_message_is_not_lost_with_its_leader(own_cluster: OwnCluster) -> None:
+    """A DPUB'd message waits in the leader's delayed store, and the leader's cursor counts
+    its offset as done; the followers are told it is not (CURSORS carry the cursor less the
+    deferred offsets), so after the leader's SIGKILL the new leader reads it again and
+    delivers it at its time."""
+    cluster = own_cluster()
+    topic = "deferred"
+    leader = three_replicas(cluster, topic)
+    consumer = WireClient(cluster.nodes[leader].ports["TCP"], timeout=10)
+    consumer.send(b"  V2" + f"SUB {topic} c\nRDY 100\n".encode())
+    assert consumer.read_frame() == (0, b"OK")
+    client = wire(cluster, leader)
+    client.send(mpub(topic, [b"now-%d" % i for i in range(10)]))
+    assert client.read_frame() == (0, b"OK")
+    published = time.monotonic()
+    client.send(dpub(topic, 4000, b"later"))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    for _ in range(10):
+        ftype, data = consumer.read_frame()
+        assert ftype == 2 and data[26:].startswith(b"now-")
+        consumer.send(b"FIN " + data[10:26] + b"\n")
+    others = [i for i in range(3) if i != leader]
+    for i in others:  # offset 10 is deferred on the leader: not done for the followers
+        cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 10, 10, f"cursor on {i}")  # type: ignore[misc]
+    assert confirmed(cluster, leader, topic, "c") == 11, "the leader counts it as done"
+    consumer.close()
+
+    cluster.kill_nsqd(leader)
+    cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 15, "a new leader")
+    new = leaders(cluster, topic)[0]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10, "it leads"
+    )
+    got = consume(cluster.nodes[new].ports["TCP"], topic, "c", 1, timeout=15)
+    assert got == [b"later"], "delivered by the new leader"
+    assert time.monotonic() - published >= 3.5, "at its time, not before"
