@@ -12,7 +12,6 @@ from nsqpy.errors import CorruptRecord
 from nsqpy.storage import (
     Entry,
     OffsetMismatch,
-    OffsetOutOfRange,
     PartitionLog,
     RawBatch,
     StaleEpoch,
@@ -361,9 +360,45 @@ def test_a_reboot_jump_on_a_follower_is_cut_by_the_catch_up(
     leader.close()
 
 
-def test_truncate_below_the_low_watermark_is_refused(tmp_path: Path) -> None:
-    with PartitionLog(tmp_path, start_offset=10) as log:
-        with pytest.raises(OffsetOutOfRange):
-            log.match_leader(1, (1, 5))
+def test_a_log_with_nothing_in_common_begins_again_at_zero(tmp_path: Path) -> None:
+    """A follower whose log starts above its leader's end (a reboot's reserved jump with
+    no record kept, or retention) must not fetch from there: it would receive nothing and
+    acknowledge an end it does not have. With no record kept it begins again at 0."""
+    with PartitionLog(tmp_path / "jumped", start_offset=65_536) as log:
         assert log.match_leader(0, (-1, -1))
-        assert log.high_watermark == 10
+        assert (log.low_watermark, log.high_watermark, log.epochs()) == (0, 0, [])
+        assert log.reserved == 0
+    leader = PartitionLog(tmp_path / "leader")
+    lead(leader, 1, [5])
+    with PartitionLog(tmp_path / "retained", start_offset=10) as log:
+        assert log.match_leader(1, leader.end_offset_for_epoch(1))  # (1, 5): below it
+        assert log.high_watermark == 0
+        replicate(leader, log)
+        assert_same(leader, log)
+    with PartitionLog(tmp_path / "kept", start_offset=3) as log:
+        assert log.match_leader(1, (1, 5))  # empty, but not beyond the leader's end
+        assert log.high_watermark == 3
+    leader.close()
+
+
+def test_a_follower_that_lost_everything_in_a_reboot_fetches_the_whole_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Found by the data-plane simulation.) A follower that never fsynced anything loses
+    it all in a power loss and reopens at its reserved offset, with no epoch: its catch-up
+    must bring it back to the leader's start, not FETCH from beyond the leader's end."""
+    monkeypatch.setattr(reservation_module, "RESERVE_MIN", 4)
+    leader = PartitionLog(tmp_path / "leader")
+    lead(leader, 1, [3, 3])
+    follower = follower_log(tmp_path)
+    replicate(leader, follower)
+    reserved = (tmp_path / "follower" / "reserved").read_text()
+    follower.truncate(0)  # what a power loss leaves of a log never fsynced ...
+    follower.close()
+    (tmp_path / "follower" / "reserved").write_text(reserved)  # ... and its reservation
+    simulate_reboot(tmp_path / "follower")
+    with follower_log(tmp_path) as again:
+        assert again.high_watermark > 0 and again.epochs() == []
+        catch_up(again, leader)
+        assert_same(leader, again)
+    leader.close()

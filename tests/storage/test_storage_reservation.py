@@ -69,6 +69,40 @@ def test_after_a_power_loss_the_log_goes_on_past_what_may_have_been_read(
     assert f"new messages start at {reserved}" in caplog.text
 
 
+@pytest.mark.parametrize("frames", [False, True])
+def test_reading_again_at_the_gap_after_a_power_loss(tmp_path: Path, frames: bool) -> None:
+    """(Found by the data-plane simulation.) A reader that read every record before the
+    gap, then reads from the gap's first offset, gets nothing, and the next record once
+    one is written past the gap: the read position it keeps must not mix the segment
+    before the gap with the empty one after it (it read a batch header of the one at the
+    position of the other: CorruptRecord)."""
+    log = write(tmp_path, 30, segment_bytes=1024)
+    seg = segments(tmp_path)[-1]
+    synced_size = seg.stat().st_size
+    for i in range(30, 34):
+        log.append_bodies([b"m%d" % i])
+        log.flush()
+    cut(seg, synced_size)
+    simulate_reboot(tmp_path)
+    with PartitionLog(tmp_path, segment_bytes=1024) as again:
+        ((gap_start, gap_end),) = again.gaps()
+
+        def read(offset: int) -> list[int]:
+            if frames:
+                return [f[0] for f in again.read_frames(offset, 1000, 1 << 20)]
+            return [r.offset for r in again.read(offset, 1000)]
+
+        offset, seen = again.low_watermark, []
+        while got := read(offset):
+            seen += got
+            offset = got[-1] + 1
+        assert seen == list(range(gap_start)) and offset == gap_start
+        assert read(gap_start) == []
+        again.append_bodies([b"after"])
+        again.flush()
+        assert read(gap_start) == [gap_end]
+
+
 def test_a_clean_stop_leaves_no_gap_after_a_reboot(tmp_path: Path) -> None:
     write(tmp_path, 4).close()
     simulate_reboot(tmp_path)

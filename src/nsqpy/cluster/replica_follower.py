@@ -273,15 +273,14 @@ class FollowerFetch:
             raise MalformedFrame(f"APPEND in epoch {frame.leader_epoch} on a link in {epoch}")
         if frame.committed_offset > self.committed_offset:
             self.committed_offset = frame.committed_offset
-        if not frame.count:
-            return
         log = self.plog
         end = log.high_watermark
-        if frame.start_offset > end:  # the leader's log skips offsets here
-            log.advance_to(frame.start_offset)
-        elif frame.start_offset < end:
+        if frame.start_offset > end:  # the leader's log skips offsets here (an empty
+            log.advance_to(frame.start_offset)  # APPEND: up to its end, a reboot's jump)
+        elif frame.start_offset < end and frame.count:
             raise MalformedFrame(f"APPEND from {frame.start_offset}, the log ends at {end}")
-        log.append_raw(frame.data, frame.start_offset)
+        if frame.count:
+            log.append_raw(frame.data, frame.start_offset)
 
 
 __all__ = ["FollowerFetch", "RemoteError"]

@@ -357,6 +357,10 @@ class LeaderFeed:
                 self._advance(conn.topic, conn.partition, part)
             case Fetch(epoch, start, max_bytes):
                 self._check_epoch(conn, epoch)
+                log = self._logs(conn.topic, conn.partition)
+                if log is not None and start > log.high_watermark:  # it would get nothing
+                    text = f"FETCH from {start}, beyond this leader's end {log.high_watermark}"
+                    raise _Refused(conn.epoch, E_NOT_REPLICA, text + ": catch up by epoch first")
                 conn.pos, conn.max_bytes = start, max(1, min(max_bytes, self.chunk))
                 conn.inflight.clear()
                 conn.inflight_bytes = 0
@@ -426,7 +430,10 @@ class LeaderFeed:
         try:
             while conn.inflight_bytes < self.window and pos < log.flushed_offset:
                 raw = log.read_raw(pos, conn.max_bytes)
-                if not raw.count:
+                if not raw.count:  # no record up to the end: a gap (a reboot's jump)
+                    end = log.flushed_offset
+                    conn.link.send(encode_append(conn.epoch, end, part.committed, 0, b""))
+                    pos, sent = end, True  # (an empty APPEND there: the follower jumps)
                     break
                 size = len(raw.data)
                 conn.link.send(

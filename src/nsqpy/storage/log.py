@@ -208,27 +208,38 @@ class PartitionLog:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch, asked of a leader by a follower whose last epoch
         is ``epoch``: (the largest epoch <= ``epoch`` this log knows, the offset where it
-        ends here: the next epoch's first offset, or high_watermark for the last one), or
-        (-1, -1) when every epoch known here is above ``epoch`` (or none is)."""
-        return end_offset_for_epoch(self._epochs, epoch, self._next)
+        ends here: the next epoch's first offset, or high_watermark for the last one, or
+        where its records stop when a gap follows them), or (-1, -1) when every epoch known
+        here is above ``epoch`` (or none is)."""
+        found, end = end_offset_for_epoch(self._epochs, epoch, self._next)
+        for start, stop in self.gaps():  # an epoch whose records stop before a gap (a
+            if start < end <= stop:  # reboot's jump) ends where they stop: a follower
+                return found, start  # must not keep records of it the gap stands for
+        return found, end
 
     def match_leader(self, asked: int, answer: tuple[int, int]) -> bool:
         """One round of catching up (the loop is in ``nsqpy.storage.epochs``): ``answer``
         is the leader's ``end_offset_for_epoch(asked)``, ``asked`` this log's last_epoch.
         Truncates the divergent tail: past the leader's end of its epoch and past this
         log's own end of that epoch (everything for (-1, -1)), and a gap this log jumped
-        to at open (a reboot's reservation) with no record after it. Returns True when
+        to at open (a reboot's reservation) with no record after it. A log left with no
+        record begins again at 0 (``restart_at``), so that it fetches the leader's records
+        rather than from a reserved offset beyond the leader's end. Returns True when
         the logs agree up to this log's end; False: ask again with the new last_epoch.
-        OffsetOutOfRange if the cut falls below low_watermark (nothing in common kept)."""
+        A cut below low_watermark keeps nothing (retention took what was in common)."""
         self.flush()
         epoch, end = answer
         if epoch < 0:
             self.truncate(self.low_watermark)
-            return True
-        own = end_offset_for_epoch(self._epochs, epoch, self._next)[1]
-        cut = min(end, own if own >= 0 else self.low_watermark, self._records_end())
-        self.truncate(cut)
-        return epoch == asked
+        else:
+            own = end_offset_for_epoch(self._epochs, epoch, self._next)[1]
+            cut = min(end, own if own >= 0 else self.low_watermark, self._records_end())
+            self.truncate(max(cut, self.low_watermark))  # (below it: nothing is kept)
+            if cut < self.low_watermark:
+                self.truncate(self.low_watermark)
+        if self.low_watermark == self._next and (epoch < 0 or self._next > end):
+            self.restart_at(0)  # nothing kept: fetch the leader's log from its start
+        return epoch < 0 or epoch == asked
 
     def _records_end(self) -> int:
         """The end of the last record: high_watermark, or where a gap jumped to at open
@@ -313,6 +324,33 @@ class PartitionLog:
         res = self._reservation
         res.handed = max(res.handed, offset)
         res.write(max(offset, res.reserved))
+
+    def restart_at(self, offset: int) -> None:
+        """A log that holds no record (a follower that has nothing in common with its
+        leader, or a reboot's jump and nothing else) begins again at ``offset``, lower or
+        higher: its leader's offsets take over, the epoch history is empty and the
+        reservation comes down to ``offset`` (see the module doc: nothing here was ever
+        committed). ValueError when the log holds records."""
+        self._check_open()
+        if self.low_watermark != self._next:
+            raise ValueError(f"log {self.directory} holds records: it cannot restart")
+        if offset == self._next:
+            return
+        self.flush()
+        with self._lock:
+            while self._syncing:
+                self._sync_idle.wait()
+            for seg in self._segments:
+                self._delete(seg)
+            self._segments.clear()
+            self._bases.clear()
+        self._roll(offset)
+        self._reader.forget()
+        self._gaps = None
+        self._next = self._durable = offset
+        self._epochs = []
+        self._write_epochs()
+        self._reservation.lower(offset)
 
     def gaps(self) -> list[tuple[int, int]]:
         """[start, end) ranges of offsets the log skips between its segments (a crash's

@@ -200,6 +200,7 @@ class LogReader:
         if st is None:
             return out
         seg, pos, bpos, head = st
+        batch_seg = seg  # the segment (bpos, head) are in
         bend = bpos + BATCH_SIZE + head.length
         left = max_count
         budget = max_bytes
@@ -218,6 +219,7 @@ class LogReader:
                 bpos, head = pos, self._header(seg, pos)
                 bend = bpos + BATCH_SIZE + head.length
                 self._enter(seg, bpos, head)
+                batch_seg = seg
                 pos += BATCH_SIZE
                 continue
             at = self._at
@@ -233,7 +235,10 @@ class LogReader:
                 break
         if out:
             nxt = (out[-1][0] if frames else out[-1].offset) + 1
-            self._cursor = (nxt, seg, pos, bpos, bend, head)
+            # Kept only while it describes one segment: the loop may have moved on to the
+            # next (empty: the end of the log after a gap) without entering a batch there.
+            consistent = seg is batch_seg
+            self._cursor = (nxt, seg, pos, bpos, bend, head) if consistent else None
         return out
 
     def _frames(
