@@ -31,10 +31,10 @@ from urllib.parse import quote
 
 import aiohttp
 
-from nsqpy.cluster.etcd import Etcd, EtcdUnavailable, Lease
+from nsqpy.cluster.etcd import Compare, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import check_segment
 from nsqpy.cluster.leaving import leave
-from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
 
@@ -138,6 +138,10 @@ class Member:
         # Called with the snapshot after each ``apply`` (the node's replication follows).
         self.on_applied: list[Callable[[Snapshot], None]] = []
         self.on_reported: list[Callable[[], None]] = []  # after each NodeInfo is written
+        self._renewing: set[tuple[str, int, int]] = set()  # new epochs being asked for
+        # per partition, the leader epoch of the last snapshot this process applied
+        self._seen: dict[tuple[str, int], int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -225,6 +229,16 @@ class Member:
             self.host.release_partition(*key)
         for (topic, p), (role, leader_epoch, count, ordered) in sorted(wanted.items()):
             now = held.get((topic, p))
+            taking_over = role == LEADER and (now is None or now[:2] != (LEADER, leader_epoch))
+            seen = self._seen.get((topic, p))
+            self._seen[(topic, p)] = leader_epoch
+            if taking_over and now is not None and (seen is None or seen >= leader_epoch):
+                # Held already, and not an election this process saw happen: this node may
+                # have led this epoch before (an earlier life, or before its lease was
+                # lost) and lost records its followers hold of it (a power loss). It leads
+                # only in a new epoch, so that they cut by epoch what it lost.
+                self._new_epoch(topic, p, snap.replicas[(topic, p)])
+                role = FOLLOWER
             if now is None:
                 log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.hold_partition(topic, count, p, role, leader_epoch, ordered)
@@ -233,6 +247,35 @@ class Member:
                 self.host.set_role(topic, p, role, leader_epoch)
         for hook in self.on_applied:
             hook(snap)
+
+    def _new_epoch(self, topic: str, p: int, versioned: Versioned[Replicas]) -> None:
+        """Ask etcd for the next leader epoch of a partition this node is to lead again (a
+        txn guarded by the key's revision: the coordinator's own decisions win a race)."""
+        key = (topic, p, versioned.mod_revision)
+        if key in self._renewing:
+            return
+        self._renewing.add(key)
+        r = versioned.value
+        new = Replicas(r.leader, r.isr, r.catchup, r.epoch + 1, r.leader_epoch + 1)
+
+        async def write() -> None:
+            try:
+                path = self.keys.replicas(topic, p)
+                compare = [Compare.mod_is(path, versioned.mod_revision)]
+                if await self.etcd.txn(compare, [PutOp(path, new.to_json())], retry=True):
+                    log.info(
+                        "cluster: %s/%d: leading again, in a new epoch %d", topic, p,
+                        new.leader_epoch,
+                    )  # fmt: skip
+            except EtcdUnavailable as exc:
+                log.warning("cluster: %s/%d: new epoch not written: %s", topic, p, exc)
+            finally:
+                self._renewing.discard(key)
+                self._wake.set()
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _demote_all(self) -> None:
         for (topic, p), (role, leader_epoch, _end) in self.host.held_partitions().items():

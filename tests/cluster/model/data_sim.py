@@ -80,6 +80,7 @@ class Node:
     pending: list[tuple[int, list[bytes]]] = field(default_factory=list)  # (last, values)
     revision: int = 0  # of its last report
     crashed_at: int = 0  # coordinator rounds when it lost power
+    seen: int | None = 0  # the leader epoch it last applied (None: none since its start)
 
     def report(self, r: Replicas) -> NodeInfo:
         if self.state == "lead":
@@ -126,6 +127,7 @@ class World:
         self.elections = 0
         self.crashes = 0
         self.coordinations = 0
+        self.renewals = 0  # new epochs a leader asked for (it had led the epoch before)
 
     @staticmethod
     def open(path: Path) -> PartitionLog:
@@ -165,8 +167,17 @@ class World:
 
     def apply(self, node: Node) -> None:
         r = self.replicas
+        seen, node.seen = node.seen, r.leader_epoch
         if r.leader == node.id:
-            if node.state != "lead" or node.epoch != r.leader_epoch:
+            taking_over = node.state != "lead" or node.epoch != r.leader_epoch
+            if taking_over and (seen is None or seen >= r.leader_epoch):
+                # not an election it saw happen (``Member.apply``): only in a new epoch
+                self.replicas = r = Replicas(r.leader, r.isr, r.catchup, r.epoch + 1,
+                                             r.leader_epoch + 1)  # fmt: skip
+                self.etcd_revision += 1
+                self.revision = self.etcd_revision
+                self.renewals += 1
+            if taking_over:
                 node.log.begin_epoch(r.leader_epoch)
                 node.lead_committed = max(node.committed, node.lead_committed)
                 node.state, node.epoch, node.leader = "lead", r.leader_epoch, None
@@ -242,7 +253,8 @@ class World:
             else:
                 keep.append((last, values))
         node.pending = keep
-        for rec in node.log.read(max(0, node.lead_committed - 5), 5):  # a consumer reads
+        start = max(node.log.low_watermark, node.lead_committed - 5)
+        for rec in node.log.read(start, 5) if start < node.log.high_watermark else []:
             if rec.offset < node.lead_committed:
                 self.shown[rec.offset] = rec.body
 
@@ -356,10 +368,11 @@ class World:
         node.state, node.leader, node.pending = "idle", None, []
         node.links, node.acked, node.joining, node.joining_next = {}, {}, set(), set()
         node.sessions = {}
+        node.seen = None
 
     def restart(self) -> None:
-        """A node back (a reboot outlasts its lease: the coordinator has seen it gone)."""
-        dead = [n for n in self.nodes.values() if not n.live and n.crashed_at < self.coordinations]
+        """A node back, at once or once the coordinator saw it gone (its lease expired)."""
+        dead = [n for n in self.nodes.values() if not n.live]
         if dead:
             node = self.rng.choice(dead)
             node.live = True

@@ -9,14 +9,18 @@ from .data_sim import run_schedule
 
 
 def test_two_hundred_schedules(tmp_path: Path) -> None:
-    elections = crashes = acked = 0
+    elections = crashes = acked = renewals = 0
     for seed in range(200):
         world = run_schedule(seed, tmp_path / f"s{seed}")
         elections += world.elections
         crashes += world.crashes
+        renewals += world.renewals
         acked += len(world.acked)
-    print(f"\n200 schedules: {crashes} crashes, {elections} elections, {acked} acknowledged")
-    assert crashes > 50 and elections > 50 and acked > 10_000, "the schedules do exercise it"
+    print(
+        f"\n200 schedules: {crashes} power losses, {elections} elections, {renewals} leaders"
+        f" back in a new epoch, {acked} acknowledged"
+    )
+    assert crashes > 50 and elections > 50 and renewals > 20 and acked > 10_000
 
 
 def test_a_schedule_is_reproducible(tmp_path: Path) -> None:

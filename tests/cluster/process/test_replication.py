@@ -379,3 +379,37 @@ def test_a_deferred_message_is_not_lost_with_its_leader(own_cluster: OwnCluster)
     got = consume(cluster.nodes[new].ports["TCP"], topic, "c", 1, timeout=15)
     assert got == [b"later"], "delivered by the new leader"
     assert time.monotonic() - published >= 3.5, "at its time, not before"
+
+
+def test_a_leader_back_before_its_lease_expired_leads_in_a_new_epoch(
+    own_cluster: OwnCluster,
+) -> None:
+    """A leader SIGKILLed and restarted within its lease (10 s here) is still the leader in
+    etcd: it takes the lead again only in a new epoch (a guarded txn of its own), as it may
+    have lost, in a power loss, records its followers hold of the old one; they cut those
+    by epoch. Publishing goes on."""
+    cluster = own_cluster(lease_ttl="10s")
+    topic = "comeback"
+    leader = three_replicas(cluster, topic)
+    before = cluster.partitions(topic)[0]
+    client = wire(cluster, leader)
+    client.send(mpub(topic, [b"before"] * 10))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    cluster.restart_nsqd(leader)  # SIGKILL, then at once again
+    cluster.wait_for(
+        lambda: cluster.partitions(topic)[0]["leader_epoch"] == before["leader_epoch"] + 1,
+        15,
+        "a new leader epoch",
+    )
+    after = cluster.partitions(topic)[0]
+    assert after["id"] == before["id"], "the same leader, in a new epoch"
+    assert any("leading again, in a new epoch" in line for line in cluster.nodes[leader].log_lines)
+    client = wire(cluster, leader)
+
+    def taken() -> bool:
+        client.send(mpub(topic, [b"after"] * 10))
+        return client.read_frame() == (0, b"OK")
+
+    cluster.wait_for(taken, 15, "writes taken again")
+    client.close()
