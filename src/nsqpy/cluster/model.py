@@ -318,7 +318,8 @@ class TopicMeta:
 class Replicas:
     """Who holds one partition. ``isr`` (leader included) has every committed record;
     ``catchup`` members are copying. ``epoch`` grows on every change of the key;
-    ``leader_epoch`` grows when the leader changes and is written into record batches.
+    ``leader_epoch`` grows when the leader changes, or when the same node takes the lead
+    again after a restart (``Member``), and is written into record batches.
     Construction checks the shape: leader in isr, no node twice, epochs >= 0."""
 
     leader: str
