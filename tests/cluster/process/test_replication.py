@@ -156,6 +156,18 @@ def until_delivered(port: int, topic: str, wanted: set[bytes], timeout: float = 
     return left
 
 
+def kill_the_leader(cluster: LocalCluster, topic: str, leader: int) -> int:
+    """SIGKILL nsqd ``leader``; the index of the nsqd leading partition 0 after it, once
+    it has taken the lead."""
+    cluster.kill_nsqd(leader)
+    cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 15, "a new leader")
+    new = leaders(cluster, topic)[0]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10, "it leads"
+    )
+    return new
+
+
 def confirmed(cluster: LocalCluster, i: int, topic: str, channel: str) -> int:
     """The confirmed offset of ``channel`` over partition 0 on nsqd ``i`` (-1: none)."""
     doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")
@@ -185,12 +197,7 @@ def test_a_channels_cursor_survives_the_leaders_death(own_cluster: OwnCluster) -
     for i in followers:  # within about a second, each follower has the cursor
         cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 600, 10, f"cursor on {i}")  # type: ignore[misc]
 
-    cluster.kill_nsqd(leader)
-    cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 15, "a new leader")
-    new = leaders(cluster, topic)[0]
-    cluster.wait_for(
-        lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10, "it leads"
-    )
+    new = kill_the_leader(cluster, topic, leader)
     rest = consume(cluster.nodes[new].ports["TCP"], topic, "c", 400, rdy=100)
     assert rest == sent[600:], "the channel goes on where it was on the old leader"
 
@@ -370,12 +377,7 @@ def test_a_deferred_message_is_not_lost_with_its_leader(own_cluster: OwnCluster)
     assert confirmed(cluster, leader, topic, "c") == 11, "the leader counts it as done"
     consumer.close()
 
-    cluster.kill_nsqd(leader)
-    cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 15, "a new leader")
-    new = leaders(cluster, topic)[0]
-    cluster.wait_for(
-        lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10, "it leads"
-    )
+    new = kill_the_leader(cluster, topic, leader)
     got = consume(cluster.nodes[new].ports["TCP"], topic, "c", 1, timeout=15)
     assert got == [b"later"], "delivered by the new leader"
     assert time.monotonic() - published >= 3.5, "at its time, not before"
