@@ -72,6 +72,15 @@ def topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topic]:
         yield Topic(cluster, name)
 
 
+@pytest.fixture(autouse=True)
+def daemons_alive(topic: Topic) -> Iterator[None]:
+    """No test here stops a daemon: one that exited is a failure of its own, said with its
+    exit code and last log lines."""
+    assert topic.cluster.exited() == []
+    yield
+    assert topic.cluster.exited() == []
+
+
 # -- the JSON API -------------------------------------------------------------------------
 
 

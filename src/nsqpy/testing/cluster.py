@@ -154,6 +154,17 @@ class LocalCluster:
     def running(proc: DaemonProcess) -> bool:
         return proc.proc is not None and proc.proc.poll() is None
 
+    def exited(self) -> list[str]:
+        """Each daemon that has exited, with its exit code and last log lines (for a test
+        that finds a node gone without having stopped it)."""
+        out = []
+        for kind, procs in (("nsqlookupd", self.lookupds), ("nsqd", self.nodes)):
+            for i, proc in enumerate(procs):
+                if proc.proc is not None and proc.proc.poll() is not None:
+                    tail = "\n    ".join(proc.log_lines[-15:])
+                    out.append(f"{kind} {i} exited with {proc.proc.returncode}:\n    {tail}")
+        return out
+
     def lookupd_http(self, i: int = 0) -> str:
         return f"127.0.0.1:{self.lookupds[i].ports['HTTP']}"
 
