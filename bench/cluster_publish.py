@@ -1,21 +1,28 @@
 """Benchmark: publishing to a replicated partition against an unreplicated one, same
 cluster, same run (issue 19: replication must not undo group commit).
 
-Starts a ``LocalCluster`` (etcd, 2 nsqlookupd, 3 nsqd, all on this machine), creates a
-topic with one replica and one with two (one partition each), and publishes MPUB batches to
-each topic's leader over one pipelined TCP connection (``--inflight`` batches outstanding),
-counting only acknowledged messages. Prints messages/s and the replicated/plain ratio.
-``--sync-every`` etc. are nsqd's defaults (fsync on its schedule, not per batch).
+Starts a ``LocalCluster`` (etcd, 2 nsqlookupd, 3 nsqd, all on this machine), creates
+topics with one, two and three replicas (one partition each), and publishes MPUB batches
+to each topic's leader over one pipelined TCP connection (``--inflight`` batches
+outstanding), counting only acknowledged messages. Prints messages/s and the
+replicated/plain ratios. Then, when NSQ's own ``bench_writer`` and ``bench_reader`` are
+found (``--go-tools``, by default ``../shared/nsq-go`` beside the checkout), the same with
+them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) and consuming (RDY
+2500, a FIN per message) for ``--runfor`` each. ``--sync-every`` etc. are nsqd's
+defaults (fsync on its schedule, not per batch).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import re
 import socket
 import struct
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.wire import mpub
@@ -57,30 +64,85 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--inflight", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--go-tools",
+        default=str(Path(__file__).resolve().parents[2] / "shared" / "nsq-go"),
+        help="folder with NSQ's bench_writer and bench_reader (skipped when absent)",
+    )
+    parser.add_argument("--runfor", default="5s", help="bench_writer/bench_reader duration")
     args = parser.parse_args()
     print(f"# {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
           f"3 nsqd + 2 nsqlookupd + etcd on this machine; MPUB x{args.batch} of {args.size} B, "
           f"{args.inflight} in flight")  # fmt: skip
+    topics = {"plain": 1, "replicated2": 2, "replicated3": 3}
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(tmp, lease_ttl="10s") as cluster:
-        for name, replicas in (("plain", 1), ("replicated", 2)):
+        for name, replicas in topics.items():
             status, _ = cluster.post(
                 f"/topic/create?topic={name}&partition_num=1&replicator={replicas}"
             )
             assert status == 200, status
-        time.sleep(1.0)  # (the nodes take up their partitions)
-        leader = {name: cluster.node_index(cluster.partitions(name)[0]["id"])
-                  for name in ("plain", "replicated")}  # fmt: skip
-        results: dict[str, list[float]] = {"plain": [], "replicated": []}
+        cluster.wait_for(
+            lambda: all(len(cluster.partitions(n)[0]["isr"]) == r for n, r in topics.items()),
+            30,
+            "every ISR full",
+        )
+        leader = {name: cluster.nodes[cluster.node_index(cluster.partitions(name)[0]["id"])]
+                  for name in topics}  # fmt: skip
+        results: dict[str, list[float]] = {name: [] for name in topics}
         for _ in range(args.rounds):
-            for name in ("plain", "replicated"):
-                port = cluster.nodes[leader[name]].ports["TCP"]
+            for name in topics:
+                port = leader[name].ports["TCP"]
                 rate = publish(port, name, args.batches, args.batch, args.size, args.inflight)
                 results[name].append(rate)
         for name, rates in results.items():
             shown = " / ".join(f"{r:,.0f}" for r in rates)
-            print(f"{name:<11} {shown} msgs/s")
-        ratio = max(results["replicated"]) / max(results["plain"])
-        print(f"replicated / plain: {ratio:.2f}x (best of {args.rounds})")
+            print(f"{name:<12} {shown} msgs/s")
+        for name in topics:
+            if name != "plain":
+                ratio = max(results[name]) / max(results["plain"])
+                print(f"{name} / plain: {ratio:.2f}x (best of {args.rounds})")
+        tools = Path(args.go_tools)
+        if not (tools / "bench_writer").exists():
+            print(f"# no NSQ bench tools in {tools}: skipped")
+            return
+        go: dict[str, tuple[float, float]] = {}
+        for name, replicas in topics.items():
+            topic = f"go_{name}"  # (a fresh topic: bench_reader drains what bench_writer wrote)
+            status, _ = cluster.post(
+                f"/topic/create?topic={topic}&partition_num=1&replicator={replicas}"
+            )
+            assert status == 200, status
+            cluster.wait_for(
+                lambda t=topic, r=replicas: len(cluster.partitions(t)[0]["isr"]) == r,  # type: ignore[misc]
+                30,
+                f"the ISR of {topic} full",
+            )
+            node = cluster.nodes[cluster.node_index(cluster.partitions(topic)[0]["id"])]
+            common = [f"--nsqd-tcp-address=127.0.0.1:{node.ports['TCP']}", f"--topic={topic}",
+                      f"--runfor={args.runfor}", f"--size={args.size}"]  # fmt: skip
+            wrote = ops(run_tool(tools / "bench_writer", *common, f"--batch-size={args.batch}"))
+            read = ops(run_tool(tools / "bench_reader", *common))
+            go[name] = (wrote, read)
+            print(f"bench_writer / bench_reader {name:<12} {wrote:>12,.0f} / {read:>10,.0f} ops/s")
+        for name in topics:
+            if name != "plain":
+                print(
+                    f"NSQ tools, {name} / plain: publish {go[name][0] / go['plain'][0]:.2f}x,"
+                    f" consume {go[name][1] / go['plain'][1]:.2f}x"
+                )
+
+
+def run_tool(tool: Path, *args: str) -> str:
+    done = subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
+
+
+def ops(output: str) -> float:
+    """The ops/s of an NSQ bench tool's last line."""
+    found = re.findall(r"([0-9.]+)ops/s", output)
+    if not found:
+        raise RuntimeError(f"no ops/s in: {output[-500:]}")
+    return float(found[-1])
 
 
 if __name__ == "__main__":
