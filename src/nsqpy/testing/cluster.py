@@ -128,11 +128,15 @@ class LocalCluster:
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Every running nsqd registered and a coordinator elected."""
         want = {self.node_id(i) for i, n in enumerate(self.nodes) if self.running(n)}
-        self.wait_for(
-            lambda: want <= set(self.live_nodes()) and bool(self.coordinator()),
-            timeout,
-            f"nodes {sorted(want)} registered and a coordinator",
-        )
+        try:
+            self.wait_for(
+                lambda: want <= set(self.live_nodes()) and bool(self.coordinator()),
+                timeout,
+                f"nodes {sorted(want)} registered and a coordinator",
+            )
+        except TimeoutError as exc:  # say what was missing, and what the daemons said
+            seen = self._describe()
+            raise TimeoutError(f"{exc}; {seen}") from None
 
     @staticmethod
     def wait_for(check: Callable[[], object], timeout: float, what: str) -> Any:
@@ -153,6 +157,20 @@ class LocalCluster:
     @staticmethod
     def running(proc: DaemonProcess) -> bool:
         return proc.proc is not None and proc.proc.poll() is None
+
+    def _describe(self) -> str:
+        parts = []
+        for name, get in (("live nodes", self.live_nodes), ("coordinator", self.coordinator)):
+            try:
+                parts.append(f"{name}: {get()}")
+            except (OSError, ValueError, KeyError) as exc:
+                parts.append(f"{name}: ({exc})")
+        parts += self.exited()
+        for kind, procs in (("nsqlookupd", self.lookupds), ("nsqd", self.nodes)):
+            for i, proc in enumerate(procs):
+                tail = "\n    ".join(proc.log_lines[-8:])
+                parts.append(f"{kind} {i} said:\n    {tail}")
+        return "\n".join(parts)
 
     def exited(self) -> list[str]:
         """Each daemon that has exited, with its exit code and last log lines (for a test
