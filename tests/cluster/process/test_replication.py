@@ -274,8 +274,15 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
         client.send(mpub(topic, [b"stalled"] * 10))
         assert client.read_frame() == (0, b"OK"), "answered without the stalled follower"
         print(f"\na publish waited {time.monotonic() - started:.1f}s for the ISR to shrink")
-        said = [line for proc in cluster.lookupds for line in proc.log_lines]
-        assert any("lagging, says the leader" in line for line in said), "not by its lease"
+        cluster.wait_for(  # (the log lines reach the test through a reader thread)
+            lambda: any(
+                "lagging, says the leader" in line
+                for proc in cluster.lookupds
+                for line in list(proc.log_lines)
+            ),
+            10,
+            "the coordinator's reason: lagging, not a lost lease",
+        )
         assert stalled_id in cluster.partitions(topic)[0]["catchup"]
         client.send(mpub(topic, [b"after"] * 10))
         assert client.read_frame() == (0, b"OK")
@@ -406,7 +413,12 @@ def test_a_leader_back_before_its_lease_expired_leads_in_a_new_epoch(
     )
     after = cluster.partitions(topic)[0]
     assert after["id"] == before["id"], "the same leader, in a new epoch"
-    assert any("leading again, in a new epoch" in line for line in cluster.nodes[leader].log_lines)
+    cluster.wait_for(  # (the log lines reach the test through a reader thread)
+        lambda: any("leading again, in a new epoch" in line
+                    for line in list(cluster.nodes[leader].log_lines)),
+        10,
+        "the node's reason",
+    )  # fmt: skip
     client = wire(cluster, leader)
 
     def taken() -> bool:
