@@ -276,14 +276,14 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
         print(f"\na publish waited {time.monotonic() - started:.1f}s for the ISR to shrink")
         cluster.wait_for(  # (the log lines reach the test through a reader thread)
             lambda: any(
-                "lagging, says the leader" in line
+                "lagging, says the leader" in line and stalled_id in line
                 for proc in cluster.lookupds
                 for line in list(proc.log_lines)
             ),
             10,
             "the coordinator's reason: lagging, not a lost lease",
         )
-        assert stalled_id in cluster.partitions(topic)[0]["catchup"]
+        # (it may be back in the ISR already: its fsyncs wait only when one is due)
         client.send(mpub(topic, [b"after"] * 10))
         assert client.read_frame() == (0, b"OK")
     finally:
