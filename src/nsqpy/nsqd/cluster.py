@@ -38,7 +38,7 @@ from nsqpy.cluster.member import (
     fresh_node_id,
     node_identity,
 )
-from nsqpy.cluster.model import Load, NodeInfo, Replicas, partition_name
+from nsqpy.cluster.model import Load, NodeInfo, Replicas, Snapshot, partition_name
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
@@ -273,12 +273,33 @@ class NsqdCluster:
     def where(self, topic: str) -> str:
         if self.view is None or not self.started.is_set():
             return ABSENT
-        if topic not in self.view.snapshot().topics:
+        snap = self.view.snapshot()
+        if topic not in snap.topics:
             return ABSENT
-        found = self.host.broker.get_topic(topic)
-        if found is not None and any(p.role == LEADER for p in found.partitions):
+        if self._leads(topic):
             return HERE
+        if self.member is not None and self._untaken(snap, topic):
+            # The watch brought the topic but the member's round has not applied it yet
+            # (another client's create, a moment ago): take it up now rather than send
+            # this client away from a topic this node is to lead.
+            self.member.apply(snap)
+            if self._leads(topic):
+                return HERE
         return ELSEWHERE
+
+    def _leads(self, topic: str) -> bool:
+        found = self.host.broker.get_topic(topic)
+        return found is not None and any(p.role == LEADER for p in found.partitions)
+
+    def _untaken(self, snap: Snapshot, topic: str) -> bool:
+        """Whether ``snap`` gives this node a partition of ``topic`` it does not hold yet."""
+        assert self.member is not None
+        me = self.member.node_id
+        found = self.host.broker.get_topic(topic)
+        for number, versioned in snap.partitions(topic):
+            if me in versioned.value.holders and (found is None or found.partition(number) is None):
+                return True
+        return False
 
     async def forward(
         self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int, key: bytes
