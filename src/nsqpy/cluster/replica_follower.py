@@ -167,7 +167,7 @@ class FollowerFetch:
                     continue
                 self.logger.info("replication of %s: %s", self._where, err)
             except (OSError, TimeoutError, ReplicationProtocolError, StorageError) as err:
-                self.logger.info("replication of %s from %s: %s", self._where, self.leader, err)
+                self.logger.info("replication of %s from %s: %r", self._where, self.leader, err)
             attempt = 1 if self.sessions > before else attempt + 1
             if self.max_attempts is not None and attempt >= self.max_attempts:
                 self.logger.warning("replication of %s: gave up after %d", self._where, attempt)

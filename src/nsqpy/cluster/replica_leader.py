@@ -173,6 +173,16 @@ class LeaderFeed:
         part.poke()
         self._advance(topic, partition, part)
 
+    def cursors_now(self, topic: str) -> None:
+        """An ordered channel of ``topic`` moved its cursor: its followers are sent the
+        cursors at once, not at the next ``cursor_interval`` (coalesced: one CURSORS per
+        link per turn of the send loop)."""
+        for (name, _), part in self._parts.items():
+            if name == topic:
+                for conn in part.conns.values():
+                    conn.cursors_at = float("-inf")
+                    conn.wake.set()
+
     def set_committed(self, topic: str, partition: int, offset: int) -> None:
         """Seed (or raise) the committed offset, e.g. when taking over a partition."""
         part = self._part(topic, partition)
@@ -384,6 +394,8 @@ class LeaderFeed:
 
     async def _send_loop(self, conn: _Conn, part: _Partition) -> None:
         link = conn.link
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
         while True:
             conn.wake.clear()
             if self._leader_epoch(conn.topic, conn.partition) != conn.epoch:
@@ -395,15 +407,22 @@ class LeaderFeed:
             cursors = self._send_cursors(conn)
             if log is not None and self._send_some(conn, part, log):
                 await link.drain()
+                sent_at = loop.time()
                 continue
             if cursors:
                 await link.drain()
-            try:
-                async with asyncio.timeout(min(self.heartbeat_interval, self.cursor_interval)):
-                    await conn.wake.wait()
-            except TimeoutError:
+                sent_at = loop.time()
+            # A heartbeat once nothing went for heartbeat_interval, however often the
+            # owner wakes this loop with nothing new (a flush ticker's notify): the
+            # follower's read times out after ``timeout`` of silence.
+            due = sent_at + self.heartbeat_interval - loop.time()
+            if due <= 0:
                 link.send([HEARTBEAT_FRAME])
                 await link.drain()
+                sent_at, due = loop.time(), self.heartbeat_interval
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(due, self.cursor_interval)):
+                    await conn.wake.wait()
 
     def _send_cursors(self, conn: _Conn) -> bool:
         """Every ``cursor_interval``, the channels' cursors when they changed (all of them:

@@ -11,6 +11,7 @@ import gc
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ class Cluster:
         self.isr.setdefault(partition, ["L"])
         return log
 
-    async def start_feed(self, **options: float) -> LeaderFeed:
+    async def start_feed(self, **options: Any) -> LeaderFeed:
         feed = LeaderFeed(
             "L",
             CLUSTER,
@@ -99,7 +100,7 @@ class Cluster:
         return self.isr.get(partition, [])
 
     def follower(
-        self, log: PartitionLog, node_id: str = "F1", *, partition: int = 0, **options: float
+        self, log: PartitionLog, node_id: str = "F1", *, partition: int = 0, **options: Any
     ) -> FollowerFetch:
         epoch = options.pop("epoch", None)
         f = FollowerFetch(
