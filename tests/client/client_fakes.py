@@ -23,6 +23,11 @@ from aiohttp import web
 from nsqpy.testing import serve_http
 
 BODY_COMMANDS = {b"IDENTIFY", b"PUB", b"MPUB", b"DPUB", b"AUTH"}
+# errors after which nsqd keeps the connection (NSQ's three, and Youzan's)
+NON_FATAL = {
+    b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED",
+    b"E_FAILED_ON_NOT_LEADER", b"E_FAILED_ON_NOT_WRITABLE", b"E_INVALID_JSON_HEADER",
+}  # fmt: skip
 
 
 def frame(frame_type: int, data: bytes) -> bytes:
@@ -147,7 +152,7 @@ class FakeNsqd:
             err = queued.pop(0)
             conn.send(frame(1, err))
             code = err.split(b" ")[0]
-            if code not in (b"E_FIN_FAILED", b"E_REQ_FAILED", b"E_TOUCH_FAILED"):
+            if code not in NON_FATAL:
                 conn.writer.close()
             return
         if cmd.verb == "IDENTIFY":

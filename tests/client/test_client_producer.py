@@ -9,7 +9,15 @@ import pytest
 from nsqpy import __version__
 from nsqpy.client import ConnectionClosedError, IdentifyOptions, NoConnectionsError, Producer
 from nsqpy.client.conn import Connection
-from nsqpy.errors import BadMessage, BadTopic, ConfigError, FinFailed, PubFailed
+from nsqpy.errors import (
+    BadMessage,
+    BadTopic,
+    ConfigError,
+    FinFailed,
+    NotLeader,
+    NotWritable,
+    PubFailed,
+)
 from nsqpy.testing import free_ports
 
 from .client_fakes import FakeNsqd, frame
@@ -93,6 +101,30 @@ async def test_a_fatal_error_fails_its_command_and_the_rest_with_connection_clos
         # the next publish reconnects by itself
         await producer.pub("t", b"c")
         assert len(fake_nsqd.conns) == 2
+
+
+async def test_a_non_fatal_refusal_of_a_publish_fails_it_and_the_connection_goes_on(
+    fake_nsqd: FakeNsqd,
+) -> None:
+    """Youzan's E_FAILED_ON_NOT_LEADER and E_FAILED_ON_NOT_WRITABLE answer a publish
+    without closing the connection: that publish raises, the ones after it are answered
+    as before (it used to wait for ever, and every later answer with it)."""
+    async with Producer(fake_nsqd.address) as producer:
+        fake_nsqd.errors["PUB"] = [
+            b"E_FAILED_ON_NOT_LEADER not the leader",
+            b"E_FAILED_ON_NOT_WRITABLE too few in the ISR",
+        ]
+        results = await asyncio.gather(
+            producer.pub("t", b"a"),
+            producer.pub("t", b"b"),
+            producer.pub("t", b"c"),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], NotLeader) and not results[0].fatal
+        assert isinstance(results[1], NotWritable)
+        assert results[2] is None
+        await asyncio.wait_for(producer.mpub("t", [b"d", b"e"]), 5)
+        assert len(fake_nsqd.conns) == 1, "the connection stayed"
 
 
 async def test_producer_sends_pub_mpub_dpub_bytes(fake_nsqd: FakeNsqd) -> None:

@@ -46,6 +46,10 @@ from nsqpy.protocol.message import decode_message
 
 log = logging.getLogger("nsqpy.client")
 
+# Non-fatal errors that answer commands nsqd never answers otherwise (FIN, REQ, TOUCH): no
+# waiting command is theirs. Any other non-fatal error is the answer to the oldest one.
+_UNANSWERED = frozenset({"E_FIN_FAILED", "E_REQ_FAILED", "E_TOUCH_FAILED"})
+
 NOP = encode_nop()
 
 
@@ -320,6 +324,14 @@ class Connection(asyncio.Protocol):
 
     def _got_error(self, body: bytes) -> None:
         err = from_wire(body)
+        if not err.fatal and err.code not in _UNANSWERED and self._waiting:
+            # A non-fatal refusal of a command that waits for its answer (Youzan's
+            # E_FAILED_ON_NOT_LEADER, E_FAILED_ON_NOT_WRITABLE or E_INVALID_JSON_HEADER
+            # to a publish): that command fails, the connection goes on.
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(err)
+            return
         if not err.fatal:
             if self.on_error is not None:
                 self.on_error(self, err)

@@ -81,15 +81,20 @@ class Forwarder:
                 route = self._resolve(topic, partition, frozenset())
             if route is not None:
                 try:
-                    await self._send(route, topic, bodies, defer_ms)
+                    # (bounded: a leader that is paused, or answers nothing, must not
+                    # hold this publish, and the client's later replies, for ever)
+                    async with asyncio.timeout(max(0.05, deadline - time.monotonic())):
+                        await self._send(route, topic, bodies, defer_ms)
                 except NotLeader as exc:  # its view and ours differ for a moment
                     last = exc
                     tried.add(route.partition)
                 except ProtocolError:  # the leader's own answer is the client's
                     self.failed += 1
                     raise
-                except (ClientError, OSError) as exc:  # the leader went away meanwhile
-                    last = NotLeader(f"forward to {route.address} failed: {exc}")
+                except (ClientError, OSError) as exc:  # the leader went away (or was silent)
+                    last = NotLeader(
+                        f"forward to {route.address} failed: {exc or type(exc).__name__}"
+                    )
                     tried.add(route.partition)
                     self._drop(route.address)
                 else:

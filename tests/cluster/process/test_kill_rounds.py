@@ -1,13 +1,15 @@
 """Issue 19's proof with real processes: 20 rounds of SIGKILL of the current leader of a
-partition while a producer publishes and a consumer consumes through nsqlookupd; no
+partition while a producer publishes and a consumer consumes through nsqlookupd, then 20
+rounds of SIGSTOP/SIGCONT (a pause longer than its lease: another node leads meanwhile,
+and the old leader, fenced, must acknowledge nothing it had not committed); no
 acknowledged message is lost.
 
 The topic has two partitions of three replicas. The producer is a plain NSQ V2 connection
 to any live nsqd (publishes the node does not lead are forwarded to the leader); when its
 node is the one killed it connects to another. The consumer is nsqpy's Consumer through
-lookupd, in a thread of its own. Each round kills the leader of one partition (alternating),
-waits for another to lead, restarts the killed node and waits until both partitions have
-three ISR members again. At the end every body that was answered OK must have been
+lookupd, in a thread of its own. Each round kills (or pauses) the leader of one partition
+(alternating), waits for another to lead, restarts (or resumes) that node and waits until
+both partitions have three ISR members again. At the end every body that was answered OK must have been
 consumed (duplicates allowed: at least once).
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+
+import pytest
 
 from nsqpy.client import Consumer, Message
 from nsqpy.testing import WireClient, mpub
@@ -94,7 +98,10 @@ class Consuming(threading.Thread):
                 await asyncio.sleep(0.1)
 
 
-def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluster) -> None:
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_twenty_leader_faults_lose_no_acknowledged_message(
+    own_cluster: OwnCluster, fault: str
+) -> None:
     cluster = own_cluster()
     assert create(cluster, TOPIC, partition_num=2, replicator=3, multipart="true") == (200, None)
 
@@ -112,13 +119,21 @@ def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluste
             cluster.wait_for(lambda b=before: len(producer.acked) > b + 50, 20, "publishing")  # type: ignore[misc]
             partition = n % 2
             victim = leaders(cluster, TOPIC)[partition]
-            cluster.kill_nsqd(victim)
-            cluster.wait_for(
-                lambda p=partition, v=victim: leaders(cluster, TOPIC)[p] != v,  # type: ignore[misc]
-                20,
-                f"round {n}: partition {partition} led again",
-            )
-            cluster.restart_nsqd(victim)
+            if fault == "kill":
+                cluster.kill_nsqd(victim)
+            else:
+                cluster.pause_nsqd(victim)
+            try:
+                cluster.wait_for(
+                    lambda p=partition, v=victim: leaders(cluster, TOPIC)[p] != v,  # type: ignore[misc]
+                    20,
+                    f"round {n}: partition {partition} led again",
+                )
+            finally:
+                if fault == "pause":
+                    cluster.resume_nsqd(victim)
+            if fault == "kill":
+                cluster.restart_nsqd(victim)
             cluster.wait_for(full_isr, 60, f"round {n}: nsqd {victim} back in the ISR")
     finally:
         producer.stop.set()
@@ -131,9 +146,11 @@ def test_twenty_leader_kills_lose_no_acknowledged_message(own_cluster: OwnCluste
         consumer.stop.set()
         consumer.join(30)
     print(
-        f"\n{ROUNDS} leader kills in {took:.0f}s: {len(acked)} bodies acknowledged, "
+        f"\n{ROUNDS} leader faults ({fault}) in {took:.0f}s: {len(acked)} bodies acknowledged, "
         f"{len(consumer.got)} distinct consumed, producer reconnects {producer.reconnects}, "
         f"refused {set(producer.refused)}"
     )
     assert acked - consumer.got == set(), "acknowledged and never consumed"
+    stuck = [r for r in producer.reconnects if "TimeoutError" in r]
+    assert stuck == [], "a publish went unanswered for 20 s (a resumed node must answer)"
     assert consumer.got <= producer.sent, "consumed what was never sent"
