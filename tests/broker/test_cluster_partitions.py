@@ -188,6 +188,77 @@ def test_a_follower_takes_its_leaders_cursor_and_delivers_from_it_once_it_leads(
     assert sorted(sink.bodies()) == [b"m4", b"m5", b"m8", b"m9"]
 
 
+def test_a_follower_takes_its_leaders_delayed_store_and_keeps_the_delays_once_it_leads(
+    cluster_broker: Broker, clock: FakeClock
+) -> None:
+    """The leader's delayed store goes along with its cursor (CURSORS): a message REQ'd with
+    a delay (its offset confirmed in the cursor) and a DPUB the leader's read has not
+    reached (not confirmed) are delivered by the new leader at their times, each once,
+    and not before."""
+    topic = hold_t(cluster_broker, {1: "follower"})
+    part = topic.partitions[0]
+    now = clock()
+    part.publish([b"m%d" % i for i in range(9)], now)
+    part.publish([b"dpub"], now, deliver_at=now + 3_000_000_000)  # offset 9
+    part.log.flush()
+    cpart = cluster_broker.channel(topic, "c").part(1)
+    assert cpart is not None
+    deferred = [(2, now + 5_000_000_000, 1), (9, now + 3_000_000_000, 0)]
+    assert cpart.adopt_cursor(4, [(6, 8)], deferred)
+    assert not cpart.adopt_cursor(4, [(6, 8)], deferred), "the same again changes nothing"
+    assert cpart.deferred_count == 2 and cpart.deferred.entries(10) == deferred
+    assert cpart.adopt_cursor(4, [(6, 8)], deferred[:1]), "a changed delayed store is taken"
+    assert cpart.adopt_cursor(4, [(6, 8)], deferred)
+    client, sink = subscriber(cluster_broker)
+    cluster_broker.set_role("t", 1, "leader", 2)
+    cluster_broker.scan()
+    assert sorted(sink.bodies()) == [b"m4", b"m5", b"m8"], "nothing deferred comes early"
+    clock.advance_ms(3_000)
+    cluster_broker.scan()
+    assert sink.bodies()[3:] == [b"dpub"]
+    clock.advance_ms(2_000)
+    cluster_broker.scan()
+    assert sink.bodies()[4:] == [b"m2"]
+    attempts = int.from_bytes(sink.frames[-1][8 + 8 : 8 + 10], "big")
+    assert attempts == 2, "the REQ'd message's attempts carry over"
+    channel = topic.channels["c"]
+    ids = [frame[8 + 10 : 8 + 26] for frame in sink.frames]
+    assert channel.finish_ids(client, ids, clock()) == []
+    clock.advance_ms(60_000)
+    cluster_broker.scan()
+    assert len(sink.frames) == 5, "the read never delivers the DPUB again"
+    assert (channel.in_flight_count, channel.deferred_count, channel.depth) == (0, 0, 0)
+
+
+def test_a_taken_over_dpub_finished_before_the_read_reaches_it_is_not_delivered_again(
+    cluster_broker: Broker, clock: FakeClock
+) -> None:
+    """A DPUB in the adopted delayed store that comes due, is delivered and finished while
+    the new leader's read is still behind its record: the read skips the record."""
+    topic = hold_t(cluster_broker, {1: "follower"})
+    part = topic.partitions[0]
+    now = clock()
+    part.publish([b"m0", b"m1"], now)
+    part.publish([b"dpub"], now, deliver_at=now + 1_000_000_000)  # offset 2
+    part.log.flush()
+    cpart = cluster_broker.channel(topic, "c").part(1)
+    assert cpart is not None
+    assert cpart.adopt_cursor(0, [], [(2, now + 1_000_000_000, 0)])
+    client, sink = subscriber(cluster_broker, rdy=1)
+    cluster_broker.set_role("t", 1, "leader", 2)
+    channel = topic.channels["c"]
+    finished = 0
+    for _ in range(6):  # one at a time (RDY 1): the scan's due messages, then the read's
+        clock.advance_ms(1_000)
+        cluster_broker.scan()
+        channel.pump(clock())
+        ids = [frame[8 + 10 : 8 + 26] for frame in sink.frames[finished:]]
+        assert channel.finish_ids(client, ids, clock()) == []
+        finished += len(ids)
+    assert sink.bodies()[:3] == [b"m0", b"dpub", b"m1"], "due before the read reached it"
+    assert len(sink.frames) == 3, "each once"
+
+
 def test_stepping_down_drops_the_window_and_closes_consumers_of_a_topic_led_no_more(
     cluster_broker: Broker, clock: FakeClock
 ) -> None:

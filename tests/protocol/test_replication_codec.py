@@ -133,9 +133,11 @@ EPOCH_END_BYTES = (
     b"\x00\x00\x00\x06"  # epoch u32 6
     b"\x00\x00\x00\x00\x00\x00\x00\x5f"  # end_offset u64 95: the first offset after epoch 6
 )
-CURSORS = Cursors(7, "t", 3, (ChannelCursor("c", 10, CHANNEL_PAUSED, ((12, 14),)),), full=True)
+CURSORS = Cursors(
+    7, "t", 3, (ChannelCursor("c", 10, CHANNEL_PAUSED, ((12, 14),), ((11, 5 << 30, 2),)),), True
+)
 CURSORS_BYTES = (
-    b"\x00\x00\x00\x30"  # size 48
+    b"\x00\x00\x00\x46"  # size 70
     b"\x07"  # type 7 = CURSORS
     b"\x00\x00\x00\x07"  # leader_epoch u32 7
     b"\x00\x01t"  # topic
@@ -148,6 +150,10 @@ CURSORS_BYTES = (
     b"\x00\x00\x00\x01"  # ranges u32 1
     b"\x00\x00\x00\x00\x00\x00\x00\x0c"  # range start u64 12
     b"\x00\x00\x00\x00\x00\x00\x00\x0e"  # range end u64 14 (confirmed [12, 14))
+    b"\x00\x00\x00\x01"  # deferred u32 1
+    b"\x00\x00\x00\x00\x00\x00\x00\x0b"  # offset u64 11 (in the delayed store)
+    b"\x00\x00\x00\x01\x40\x00\x00\x00"  # deliver_at u64 5 << 30 ns
+    b"\x00\x02"  # attempts u16 2
 )
 ERROR = ErrorFrame(7, E_STALE_EPOCH, "leader epoch 9")
 ERROR_BYTES = (
@@ -347,14 +353,20 @@ def frame_of(frame_type: int, payload: bytes) -> bytes:
         (
             FrameType.CURSORS,  # 4 294 967 295 channels declared: refused before any loop
             CURSORS_BYTES[5:15] + b"\xff\xff\xff\xff" + CURSORS_BYTES[19:],
-            "CURSORS says 4294967295 channels, which cannot fit in 33 bytes",
+            "CURSORS says 4294967295 channels, which cannot fit in 55 bytes",
         ),
         (
             FrameType.CURSORS,  # 4 294 967 295 ranges declared: refused before reading them
             CURSORS_BYTES[5:32] + b"\xff\xff\xff\xff" + CURSORS_BYTES[36:],
             "channel 'c' 4294967295 ranges (68719476720 bytes at payload byte 31) runs past",
         ),
-        (FrameType.CURSORS, CURSORS_BYTES[5:-1], "channel 'c' 1 ranges (16 bytes"),
+        (FrameType.CURSORS, CURSORS_BYTES[5:51], "channel 'c' 1 ranges (16 bytes"),
+        (
+            FrameType.CURSORS,  # 4 294 967 295 deferred entries declared: refused at once
+            CURSORS_BYTES[5:52] + b"\xff\xff\xff\xff" + CURSORS_BYTES[56:],
+            "channel 'c' 4294967295 deferred (77309411310 bytes at payload byte 51) runs past",
+        ),
+        (FrameType.CURSORS, CURSORS_BYTES[5:-1], "channel 'c' 1 deferred (18 bytes"),
         (FrameType.CURSORS, CURSORS_BYTES[5:] + b"\x00", "CURSORS has 1 bytes after its fields"),
     ],
 )
@@ -395,6 +407,10 @@ def test_malformed_payloads_are_named(frame_type: int, payload: bytes, says: str
         (
             lambda: encode_cursors(1, "t", 0, [ChannelCursor("c", 0, 0, ((1, -2),))]),
             "CURSORS channel 'c' range end=-2",
+        ),
+        (
+            lambda: encode_cursors(1, "t", 0, [ChannelCursor("c", 0, 0, (), ((1, 2, 70000),))]),
+            "CURSORS channel 'c' attempts=70000 is not an unsigned 16-bit integer",
         ),
         (lambda: encode_error(1, "E" * 70000), "ERROR code is 70000 bytes"),
     ],

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from nsqpy.broker.channel_deferral import ChannelDeferral, PartitionView
 from nsqpy.broker.channel_policy import PolicyPaths
 from nsqpy.broker.client import Client
-from nsqpy.broker.deferred import Deferred, MemoryDeferred
+from nsqpy.broker.deferred import Deferred, Entry, MemoryDeferred
 from nsqpy.broker.e2e import LatencyWindow
 from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeout
 from nsqpy.broker.memqueue import MemoryQueue
@@ -81,6 +81,7 @@ class ChannelPartition:
         self._requeued: deque[tuple[int, int, int, bytes, bytes]] = deque()
         self._rr = 0
         self._unsaved = 0
+        self._adopted: tuple[Entry, ...] | None = None  # the deferred entries last adopted
         self.message_count = 0
         self.requeue_count = 0
         self.timeout_count = 0
@@ -478,20 +479,35 @@ class ChannelPartition:
         self._unsaved += 1
         self.maybe_save_cursor(force=True)
 
-    def adopt_cursor(self, confirmed: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    def adopt_cursor(
+        self, confirmed: int, ranges: Sequence[tuple[int, int]], deferred: Sequence[Entry] = ()
+    ) -> bool:
         """(A follower's part, cluster mode) The leader's cursor of this channel over this
-        partition: every offset below ``confirmed`` and in ``ranges`` is done. A follower
-        delivers nothing, so nothing is in flight; what it had deferred (from a leadership
-        of its own) goes, as the read meets those records again once it leads. The cursor
-        file is saved with the periodic saves. True when the cursor changed."""
+        partition: every offset below ``confirmed`` and in ``ranges`` is done, and its
+        delayed store holds ``deferred`` (offset, deliver_at, attempts), which replaces what
+        this one held (from a leadership of its own). A follower delivers nothing, so
+        nothing is in flight; a deferred offset the cursor does not confirm (a DPUB the
+        leader's read has not reached) is held ahead of the read, as after a restart, so
+        that once this node leads it is delivered from the delayed store at its time and
+        never again by the read. The cursor file is saved with the periodic saves. True
+        when anything changed."""
         cursor = self.cursor
-        if cursor.confirmed == confirmed and cursor.ranges == list(ranges):
+        entries = tuple(deferred)
+        if (
+            cursor.confirmed == confirmed
+            and cursor.ranges == list(ranges)
+            and entries == self._adopted
+        ):
             return False
-        self.deferred.clear()  # first: a StorageError here changes nothing
+        self.deferred.replace(entries)  # first: a StorageError here changes nothing
         self.clear_window()
+        self._adopted = entries
         cursor.reset(confirmed)
         for start, end in ranges:
             cursor.confirm_range(start, end)
+        ahead = sorted(offset for offset, _, _ in entries if not cursor.is_confirmed(offset))
+        if ahead:
+            self.deferral.hold_ahead(ahead)
         self._arrived = max(self._arrived, confirmed)
         self._unsaved += 1
         return True
@@ -501,6 +517,7 @@ class ChannelPartition:
         in-flight counts go down); the cursor is reset next."""
         for item in self.in_flight.values():
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
+        self._adopted = None  # (a leader that steps down: its delayed store is its own)
         self.in_flight.clear()
         self._timeouts.clear()
         self._requeued.clear()

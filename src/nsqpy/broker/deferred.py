@@ -57,6 +57,17 @@ class Deferred(Protocol):
 
     def offsets(self) -> list[int]: ...
 
+    def entries(self, limit: int) -> list[Entry]:
+        """The first ``limit`` entries by offset: (offset, deliver_at, attempts)."""
+        ...
+
+    def replace(self, entries: Sequence[Entry]) -> None:
+        """Hold exactly ``entries`` (a follower takes its leader's); StorageError: unchanged."""
+        ...
+
+
+# A deferred entry as a follower is sent it: (offset, deliver_at ns, attempts).
+Entry = tuple[int, int, int]
 
 # A message deferred before any attempt: (offset, deliver_at, timestamp, body).
 NewEntry = tuple[int, int, int, bytes]
@@ -113,6 +124,15 @@ class MemoryDeferred:
 
     def offsets(self) -> list[int]:
         return sorted(self._entries)
+
+    def entries(self, limit: int) -> list[Entry]:
+        return [(o, self._entries[o][0], self._entries[o][1]) for o in self.offsets()[:limit]]
+
+    def replace(self, entries: Sequence[Entry]) -> None:
+        """(Ephemeral channels are not replicated; the bodies would be empty.)"""
+        self.clear()
+        for offset, deliver_at, attempts in entries:
+            self.put(offset, deliver_at, attempts, 0, b"")
 
     def count(self) -> int:
         return len(self._entries)
@@ -199,6 +219,17 @@ class DurableDeferred:
 
     def offsets(self) -> list[int]:
         return self._store.offsets(self._channel)
+
+    def entries(self, limit: int) -> list[Entry]:
+        return [
+            (e.offset, e.deliver_at, e.attempts) for e in self._store.entries(self._channel, limit)
+        ]
+
+    def replace(self, entries: Sequence[Entry]) -> None:
+        self._store.replace(self._channel, entries)
+        self._count = len(entries)
+        self._counted = True
+        self._known = False
 
     def clear(self) -> int:
         n = self._store.clear(self._channel)

@@ -287,6 +287,10 @@ class NsqdCluster:
                 return HERE
         return ELSEWHERE
 
+    def cursor_moved(self, topic: str) -> None:
+        if self.replication is not None:
+            self.replication.feed.cursors_now(topic)
+
     def _leads(self, topic: str) -> bool:
         found = self.host.broker.get_topic(topic)
         return found is not None and any(p.role == LEADER for p in found.partitions)

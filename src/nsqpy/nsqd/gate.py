@@ -34,6 +34,12 @@ class TopicGate(Protocol):
         it; TopicNotExist when it cannot be created."""
         ...
 
+    def cursor_moved(self, topic: str) -> None:
+        """An ordered channel of ``topic`` finished or requeued a message: its followers
+        get the channel's cursor now rather than within the second (CLUSTER.md "Channels in
+        a cluster": ordered channels synchronously)."""
+        ...
+
     async def forward(
         self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int, key: bytes
     ) -> None:

@@ -125,9 +125,14 @@ class Replication:
                 continue
             cursor = part.cursor
             flags = CHANNEL_PAUSED if channel.paused else 0
-            deferred = part.deferred.offsets() if part.deferred.count() else []
-            confirmed, ranges = without(cursor.confirmed, cursor.ranges, deferred)
-            out.append(ChannelCursor(name, confirmed, flags, ranges))
+            entries: tuple[tuple[int, int, int], ...] = ()
+            rest: list[int] = []
+            if part.deferred.count():  # its delayed store goes along, up to MAX_DEFERRED
+                entries = tuple(part.deferred.entries(MAX_DEFERRED))
+                if len(entries) == MAX_DEFERRED:
+                    rest = [o for o in part.deferred.offsets() if o > entries[-1][0]]
+            confirmed, ranges = without(cursor.confirmed, cursor.ranges, rest)
+            out.append(ChannelCursor(name, confirmed, flags, ranges, entries))
         return out
 
     def _adopt_cursors(self, frame: Cursors) -> None:
@@ -148,7 +153,8 @@ class Replication:
                 if channel_part is None:
                     continue
                 ranges = [(s, min(e, end)) for s, e in c.ranges if s < end]
-                channel_part.adopt_cursor(min(c.confirmed, end), ranges)
+                deferred = [d for d in c.deferred if d[0] < end]
+                channel_part.adopt_cursor(min(c.confirmed, end), ranges, deferred)
                 paused = bool(c.flags & CHANNEL_PAUSED)
                 if not leads_some and channel.paused != paused:
                     channel.paused = paused
@@ -326,6 +332,10 @@ def frame_key(frame: Cursors) -> tuple[str, int]:
 
 
 MAX_PIECES = 4096  # confirmed ranges one channel's CURSORS entry carries at most
+# Delayed-store entries one channel's CURSORS entry carries at most (the first by offset);
+# the offsets of the rest are left out of the confirmed set it sends, so a follower that
+# takes over delivers them again at once (early, never lost).
+MAX_DEFERRED = 4096
 
 
 def without(
@@ -333,9 +343,10 @@ def without(
 ) -> tuple[int, tuple[tuple[int, int], ...]]:
     """A cursor's confirmed offsets (all below ``confirmed``, and ``ranges``) less the
     ``deferred`` ones: what a follower may count as done. The leader's cursor confirms a
-    deferred offset (its entry in the delayed store brings it back), but a follower has no
-    such entry: it must read that record again once it leads (a DPUB is deferred again by
-    its record's deliver-at; a delayed REQ comes early), never skip it. Beyond
+    deferred offset (its entry in the delayed store brings it back); a follower is sent the
+    entries too, up to ``MAX_DEFERRED``, but for those beyond it has none: it must read
+    that record again once it leads (a DPUB is deferred again by its record's deliver-at; a
+    delayed REQ comes early), never skip it. Beyond
     ``MAX_PIECES`` ranges the rest is left out (delivered again: at least once)."""
     if not deferred:
         return confirmed, tuple(ranges)

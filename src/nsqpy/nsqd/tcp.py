@@ -152,6 +152,7 @@ class V2Connection(BufferedConnection):
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
         self._pump_due: Channel | None = None
+        self._cursor_moved = False  # a FIN or REQ on an ordered channel since the last pump
         self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
         self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
         if self.auth is not None:  # the read deadline until AUTH (``heartbeat``)
@@ -250,12 +251,16 @@ class V2Connection(BufferedConnection):
         for err in channel.finish_ids(client, ids, self.broker.clock()):
             self.send_error(err)
         self._pump_due = channel
+        self._cursor_moved = channel.ordered
         return True
 
     def _pump_pending(self) -> None:
         channel, self._pump_due = self._pump_due, None
+        moved, self._cursor_moved = self._cursor_moved, False
         if channel is not None and not channel.deleted:
             channel.pump(self.broker.clock())
+            if moved and self.ctx.cluster is not None:
+                self.ctx.cluster.cursor_moved(channel.topic.name)
 
     # -- output ----------------------------------------------------------------------
 
@@ -387,6 +392,7 @@ class V2Connection(BufferedConnection):
         now = self.broker.clock()
         channel.finish(self.client, partition, offset, cmd.msg_id, now)
         self._pump_due = channel
+        self._cursor_moved = channel.ordered
 
     def req(self, cmd: Req) -> None:
         partition, offset = self._id_of(cmd.msg_id, ReqFailed, "REQ")
@@ -394,6 +400,7 @@ class V2Connection(BufferedConnection):
         now = self.broker.clock()
         channel.requeue(self.client, partition, offset, cmd.msg_id, cmd.timeout_ms, now)
         self._pump_due = channel
+        self._cursor_moved = channel.ordered
 
     def touch(self, cmd: Touch) -> None:
         partition, offset = self._id_of(cmd.msg_id, TouchFailed, "TOUCH")

@@ -27,7 +27,8 @@ it); all integers unsigned big-endian, every string ``length u16 | UTF-8``::
     7     CURSORS      leader_epoch u32 | topic str | partition u16 | full u8 (0 or 1)
                        | channels u32 | channel * channels
               channel = name str | confirmed u64 | flags u16 | ranges u32
-                       | (start u64, end u64) * ranges
+                       | (start u64, end u64) * ranges | deferred u32
+                       | (offset u64, deliver_at u64, attempts u16) * deferred
     8     ERROR        leader_epoch u32 (the sender's, 0 = unknown) | code str | text str
     9     HEARTBEAT    (empty)
 
@@ -44,8 +45,10 @@ follower gets APPENDs pushed, pipelined, and ACKs each with its end and durable 
 An APPEND's ``committed_offset`` is the leader's high watermark; an APPEND with
 no batches only advances it. CURSORS (leader to follower) replace the named channels'
 cursors (``ranges`` are confirmed ``[start, end)`` above ``confirmed``; ``flags`` bits
-``CHANNEL_PAUSED``, ``CHANNEL_DELETED``, the rest carried unchanged); with ``full`` they are
-every channel, and the follower drops the others. HEARTBEAT keeps an idle link alive.
+``CHANNEL_PAUSED``, ``CHANNEL_DELETED``, the rest carried unchanged) and the channels'
+delayed stores (``deferred``: the entries in it, ``deliver_at`` in ns of the wall clock;
+their offsets count as confirmed, as the leader's cursor confirms them); with ``full`` they
+are every channel, and the follower drops the others. HEARTBEAT keeps an idle link alive.
 Every frame with a ``leader_epoch`` below the receiver's is refused with ERROR
 ``E_STALE_EPOCH`` carrying the receiver's epoch.
 
@@ -187,6 +190,7 @@ class ChannelCursor:
     confirmed: int
     flags: int = 0
     ranges: tuple[tuple[int, int], ...] = ()
+    deferred: tuple[tuple[int, int, int], ...] = ()  # (offset, deliver_at ns, attempts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +239,8 @@ _HELLO_TAIL = struct.Struct(">HI")
 _CURSORS_MID = struct.Struct(">HBI")
 _CHANNEL = struct.Struct(">QHI")
 _RANGE = struct.Struct(">QQ")
-_MIN_CHANNEL = 2 + _CHANNEL.size  # an empty name, no ranges
+_DEFERRED = struct.Struct(">QQH")
+_MIN_CHANNEL = 2 + _CHANNEL.size + _U32.size  # an empty name, no ranges, nothing deferred
 # the frames of fixed size: their payload struct, their fields in the dataclass's order
 _FIXED: dict[FrameType, tuple[struct.Struct, type[Ack | Fetch | EpochQuery | EpochEnd]]] = {
     FrameType.ACK: (_ACK, Ack),
@@ -353,6 +358,9 @@ def encode_cursors(
         values = (channel.confirmed, channel.flags, len(channel.ranges))
         parts.append(_pack(_CHANNEL, what, names, *values))
         parts += [_pack(_RANGE, what, ("range start", "range end"), *r) for r in channel.ranges]
+        parts.append(_pack(_U32, what, ("deferred",), len(channel.deferred)))
+        entry = ("deferred offset", "deliver_at", "attempts")
+        parts += [_pack(_DEFERRED, what, entry, *d) for d in channel.deferred]
     return _frame(FrameType.CURSORS, b"".join(parts))
 
 
@@ -480,7 +488,11 @@ def _decode_cursors(buf: bytearray, start: int, end: int) -> Cursors:
         at = f.take(n_ranges * _RANGE.size, f"channel {name!r} {n_ranges} ranges")
         stop = at + n_ranges * _RANGE.size
         ranges = tuple((s, e) for s, e in _RANGE.iter_unpack(buf[at:stop]))
-        channels.append(ChannelCursor(name, confirmed, flags, ranges))
+        (n_deferred,) = f.unpack(_U32, f"channel {name!r} deferred")
+        at = f.take(n_deferred * _DEFERRED.size, f"channel {name!r} {n_deferred} deferred")
+        stop = at + n_deferred * _DEFERRED.size
+        deferred = tuple(_DEFERRED.iter_unpack(buf[at:stop]))
+        channels.append(ChannelCursor(name, confirmed, flags, ranges, deferred))
     f.done()
     return Cursors(epoch, topic, partition, tuple(channels), bool(full))
 

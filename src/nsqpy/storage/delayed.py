@@ -269,6 +269,28 @@ class DelayedStore:
         ).fetchall()
         return [int(r[0]) for r in rows]
 
+    def entries(self, channel: str, limit: int) -> list[DelayedEntry]:
+        """The channel's first ``limit`` entries by offset."""
+        if self._absent():
+            return []
+        rows = self._run(
+            "SELECT offset, deliver_at, attempts FROM delayed WHERE channel = ? "
+            "ORDER BY offset LIMIT ?",
+            (channel, limit),
+        ).fetchall()
+        return [DelayedEntry(channel, o, d, a) for o, d, a in rows]
+
+    def replace(self, channel: str, entries: Iterable[tuple[int, int, int]]) -> None:
+        """Make the channel's entries exactly ``entries`` (offset, deliver_at, attempts), in
+        one transaction (a follower takes its leader's). StorageError: unchanged."""
+        rows = [(channel, offset, deliver_at, attempts) for offset, deliver_at, attempts in entries]
+        try:
+            with self._transaction():
+                self._db.execute("DELETE FROM delayed WHERE channel = ?", (channel,))
+                self._db.executemany(_UPSERT, rows)
+        except sqlite3.Error as exc:
+            raise StorageError(f"delayed store {self.path}: {exc}") from exc
+
     def count(self, channel: str) -> int:
         if self._absent():
             return 0

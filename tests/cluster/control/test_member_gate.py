@@ -1,60 +1,120 @@
-"""An in-process nsqd of a cluster (real etcd) between the moment its watch brings a topic
-this node is to lead and the moment its member's round applies it: a client that asks in
-that moment (another client created the topic an instant before) is served here, not sent
-away with ``E_FAILED_ON_NOT_LEADER``."""
+"""An in-process nsqd of a cluster (real etcd, topics placed by writing etcd as the
+coordinator would):
+
+- between the moment its watch brings a topic this node is to lead and the moment its
+  member's round applies it, a client that asks (another client created the topic an
+  instant before) is served here, not sent away with ``E_FAILED_ON_NOT_LEADER``;
+- a FIN on an ordered channel sends the channel cursors to the followers at once
+  (``LeaderFeed.cursors_now``), a FIN on a plain channel waits for the periodic send.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest
 
 from nsqpy.cluster.etcd import Etcd, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import Replicas, TopicMeta
+from nsqpy.nsqd.cluster import NsqdCluster
 from nsqpy.nsqd.gate import HERE
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing import eventually
 from nsqpy.testing.clock import FakeClock
 from nsqpy.testing.etcd import EtcdCluster
 from nsqpy.testing.inprocess import nsqd_options
+from nsqpy.testing.wire import AsyncWire, read_message
 
 from .conftest import bounded
 
 
-async def test_a_topic_the_watch_brought_is_led_here_before_the_member_round_runs(
-    tmp_path: Path, etcd_single: EtcdCluster, etcd: Etcd, keys: Keys
-) -> None:
+@pytest.fixture
+async def server(tmp_path: Path, etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqdServer]:
     opts = nsqd_options(
         tmp_path,
         etcd_endpoints=",".join(etcd_single.endpoints),
         cluster_id=keys.cluster_id,
         rpc_address="127.0.0.1:0",
     )
-    server = NsqdServer(opts, clock=FakeClock())
-    await server.start()
+    started = NsqdServer(opts, clock=FakeClock())
+    await started.start()
     try:
-        cluster = server.cluster
-        assert cluster is not None and cluster.view is not None
-        topic = "raced"
-        seen: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-
-        def on_change() -> None:
-            # Called by the view as the watch delivers, before the member's round (which
-            # only wakes up here) has applied anything: what a SUB arriving now is told.
-            snap = cluster.view.snapshot() if cluster.view else None
-            if snap and topic in snap.topics and snap.partitions(topic) and not seen.done():
-                seen.set_result(cluster.where(topic))
-
-        cluster.view.listeners.append(on_change)
-        me = cluster.node_id
-        await etcd.txn(
-            [],
-            [
-                PutOp(keys.topic_meta(topic), TopicMeta(partition_num=1, replicator=1).to_json()),
-                PutOp(keys.replicas(topic, 0), Replicas(me, (me,)).to_json()),
-            ],
-        )
-        assert await asyncio.wait_for(seen, 10) == HERE
-        broker_topic = server.broker.get_topic(topic)
-        assert broker_topic is not None and broker_topic.partitions[0].leading
+        yield started
     finally:
-        await bounded(server.stop())
+        await AsyncWire.close_all()
+        await bounded(started.stop())
+
+
+def cluster_of(server: NsqdServer) -> NsqdCluster:
+    cluster = server.cluster
+    assert cluster is not None and cluster.view is not None
+    return cluster
+
+
+async def place(etcd: Etcd, keys: Keys, topic: str, leader: str, *, ordered: bool = False) -> None:
+    """What the coordinator writes for a topic of one partition led by ``leader``."""
+    meta = TopicMeta(partition_num=1, replicator=1, ordered=ordered)
+    await etcd.txn(
+        [],
+        [
+            PutOp(keys.topic_meta(topic), meta.to_json()),
+            PutOp(keys.replicas(topic, 0), Replicas(leader, (leader,)).to_json()),
+        ],
+    )
+
+
+async def test_a_topic_the_watch_brought_is_led_here_before_the_member_round_runs(
+    server: NsqdServer, etcd: Etcd, keys: Keys
+) -> None:
+    cluster = cluster_of(server)
+    topic = "raced"
+    seen: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def on_change() -> None:
+        # Called by the view as the watch delivers, before the member's round (which
+        # only wakes up here) has applied anything: what a SUB arriving now is told.
+        snap = cluster.view.snapshot() if cluster.view else None
+        if snap and topic in snap.topics and snap.partitions(topic) and not seen.done():
+            seen.set_result(cluster.where(topic))
+
+    assert cluster.view is not None
+    cluster.view.listeners.append(on_change)
+    await place(etcd, keys, topic, cluster.node_id)
+    assert await asyncio.wait_for(seen, 10) == HERE
+    broker_topic = server.broker.get_topic(topic)
+    assert broker_topic is not None and broker_topic.partitions[0].leading
+
+
+async def test_a_fin_on_an_ordered_channel_sends_the_cursors_at_once(
+    server: NsqdServer, etcd: Etcd, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = cluster_of(server)
+    assert cluster.replication is not None
+    feed = cluster.replication.feed
+    asked: list[str] = []
+    real = feed.cursors_now
+
+    def cursors_now(topic: str) -> None:
+        asked.append(topic)
+        real(topic)
+
+    monkeypatch.setattr(feed, "cursors_now", cursors_now)
+    for topic, ordered in (("plain", False), ("ordered", True)):
+        await place(etcd, keys, topic, cluster.node_id, ordered=ordered)
+        await eventually(lambda t=topic: cluster.where(t) == HERE, 10, what=f"{topic} led here")  # type: ignore[misc,arg-type]
+        consumer = await AsyncWire.connect(server.tcp_port)
+        verb = b"SUB_ORDERED" if ordered else b"SUB"
+        await consumer.send(verb + b" %s c\n" % topic.encode())
+        assert await consumer.read_frame() == (0, b"OK")
+        await consumer.send(b"RDY 1\n")
+        producer = await AsyncWire.connect(server.tcp_port)
+        await producer.send(b"PUB %s\n\x00\x00\x00\x01x" % topic.encode())
+        assert await producer.read_frame() == (0, b"OK")
+        message = await read_message(consumer)
+        await consumer.send(b"FIN " + message.id + b"\n")
+        await consumer.send(b"NOP\n")
+        await asyncio.sleep(0.2)
+    assert asked == ["ordered"], "only the ordered channel's FIN asks"

@@ -1,13 +1,17 @@
-"""NSQ clients that know nothing of clusters (pynsq, gnsq from PyPI, and nsqpy's own) on a
-cluster topic of 3 partitions with one replica each, one partition led by each nsqd: they
+"""NSQ clients that know nothing of clusters (pynsq, gnsq from PyPI, nsqpy's own client and
+tools) on a cluster topic of 3 partitions with one replica each, one partition led by each nsqd: they
 publish to every nsqd over TCP and consume through the nsqlookupds, which name the
 partition leaders as producers; every message published is consumed."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +158,61 @@ async def test_nsqpy_consumer_finds_the_new_leader_at_once(own_cluster: OwnClust
             f"\nnew leader answering {elected - lost:.1f}s after the kill, consumed from it"
             f" {time.monotonic() - elected:.1f}s later"
         )
+
+
+def test_nsq_tools_carry_on_through_the_leaders_death(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    """nsqpy's ``to_nsq`` pinned to a node that does not lead (its publishes forwarded) and
+    ``nsq_tail`` through nsqlookupd, as real processes, on a topic with three replicas: the
+    leader is SIGKILLed while they run. ``to_nsq`` sees no failed publish (it would exit 1
+    at the first) and ``nsq_tail`` prints every line."""
+    cluster = own_cluster()
+    topic = "tools_failover"
+    leader = three_replicas(cluster, topic)
+    pinned = (leader + 1) % 3
+    bindir = Path(sys.executable).parent
+    lookupds = [f"--lookupd-http-address={a}" for a in cluster.lookupd_https()]
+    lines = [f"line-{i:04d}" for i in range(600)]
+    (tmp_path / "lines").write_text("".join(f"{line}\n" for line in lines))
+    printed: set[str] = set()
+    with (
+        open(tmp_path / "lines", "rb") as stdin,
+        open(tmp_path / "to_nsq.err", "wb") as errors,
+        subprocess.Popen(
+            [bindir / "nsq_tail", f"--topic={topic}", "--channel=tail", *lookupds],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ) as tail,
+        subprocess.Popen(
+            [bindir / "to_nsq", f"--topic={topic}", "--rate=100",
+             f"--nsqd-tcp-address={cluster.nsqd_tcp(pinned)}"],
+            stdin=stdin,
+            stderr=errors,
+        ) as to,  # (it publishes at 100 a second: 6 s)
+    ):  # fmt: skip
+        try:
+
+            def read_tail() -> None:
+                assert tail.stdout is not None
+                for raw in tail.stdout:
+                    printed.add(raw.decode().strip())
+
+            threading.Thread(target=read_tail, daemon=True).start()
+            cluster.wait_for(
+                lambda: stats_partitions(cluster, leader, topic)[0]["message_count"] >= 150,
+                20,
+                "to_nsq publishing",
+            )
+            cluster.kill_nsqd(leader)
+            assert to.wait(60) == 0, (tmp_path / "to_nsq.err").read_text()[-2000:]
+            cluster.wait_for(lambda: printed >= set(lines), 60, "nsq_tail printed every line")
+        finally:
+            for proc in (to, tail):
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+    assert printed <= set(lines), "nothing printed that was never sent"

@@ -178,10 +178,21 @@ def confirmed(cluster: LocalCluster, i: int, topic: str, channel: str) -> int:
     return -1
 
 
+def deferred(cluster: LocalCluster, i: int, topic: str, channel: str) -> int:
+    """The deferred count of ``channel`` on nsqd ``i`` (-1: no such channel)."""
+    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")
+    for entry in doc["topics"] or []:
+        for c in entry["channels"]:
+            if c["channel_name"] == channel:
+                return int(c["deferred_count"])
+    return -1
+
+
 def test_a_channels_cursor_survives_the_leaders_death(own_cluster: OwnCluster) -> None:
-    """The leader sends its channels' cursors to the followers every second; after its
-    SIGKILL the new leader's channel goes on where the old one was: what was FINished
-    before is not delivered again, what was not is."""
+    """The leader sends its channels' cursors and delayed stores to the followers every
+    second; after its SIGKILL the new leader's channel goes on where the old one was: what
+    was FINished before is not delivered again, what was not is, and what was REQ'd with a
+    delay (or DPUB'd) comes at its time, not before."""
     cluster = own_cluster()
     topic = "cursors"
     assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
@@ -191,15 +202,48 @@ def test_a_channels_cursor_survives_the_leaders_death(own_cluster: OwnCluster) -
     for start in range(0, len(sent), 100):
         client.send(mpub(topic, sent[start : start + 100]))
         assert client.read_frame() == (0, b"OK")
-    client.close()
     assert consume(cluster.nodes[leader].ports["TCP"], topic, "c", 600, rdy=100) == sent[:600]
     followers = [i for i in range(3) if i != leader]
     for i in followers:  # within about a second, each follower has the cursor
         cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 600, 10, f"cursor on {i}")  # type: ignore[misc]
 
+    delay_s = 8.0
+    consumer = WireClient(cluster.nodes[leader].ports["TCP"])
+    consumer.send(b"  V2" + f"SUB {topic} c\n".encode())
+    assert consumer.read_frame() == (0, b"OK")
+    consumer.send(b"RDY 2\n")
+    requeued = []
+    for _ in range(2):  # m0600 and m0601, requeued with a delay
+        ftype, data = consumer.read_frame()
+        assert ftype == 2
+        requeued.append(data[26:])
+        consumer.send(b"REQ " + data[10:26] + b" %d\n" % int(delay_s * 1000))
+    client.send(dpub(topic, int(delay_s * 1000), b"later"))
+    assert client.read_frame() == (0, b"OK")
+    due = time.time() + delay_s
+    client.close()
+    assert requeued == sent[600:602]
+    for i in followers:
+        cluster.wait_for(lambda i=i: deferred(cluster, i, topic, "c") == 3, 10, f"deferred on {i}")  # type: ignore[misc]
+    consumer.close()
+
     new = kill_the_leader(cluster, topic, leader)
-    rest = consume(cluster.nodes[new].ports["TCP"], topic, "c", 400, rdy=100)
-    assert rest == sent[600:], "the channel goes on where it was on the old leader"
+    consumer = WireClient(cluster.nodes[new].ports["TCP"], timeout=20)
+    consumer.send(b"  V2" + f"SUB {topic} c\n".encode())
+    assert consumer.read_frame() == (0, b"OK")
+    consumer.send(b"RDY 100\n")
+    arrived: dict[bytes, float] = {}
+    for _ in range(401):
+        ftype, data = consumer.read_frame()
+        assert ftype == 2 and data[26:] not in arrived, "each once"
+        arrived[data[26:]] = time.time()
+        consumer.send(b"FIN " + data[10:26] + b"\n")
+    consumer.close()
+    assert sorted(arrived) == sorted([*sent[600:], b"later"]), "nothing lost"
+    for body in [*requeued, b"later"]:
+        assert arrived[body] >= due - 0.5, f"{body!r} came {due - arrived[body]:.1f} s early"
+    rest = [b for b in sorted(arrived, key=arrived.__getitem__) if b in sent[602:]]
+    assert rest == sent[602:], "the channel goes on where it was on the old leader"
 
 
 def test_a_paused_leader_acknowledges_nothing_once_replaced_and_rejoins(
@@ -230,14 +274,17 @@ def test_a_paused_leader_acknowledges_nothing_once_replaced_and_rejoins(
     finally:
         cluster.resume_nsqd(old)
     assert direct.read_frame() == (1, b"E_FAILED_ON_NOT_LEADER"), "never acknowledged"
+    direct.sock.settimeout(15)
+    direct.send(mpub(topic, [b"again"] * 10))  # the same connection: forwarded now
+    assert direct.read_frame() == (0, b"OK")
     direct.close()
     cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR")
     end = stats_partitions(cluster, new, topic)[0]["high_watermark"]
     cluster.wait_for(
         lambda: stats_partitions(cluster, old, topic)[0]["high_watermark"] == end, 10, "equal logs"
     )
-    got = consume(cluster.nodes[new].ports["TCP"], topic, "all", 60, rdy=100)
-    assert got == [b"before"] * 10 + [b"after"] * 50
+    got = consume(cluster.nodes[new].ports["TCP"], topic, "all", 70, rdy=100)
+    assert got == [b"before"] * 10 + [b"after"] * 50 + [b"again"] * 10
 
 
 HOOKS = Path(__file__).parents[2] / "faults" / "hooks"  # sitecustomize: NSQPY_FSYNC_GATE
@@ -427,3 +474,57 @@ def test_a_leader_back_before_its_lease_expired_leads_in_a_new_epoch(
 
     cluster.wait_for(taken, 15, "writes taken again")
     client.close()
+
+
+def test_a_replica_that_stays_dead_is_made_again_on_another_node(
+    own_cluster: OwnCluster,
+) -> None:
+    """Two replicas on three nodes; the follower is SIGKILLed and stays dead. With one of
+    two replicas in the ISR, writes stop (``E_FAILED_ON_NOT_WRITABLE``); after the
+    repair delay (the short one: at most half the replicas live) the coordinator puts the
+    third node in its place, which copies the log, joins the ISR, and writes go on. Every
+    acknowledged message is there."""
+    cluster = own_cluster(lookupd_flags=["--replica-repair-delay=3s"])
+    topic = "repaired"
+    assert create(cluster, topic, partition_num=1, replicator=2) == (200, None)
+    cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 2, 15, "two in the ISR")
+    info = cluster.partitions(topic)[0]
+    leader = cluster.node_index(info["id"])
+    (follower,) = [cluster.node_index(n) for n in info["isr"] if n != info["id"]]
+    (third,) = {0, 1, 2} - {leader, follower}
+    client = wire(cluster, leader)
+    client.sock.settimeout(30)  # (a publish waits for the dead follower until it is moved)
+    acked = [f"before-{i}".encode() for i in range(100)]
+    client.send(mpub(topic, acked))
+    assert client.read_frame() == (0, b"OK")
+
+    cluster.kill_nsqd(follower)
+    answers: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 60
+    n = 0
+    while time.monotonic() < deadline:  # until writes go on with the third node
+        body = f"during-{n}".encode()
+        n += 1
+        client.send(mpub(topic, [body]))
+        answer = client.read_frame()
+        answers.append(answer)
+        if answer == (0, b"OK"):
+            acked.append(body)
+            if len(cluster.partitions(topic)[0]["isr"]) == 2:
+                break
+        time.sleep(0.1)
+    refused = {a for a in answers if a != (0, b"OK")}
+    assert refused <= {(1, b"E_FAILED_ON_NOT_WRITABLE")}, refused
+    assert (1, b"E_FAILED_ON_NOT_WRITABLE") in refused, "writes stopped with one replica"
+    info = cluster.partitions(topic)[0]
+    assert sorted(cluster.node_index(n) for n in info["isr"]) == sorted([leader, third])
+    client.send(mpub(topic, [b"after"]))
+    assert client.read_frame() == (0, b"OK")
+    acked.append(b"after")
+    client.close()
+    end = stats_partitions(cluster, leader, topic)[0]["high_watermark"]
+    cluster.wait_for(
+        lambda: stats_partitions(cluster, third, topic)[0]["high_watermark"] == end, 10, "a copy"
+    )
+    got = consume(cluster.nodes[leader].ports["TCP"], topic, "all", len(acked), rdy=100)
+    assert got == acked

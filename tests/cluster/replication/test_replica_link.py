@@ -13,6 +13,8 @@ from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.protocol.replication import (
     E_STALE_EPOCH,
     MAGIC,
+    ChannelCursor,
+    Cursors,
     ErrorFrame,
     Hello,
     ReplicationReader,
@@ -201,3 +203,48 @@ async def test_syncdisk_always_commits_durable_ends(cluster: Cluster) -> None:
     leader.sync()
     feed.notify(TOPIC, 0)
     assert feed.committed_offset(TOPIC, 0) == leader.high_watermark
+
+
+async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
+    cluster: Cluster,
+) -> None:
+    """CURSORS carry the owner's cursors (and delayed-store entries) to a follower when they
+    changed, no more often than ``cursor_interval``; ``cursors_now`` (an ordered channel's
+    FIN) sends them at once."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    state = [ChannelCursor("c", 5, 0, (), ((7, 123, 1),))]
+    feed = await cluster.start_feed(cursors=lambda t, p: list(state), cursor_interval=60.0)
+    got: list[Cursors] = []
+    f = cluster.follower(cluster.log("f1"), on_cursors=got.append)
+    await eventually(lambda: len(got) == 1, 5, what="the first CURSORS")
+    assert got[0].channels == tuple(state) and got[0].full
+    await eventually(converged(leader.high_watermark, f), 5)
+    state[0] = ChannelCursor("c", 9)
+    await asyncio.sleep(0.3)
+    assert len(got) == 1, "a change waits for the interval"
+    feed.cursors_now("other-topic")
+    await asyncio.sleep(0.3)
+    assert len(got) == 1, "another topic's ordered channel sends nothing here"
+    feed.cursors_now(TOPIC)
+    await eventually(lambda: len(got) == 2, 2, what="CURSORS at once")
+    assert got[1].channels == (ChannelCursor("c", 9),)
+    feed.cursors_now(TOPIC)
+    await asyncio.sleep(0.3)
+    assert len(got) == 2, "nothing changed: nothing sent"
+
+
+async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: Cluster) -> None:
+    """Nothing new to send while the owner pokes the feed every 50 ms (nsqd's flush
+    ticker calls ``notify`` with no new records): heartbeats still go out, so the follower's
+    read (5 s timeout) never times out and the link is not dialled again."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed(heartbeat_interval=0.5, timeout=2.0)
+    cluster.isr[0] = ["L", "F1"]
+    f = cluster.follower(cluster.log("f1"), timeout=2.0)
+    await eventually(converged(leader.high_watermark, f), 5)
+    for _ in range(100):  # 5 s, more than twice the follower's timeout
+        feed.notify(TOPIC, 0)
+        await asyncio.sleep(0.05)
+    assert f.sessions == 1, "the link was never dropped for silence"
