@@ -381,3 +381,31 @@ def test_an_ordered_channel_gives_owners_to_led_partitions_only(cluster_broker: 
     assert channel.delivery.owners == {3: client}
     cluster_broker.set_role("t", 1, "leader", 2)
     assert channel.delivery.owners == {1: client, 3: client}
+
+
+def test_an_ordered_channel_delivers_the_next_only_once_the_followers_have_the_cursor(
+    cluster_broker: Broker,
+) -> None:
+    """``Partition.cursor_bound`` (replication: the confirmed offset every ISR follower has
+    taken): after a FIN an ordered partition waits until the bound reaches its cursor."""
+    topic = hold_t(cluster_broker, {1: "leader"})
+    topic.ordered = True
+    client, sink = subscriber(cluster_broker)
+    part = topic.partitions[0]
+    taken = {"c": 0}
+    part.cursor_bound = lambda channel: taken.get(channel, -1)
+    cluster_broker.append(topic, [b"m0", b"m1", b"m2"], partition=1)
+    commit(cluster_broker)
+    assert sink.bodies() == [b"m0"], "cursor 0 is on the followers: the first goes"
+    channel = topic.channels["c"]
+    now = cluster_broker.clock()
+    assert channel.finish_ids(client, [sink.frames[0][8 + 10 : 8 + 26]], now) == []
+    channel.pump(now)
+    assert sink.bodies() == [b"m0"], "finished, but the followers do not know it yet"
+    taken["c"] = 1
+    channel.pump(now)
+    assert sink.bodies() == [b"m0", b"m1"]
+    part.cursor_bound = None  # alone in the ISR again
+    assert channel.finish_ids(client, [sink.frames[1][8 + 10 : 8 + 26]], now) == []
+    channel.pump(now)
+    assert sink.bodies() == [b"m0", b"m1", b"m2"]

@@ -28,6 +28,7 @@ from nsqpy.protocol.replication import (
     Buffer,
     ChannelCursor,
     Cursors,
+    CursorsAck,
     EpochEnd,
     EpochQuery,
     ErrorFrame,
@@ -45,6 +46,7 @@ from nsqpy.protocol.replication import (
     encode_ack,
     encode_append,
     encode_cursors,
+    encode_cursors_ack,
     encode_epoch_end,
     encode_epoch_query,
     encode_error,
@@ -134,10 +136,10 @@ EPOCH_END_BYTES = (
     b"\x00\x00\x00\x00\x00\x00\x00\x5f"  # end_offset u64 95: the first offset after epoch 6
 )
 CURSORS = Cursors(
-    7, "t", 3, (ChannelCursor("c", 10, CHANNEL_PAUSED, ((12, 14),), ((11, 5 << 30, 2),)),), True
+    7, "t", 3, (ChannelCursor("c", 10, CHANNEL_PAUSED, ((12, 14),), ((11, 5 << 30, 2),)),), True, 5
 )
 CURSORS_BYTES = (
-    b"\x00\x00\x00\x46"  # size 70
+    b"\x00\x00\x00\x4e"  # size 78
     b"\x07"  # type 7 = CURSORS
     b"\x00\x00\x00\x07"  # leader_epoch u32 7
     b"\x00\x01t"  # topic
@@ -154,6 +156,14 @@ CURSORS_BYTES = (
     b"\x00\x00\x00\x00\x00\x00\x00\x0b"  # offset u64 11 (in the delayed store)
     b"\x00\x00\x00\x01\x40\x00\x00\x00"  # deliver_at u64 5 << 30 ns
     b"\x00\x02"  # attempts u16 2
+    b"\x00\x00\x00\x00\x00\x00\x00\x05"  # seq u64 5: this link's fifth CURSORS
+)
+CURSORS_ACK = CursorsAck(7, 5)
+CURSORS_ACK_BYTES = (
+    b"\x00\x00\x00\x0d"  # size 13
+    b"\x0a"  # type 10 = CURSORS_ACK
+    b"\x00\x00\x00\x07"  # leader_epoch u32 7
+    b"\x00\x00\x00\x00\x00\x00\x00\x05"  # seq u64 5: the CURSORS taken
 )
 ERROR = ErrorFrame(7, E_STALE_EPOCH, "leader epoch 9")
 ERROR_BYTES = (
@@ -171,6 +181,7 @@ GOLDEN: list[tuple[ReplicationFrame, bytes]] = [
     (EPOCH_QUERY, EPOCH_QUERY_BYTES),
     (EPOCH_END, EPOCH_END_BYTES),
     (CURSORS, CURSORS_BYTES),
+    (CURSORS_ACK, CURSORS_ACK_BYTES),
     (ERROR, ERROR_BYTES),
     (Heartbeat(), b"\x00\x00\x00\x01\x09"),  # size 1, type 9 = HEARTBEAT, no payload
 ]
@@ -195,10 +206,11 @@ def test_each_encoder_gives_the_golden_bytes() -> None:
     assert encode_fetch(7, 100, 1 << 20) == FETCH_BYTES
     assert encode_epoch_query(6) == EPOCH_QUERY_BYTES
     assert encode_epoch_end(6, 95) == EPOCH_END_BYTES
-    assert encode_cursors(7, "t", 3, CURSORS.channels, full=True) == CURSORS_BYTES
+    assert encode_cursors(7, "t", 3, CURSORS.channels, full=True, seq=5) == CURSORS_BYTES
+    assert encode_cursors_ack(7, 5) == CURSORS_ACK_BYTES
     assert encode_error(7, E_STALE_EPOCH, "leader epoch 9") == ERROR_BYTES
     assert HEARTBEAT_FRAME == b"\x00\x00\x00\x01\x09"
-    assert [int(t) for t in FrameType] == list(range(1, 10))
+    assert [int(t) for t in FrameType] == list(range(1, 11))
 
 
 def test_no_such_epoch_is_all_ones_on_the_wire_and_storage_s_no_epoch_here() -> None:
@@ -353,7 +365,7 @@ def frame_of(frame_type: int, payload: bytes) -> bytes:
         (
             FrameType.CURSORS,  # 4 294 967 295 channels declared: refused before any loop
             CURSORS_BYTES[5:15] + b"\xff\xff\xff\xff" + CURSORS_BYTES[19:],
-            "CURSORS says 4294967295 channels, which cannot fit in 55 bytes",
+            "CURSORS says 4294967295 channels, which cannot fit in 63 bytes",
         ),
         (
             FrameType.CURSORS,  # 4 294 967 295 ranges declared: refused before reading them
@@ -366,7 +378,9 @@ def frame_of(frame_type: int, payload: bytes) -> bytes:
             CURSORS_BYTES[5:52] + b"\xff\xff\xff\xff" + CURSORS_BYTES[56:],
             "channel 'c' 4294967295 deferred (77309411310 bytes at payload byte 51) runs past",
         ),
-        (FrameType.CURSORS, CURSORS_BYTES[5:-1], "channel 'c' 1 deferred (18 bytes"),
+        (FrameType.CURSORS, CURSORS_BYTES[5:-9], "channel 'c' 1 deferred (18 bytes"),
+        (FrameType.CURSORS, CURSORS_BYTES[5:-1], "CURSORS seq"),
+        (FrameType.CURSORS_ACK, CURSORS_ACK_BYTES[5:-1], "CURSORS_ACK payload is 11 bytes"),
         (FrameType.CURSORS, CURSORS_BYTES[5:] + b"\x00", "CURSORS has 1 bytes after its fields"),
     ],
 )

@@ -87,6 +87,8 @@ class PartitionView(Protocol):
     @property
     def leading(self) -> bool: ...  # (a follower's parts deliver nothing)
     @property
+    def cursor_bound(self) -> Callable[[str], int] | None: ...  # (ordered delivery waits)
+    @property
     def log(self) -> PartitionLog | MemoryLog: ...
     @property
     def dpubs(self) -> PublishedDeferred: ...

@@ -9,7 +9,9 @@ its in-flight message goes back to the head of the partition and the partition p
 another consumer, which gets that message first. A requeue keeps the order too: the
 message is the next one delivered, and a requeue with a delay holds the whole partition
 until the delay is over. Messages published with a delay (DPUB) leave the order, as they
-leave the cursor's window. Delivery reuses ``ChannelPartition.pump``/``ChannelPartition.scan``
+leave the cursor's window. In a cluster the next message also waits until every in-sync
+follower has the cursor that finished the previous one (``Partition.cursor_bound``), so
+that a new leader never delivers again what was finished. Delivery reuses ``ChannelPartition.pump``/``ChannelPartition.scan``
 with the owner's RDY window narrowed to one message for the call. Partitions are known by
 number (a cluster node holds some of them); one this node follows has no owner. Must not
 import asyncio or any server, nor the channel it serves (``OrderedChannel`` is what it
@@ -84,7 +86,10 @@ class OrderedDelivery:
             if until > now:
                 return False
             del self.holds[number]
-        return not part.in_flight
+        if part.in_flight:
+            return False
+        bound = part.topic.cursor_bound  # (cluster: the followers have the cursor first)
+        return bound is None or bound(part.name) >= part.cursor.confirmed
 
     @staticmethod
     def _one_slot(owner: Client | None, free: bool, step: Callable[[int], int], now: int) -> int:

@@ -118,6 +118,10 @@ class Partition:
         self.leading = leading
         # Replication bounds what consumers read by this (None: by the log's readable end).
         self.commit_bound: int | None = None
+        # Replication: the confirmed offset of a channel (by name) that every ISR follower
+        # has taken; an ordered channel delivers its next message only once it reaches
+        # the channel's own (None: no followers to wait for, as on a single node).
+        self.cursor_bound: Callable[[str], int] | None = None
         # Cluster: False while the partition's ISR is not more than half its replicas
         # (writes get E_FAILED_ON_NOT_WRITABLE); always True on a single node.
         self.writable = True

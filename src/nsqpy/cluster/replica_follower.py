@@ -40,6 +40,7 @@ from nsqpy.protocol.replication import (
     ReplicationFrame,
     ReplicationProtocolError,
     encode_ack,
+    encode_cursors_ack,
     encode_epoch_query,
     encode_fetch,
     encode_hello,
@@ -254,8 +255,10 @@ class FollowerFetch:
                     raise MalformedFrame(f"unexpected {type(frame).__name__} from the leader")
             if log.pending():
                 log.flush()
-            if cursors and self.on_cursors is not None:  # (after the records they cover)
-                self.on_cursors(cursors[-1])
+            if cursors:
+                if self.on_cursors is not None:  # (after the records they cover)
+                    self.on_cursors(cursors[-1])
+                link.send([encode_cursors_ack(epoch, cursors[-1].seq)])
             if log.sync_due(time.time_ns()):
                 await asyncio.to_thread(log.sync)
             now = (log.flushed_offset, log.durable_offset)

@@ -7,8 +7,10 @@ streaming ``read_raw`` chunks as APPEND frames, pipelined under a window of un-a
 never the whole log in memory), the followers' ACKs per (topic, partition, node id), the
 committed offset (``committed``: the minimum of the leader's own end and every ISR
 follower's acked end; durable ends when the log's policy is ``always``), heartbeats on idle
-links, the channels' cursors every ``cursor_interval`` when they changed (CURSORS, the
-owner's ``cursors`` lookup), and the report of silent followers (``lagging``). It does no polling: the owner calls
+links, the channels' cursors every ``cursor_interval`` when they changed, or at once when
+asked (``cursors_now``; CURSORS, the owner's ``cursors`` lookup), what each follower has
+taken of them (CURSORS_ACK: ``replicated_confirmed``, ``on_cursors_acked``), and the
+report of silent followers (``lagging``). It does no polling: the owner calls
 ``notify(topic, partition)`` after each flush of a led log, and learns of a committed offset
 that moved through ``on_progress``. Imports asyncio, the codec and the storage log; never the
 broker or nsqd (the owner hands it lookups).
@@ -34,6 +36,7 @@ from nsqpy.protocol.replication import (
     MAGIC,
     Ack,
     ChannelCursor,
+    CursorsAck,
     EpochQuery,
     ErrorFrame,
     Fetch,
@@ -57,6 +60,7 @@ EpochLookup = Callable[[str, int], "int | None"]  # our leader_epoch, None: not 
 IsrLookup = Callable[[str, int], Iterable[str]]
 Progress = Callable[[str, int, int], None]  # topic, partition, committed offset
 CursorLookup = Callable[[str, int], Sequence[ChannelCursor]]  # every channel's, now
+UNACKED_CURSORS = 64  # CURSORS a link keeps waiting for their CURSORS_ACK (the newest)
 
 
 @dataclass(slots=True)
@@ -86,6 +90,9 @@ class _Conn:
     sent_committed: int = -1
     cursors_at: float = float("-inf")  # loop.time() of the last look at the cursors
     cursors_sent: tuple[ChannelCursor, ...] | None = None
+    cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
+    cursors_unacked: dict[int, tuple[ChannelCursor, ...]] = field(default_factory=dict)
+    cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
 
 
 @dataclass(slots=True)
@@ -124,6 +131,7 @@ class LeaderFeed:
         *,
         on_progress: Progress | None = None,
         cursors: CursorLookup | None = None,
+        on_cursors_acked: Callable[[str, int], None] | None = None,
         cursor_interval: float = 1.0,
         window: int = WINDOW,
         chunk: int = CHUNK,
@@ -135,6 +143,7 @@ class LeaderFeed:
         self._logs, self._leader_epoch, self._isr = logs, leader_epoch, isr
         self.on_progress = on_progress
         self._cursors, self.cursor_interval = cursors, cursor_interval
+        self.on_cursors_acked = on_cursors_acked
         self.window, self.chunk = window, chunk
         self.heartbeat_interval, self.timeout = heartbeat_interval, timeout
         self.log = logger or logging.getLogger("nsqpy.cluster.replica")
@@ -172,6 +181,20 @@ class LeaderFeed:
         part = self._part(topic, partition)
         part.poke()
         self._advance(topic, partition, part)
+
+    def replicated_confirmed(
+        self, topic: str, partition: int, channel: str, followers: Iterable[str]
+    ) -> int:
+        """The confirmed offset of ``channel`` that every one of ``followers`` has taken
+        (CURSORS_ACK); -1 when one has taken none of it (or is not connected)."""
+        part = self._parts.get((topic, partition))
+        low: int | None = None
+        for node in followers:
+            conn = part.conns.get(node) if part is not None else None
+            taken = conn.cursors_taken if conn is not None else None
+            confirmed = taken.get(channel, -1) if taken is not None else -1
+            low = confirmed if low is None else min(low, confirmed)
+        return -1 if low is None else low
 
     def cursors_now(self, topic: str) -> None:
         """An ordered channel of ``topic`` moved its cursor: its followers are sent the
@@ -381,6 +404,15 @@ class LeaderFeed:
                 if log is None:
                     raise _Refused(conn.epoch, E_NOT_REPLICA, "the log is gone")
                 conn.link.send([encode_epoch_end(*log.end_offset_for_epoch(epoch))])
+            case CursorsAck(epoch, seq):
+                self._check_epoch(conn, epoch)
+                taken = conn.cursors_unacked.pop(seq, None)
+                for older in [s for s in conn.cursors_unacked if s < seq]:
+                    del conn.cursors_unacked[older]
+                if taken is not None:
+                    conn.cursors_taken = {c.name: c.confirmed for c in taken}
+                    if self.on_cursors_acked is not None:
+                        self.on_cursors_acked(conn.topic, conn.partition)
             case Heartbeat():
                 pass
             case ErrorFrame(epoch, code, text):
@@ -437,8 +469,14 @@ class LeaderFeed:
         cursors = tuple(self._cursors(conn.topic, conn.partition))
         if cursors == conn.cursors_sent:
             return False
-        conn.link.send([encode_cursors(conn.epoch, conn.topic, conn.partition, cursors, True)])
+        seq = conn.cursors_seq = conn.cursors_seq + 1
+        frame = encode_cursors(conn.epoch, conn.topic, conn.partition, cursors, True, seq)
+        conn.link.send([frame])
         conn.cursors_sent = cursors
+        unacked = conn.cursors_unacked
+        unacked[seq] = cursors
+        if len(unacked) > UNACKED_CURSORS:
+            del unacked[min(unacked)]
         return True
 
     def _send_some(self, conn: _Conn, part: _Partition, log: PartitionLog) -> bool:

@@ -59,6 +59,7 @@ class Replication:
             self._isr_of,
             on_progress=self._progress,
             cursors=self._cursors_of,
+            on_cursors_acked=self._cursors_acked,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
         self._led: dict[tuple[str, int], int] = {}  # leader epoch of each partition led
@@ -166,6 +167,12 @@ class Replication:
                         self.broker.delete_channel(topic, name)
         except StorageError as exc:  # (reported by the broker; the next CURSORS tries again)
             log.warning("REPLICATION(%s/%d): cursors not taken: %s", *frame_key(frame), exc)
+
+    def _cursors_acked(self, topic: str, partition: int) -> None:
+        """A follower took the cursors: an ordered channel waiting for them may go on."""
+        part = self._part(topic, partition)
+        if part is not None and part.leading and part.cursor_bound is not None:
+            self.on_committed(part)
 
     def _progress(self, topic: str, partition: int, committed: int) -> None:
         part = self._part(topic, partition)
@@ -282,10 +289,15 @@ class Replication:
         if fetch is not None:  # promoted: start from what the old leader had committed
             self._drop_fetch(key)
             self.feed.set_committed(part.name, part.number, fetch.committed_offset)
-        others = [n for n in (r.isr if r is not None else ()) if n != self.node_id]
+        others = tuple(n for n in (r.isr if r is not None else ()) if n != self.node_id)
         if not others:
             part.commit_bound = None  # alone in the ISR: committed when flushed
+            part.cursor_bound = None
             return
+        feed, number = self.feed, part.number
+        part.cursor_bound = lambda channel: feed.replicated_confirmed(
+            key[0], number, channel, others
+        )
         if part.commit_bound is None:
             part.commit_bound = self.feed.committed_offset(part.name, part.number)
             log.info(
@@ -300,6 +312,7 @@ class Replication:
     def _follow(self, part: Partition, address: str, epoch: int) -> None:
         key = (part.name, part.number)
         part.commit_bound = None
+        part.cursor_bound = None
         fetch = self.fetches.get(key)
         if fetch is None:
             plog = self._log_of(part.name, part.number)

@@ -356,13 +356,15 @@ class V2Connection(BufferedConnection):
         if not self._topic_here(cmd.topic, cmd, NotLeaderForSub):
             return
         try:
-            self.broker.subscribe(
+            channel = self.broker.subscribe(
                 self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
             )
         except StorageError as exc:  # the topic or channel could not be created (health NOK)
             raise SubFailed(f"SUB failed {exc}") from exc
         self.client.state = SUBSCRIBED
         self._reply(None, OK_FRAME)
+        if channel.ordered and self.ctx.cluster is not None:  # (it waits for its followers)
+            self.ctx.cluster.cursor_moved(cmd.topic)
 
     def rdy(self, cmd: Rdy) -> None:
         if self.client.state == CLOSING:

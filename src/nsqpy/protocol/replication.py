@@ -26,11 +26,13 @@ it); all integers unsigned big-endian, every string ``length u16 | UTF-8``::
     6     EPOCH_END    epoch u32 | end_offset u64 (both all ones: no such epoch)
     7     CURSORS      leader_epoch u32 | topic str | partition u16 | full u8 (0 or 1)
                        | channels u32 | channel * channels
+                       | seq u64
               channel = name str | confirmed u64 | flags u16 | ranges u32
                        | (start u64, end u64) * ranges | deferred u32
                        | (offset u64, deliver_at u64, attempts u16) * deferred
     8     ERROR        leader_epoch u32 (the sender's, 0 = unknown) | code str | text str
     9     HEARTBEAT    (empty)
+    10    CURSORS_ACK  leader_epoch u32 | seq u64 (the CURSORS the follower has taken)
 
 The conversation: the follower sends the magic and HELLO; the leader answers the magic
 and its HELLO, or ERROR (``E_NOT_LEADER``, ``E_STALE_EPOCH``, ``E_CLUSTER_MISMATCH``,
@@ -48,7 +50,11 @@ cursors (``ranges`` are confirmed ``[start, end)`` above ``confirmed``; ``flags`
 ``CHANNEL_PAUSED``, ``CHANNEL_DELETED``, the rest carried unchanged) and the channels'
 delayed stores (``deferred``: the entries in it, ``deliver_at`` in ns of the wall clock;
 their offsets count as confirmed, as the leader's cursor confirms them); with ``full`` they
-are every channel, and the follower drops the others. HEARTBEAT keeps an idle link alive.
+are every channel, and the follower drops the others. ``seq`` numbers a link's CURSORS (1 up);
+the follower answers CURSORS_ACK with the ``seq`` of the last one it took, once its
+records are flushed and the cursors adopted (an ordered channel delivers its next message
+only once every ISR follower has the cursor that finished the last one). HEARTBEAT keeps
+an idle link alive.
 Every frame with a ``leader_epoch`` below the receiver's is refused with ERROR
 ``E_STALE_EPOCH`` carrying the receiver's epoch.
 
@@ -100,6 +106,7 @@ class FrameType(IntEnum):
     CURSORS = 7
     ERROR = 8
     HEARTBEAT = 9
+    CURSORS_ACK = 10
 
 
 class ReplicationProtocolError(ProtocolError):
@@ -200,6 +207,13 @@ class Cursors:
     partition: int
     channels: tuple[ChannelCursor, ...]
     full: bool = False
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CursorsAck:
+    leader_epoch: int
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +234,16 @@ class Heartbeat:
 
 
 ReplicationFrame: TypeAlias = (
-    Hello | Append | Ack | Fetch | EpochQuery | EpochEnd | Cursors | ErrorFrame | Heartbeat
+    Hello
+    | Append
+    | Ack
+    | Fetch
+    | EpochQuery
+    | EpochEnd
+    | Cursors
+    | CursorsAck
+    | ErrorFrame
+    | Heartbeat
 )
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
@@ -230,6 +253,7 @@ _SIZE = struct.Struct(">I")
 _HEAD = struct.Struct(">IB")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
 _APPEND = struct.Struct(">IBIQQI")  # frame header + APPEND's fixed fields
 _APPEND_FIELDS = struct.Struct(">IQQI")
 _ACK = struct.Struct(">IQQ")
@@ -242,11 +266,14 @@ _RANGE = struct.Struct(">QQ")
 _DEFERRED = struct.Struct(">QQH")
 _MIN_CHANNEL = 2 + _CHANNEL.size + _U32.size  # an empty name, no ranges, nothing deferred
 # the frames of fixed size: their payload struct, their fields in the dataclass's order
-_FIXED: dict[FrameType, tuple[struct.Struct, type[Ack | Fetch | EpochQuery | EpochEnd]]] = {
+_FIXED: dict[
+    FrameType, tuple[struct.Struct, type[Ack | Fetch | EpochQuery | EpochEnd | CursorsAck]]
+] = {
     FrameType.ACK: (_ACK, Ack),
     FrameType.FETCH: (_FETCH, Fetch),
     FrameType.EPOCH_QUERY: (_U32, EpochQuery),
     FrameType.EPOCH_END: (_EPOCH_END, EpochEnd),
+    FrameType.CURSORS_ACK: (_EPOCH_END, CursorsAck),
 }
 _FIELD_NAMES = {cls: tuple(f.name for f in fields(cls)) for _, cls in _FIXED.values()}
 _BITS = {"B": 8, "H": 16, "I": 32, "Q": 64}
@@ -326,6 +353,10 @@ def encode_epoch_query(epoch: int) -> bytes:
     return _encode_fixed(FrameType.EPOCH_QUERY, epoch)
 
 
+def encode_cursors_ack(leader_epoch: int, seq: int) -> bytes:
+    return _encode_fixed(FrameType.CURSORS_ACK, leader_epoch, seq)
+
+
 def encode_epoch_end(epoch: int, end_offset: int) -> bytes:
     """-1 for either field (``NO_EPOCH``) goes on the wire as all ones."""
     epoch = _U32_MAX if epoch == -1 else epoch
@@ -338,6 +369,7 @@ def encode_cursors(
     partition: int,
     channels: Sequence[ChannelCursor],
     full: bool = False,
+    seq: int = 0,
 ) -> bytes:
     parts = [
         _pack(_U32, "CURSORS", ("leader_epoch",), leader_epoch),
@@ -361,6 +393,7 @@ def encode_cursors(
         parts.append(_pack(_U32, what, ("deferred",), len(channel.deferred)))
         entry = ("deferred offset", "deliver_at", "attempts")
         parts += [_pack(_DEFERRED, what, entry, *d) for d in channel.deferred]
+    parts.append(_pack(_U64, "CURSORS", ("seq",), seq))
     return _frame(FrameType.CURSORS, b"".join(parts))
 
 
@@ -396,8 +429,10 @@ def encode(frame: ReplicationFrame) -> list[Buffer]:
             return [encode_epoch_query(epoch)]
         case EpochEnd(epoch, end):
             return [encode_epoch_end(epoch, end)]
-        case Cursors(epoch, topic, partition, channels, full):
-            return [encode_cursors(epoch, topic, partition, channels, full)]
+        case Cursors(epoch, topic, partition, channels, full, seq):
+            return [encode_cursors(epoch, topic, partition, channels, full, seq)]
+        case CursorsAck(epoch, seq):
+            return [encode_cursors_ack(epoch, seq)]
         case ErrorFrame(epoch, code, text):
             return [encode_error(epoch, code, text)]
         case Heartbeat():
@@ -493,8 +528,9 @@ def _decode_cursors(buf: bytearray, start: int, end: int) -> Cursors:
         stop = at + n_deferred * _DEFERRED.size
         deferred = tuple(_DEFERRED.iter_unpack(buf[at:stop]))
         channels.append(ChannelCursor(name, confirmed, flags, ranges, deferred))
+    (seq,) = f.unpack(_U64, "seq")
     f.done()
-    return Cursors(epoch, topic, partition, tuple(channels), bool(full))
+    return Cursors(epoch, topic, partition, tuple(channels), bool(full), seq)
 
 
 def _decode_error(buf: bytearray, start: int, end: int) -> ErrorFrame:

@@ -528,3 +528,39 @@ def test_a_replica_that_stays_dead_is_made_again_on_another_node(
     )
     got = consume(cluster.nodes[leader].ports["TCP"], topic, "all", len(acked), rdy=100)
     assert got == acked
+
+
+def test_an_ordered_channel_resumes_exactly_after_the_last_finished_message(
+    own_cluster: OwnCluster,
+) -> None:
+    """An ordered topic of three replicas: the leader delivers the next message of an
+    ordered channel only once every ISR follower has the cursor that finished the previous
+    one (CURSORS at once, CURSORS_ACK). So when it is SIGKILLed right after handing out
+    message 20, the new leader starts again at message 20, never at one already
+    finished."""
+    cluster = own_cluster()
+    topic = "ordered_cursor"
+    assert create(cluster, topic, partition_num=1, replicator=3, orderedmulti="true") == (
+        200,
+        None,
+    )
+    cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 15, "full ISR")
+    leader = leaders(cluster, topic)[0]
+    sent = [f"o{i:03d}".encode() for i in range(40)]
+    client = wire(cluster, leader)
+    client.send(mpub(topic, sent))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    consumer = WireClient(cluster.nodes[leader].ports["TCP"])
+    consumer.send(b"  V2" + f"SUB {topic} c\n".encode())
+    assert consumer.read_frame() == (0, b"OK")
+    consumer.send(b"RDY 10\n")
+    for i in range(21):  # one at a time: 0..19 finished, 20 handed out
+        ftype, data = consumer.read_frame()
+        assert ftype == 2 and data[26:] == sent[i]
+        if i < 20:
+            consumer.send(b"FIN " + data[10:26] + b"\n")
+    new = kill_the_leader(cluster, topic, leader)
+    consumer.close()
+    rest = consume(cluster.nodes[new].ports["TCP"], topic, "c", 20, rdy=10)
+    assert rest == sent[20:], "no finished message again, nothing skipped, in order"

@@ -214,11 +214,20 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     state = [ChannelCursor("c", 5, 0, (), ((7, 123, 1),))]
-    feed = await cluster.start_feed(cursors=lambda t, p: list(state), cursor_interval=60.0)
+    acked: list[tuple[str, int]] = []
+    feed = await cluster.start_feed(
+        cursors=lambda t, p: list(state),
+        cursor_interval=60.0,
+        on_cursors_acked=lambda t, p: acked.append((t, p)),
+    )
     got: list[Cursors] = []
     f = cluster.follower(cluster.log("f1"), on_cursors=got.append)
     await eventually(lambda: len(got) == 1, 5, what="the first CURSORS")
-    assert got[0].channels == tuple(state) and got[0].full
+    assert got[0].channels == tuple(state) and got[0].full and got[0].seq == 1
+    await eventually(lambda: acked == [(TOPIC, 0)], 5, what="CURSORS_ACK")
+    assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 5
+    assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1", "F2"]) == -1, "F2 has none"
+    assert feed.replicated_confirmed(TOPIC, 0, "other", ["F1"]) == -1
     await eventually(converged(leader.high_watermark, f), 5)
     state[0] = ChannelCursor("c", 9)
     await asyncio.sleep(0.3)
@@ -226,9 +235,11 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     feed.cursors_now("other-topic")
     await asyncio.sleep(0.3)
     assert len(got) == 1, "another topic's ordered channel sends nothing here"
+    assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 5, "not sent yet"
     feed.cursors_now(TOPIC)
     await eventually(lambda: len(got) == 2, 2, what="CURSORS at once")
-    assert got[1].channels == (ChannelCursor("c", 9),)
+    assert got[1].channels == (ChannelCursor("c", 9),) and got[1].seq == 2
+    await eventually(lambda: feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 9, 2)
     feed.cursors_now(TOPIC)
     await asyncio.sleep(0.3)
     assert len(got) == 2, "nothing changed: nothing sent"
