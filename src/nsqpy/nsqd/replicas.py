@@ -175,8 +175,11 @@ class Replication:
             self.on_committed(part)
 
     def _progress(self, topic: str, partition: int, committed: int) -> None:
+        """The feed's committed offset moved. Publishes are acknowledged up to it only
+        while the ISR is a majority of the replicas (``writable``): what only a minority
+        holds waits until a member that joins has it too (the join waits for that)."""
         part = self._part(topic, partition)
-        if part is None or not part.leading or part.commit_bound is None:
+        if part is None or not part.leading or part.commit_bound is None or not part.writable:
             return
         if committed > part.commit_bound:
             part.commit_bound = committed
@@ -290,16 +293,22 @@ class Replication:
             self._drop_fetch(key)
             self.feed.set_committed(part.name, part.number, fetch.committed_offset)
         others = tuple(n for n in (r.isr if r is not None else ()) if n != self.node_id)
-        if not others:
-            part.commit_bound = None  # alone in the ISR: committed when flushed
+        if not others and writable:  # one replica in all: committed when flushed
+            part.commit_bound = None
+            part.cursor_bound = None
+            return
+        if not others:  # the only ISR member left of several: what waits goes on waiting
+            if part.commit_bound is None:
+                part.commit_bound = self.feed.committed_offset(part.name, part.number)
             part.cursor_bound = None
             return
         feed, number = self.feed, part.number
         part.cursor_bound = lambda channel: feed.replicated_confirmed(
             key[0], number, channel, others
         )
-        if part.commit_bound is None:
-            part.commit_bound = self.feed.committed_offset(part.name, part.number)
+        committed = self.feed.committed_offset(part.name, part.number)
+        if part.commit_bound is None or (writable and committed > part.commit_bound):
+            part.commit_bound = committed
             log.info(
                 "REPLICATION(%s/%d): leading with ISR %s from committed offset %d",
                 part.name,
@@ -307,6 +316,7 @@ class Replication:
                 ",".join(others),
                 part.commit_bound,
             )
+            self.on_committed(part)  # (publishes that waited for a member that joined)
         self.feed.notify(part.name, part.number)
 
     def _follow(self, part: Partition, address: str, epoch: int) -> None:

@@ -405,9 +405,9 @@ def test_a_follower_killed_during_a_stream_rejoins_with_an_identical_log(
 
 def test_a_deferred_message_is_not_lost_with_its_leader(own_cluster: OwnCluster) -> None:
     """A DPUB'd message waits in the leader's delayed store, and the leader's cursor counts
-    its offset as done; the followers are told it is not (CURSORS carry the cursor less the
-    deferred offsets), so after the leader's SIGKILL the new leader reads it again and
-    delivers it at its time."""
+    its offset as done; the followers get both (CURSORS carry the cursor and the delayed
+    store's entries), so after the leader's SIGKILL the new leader delivers it at its time,
+    not before."""
     cluster = own_cluster()
     topic = "deferred"
     leader = three_replicas(cluster, topic)
@@ -426,8 +426,9 @@ def test_a_deferred_message_is_not_lost_with_its_leader(own_cluster: OwnCluster)
         assert ftype == 2 and data[26:].startswith(b"now-")
         consumer.send(b"FIN " + data[10:26] + b"\n")
     others = [i for i in range(3) if i != leader]
-    for i in others:  # offset 10 is deferred on the leader: not done for the followers
-        cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 10, 10, f"cursor on {i}")  # type: ignore[misc]
+    for i in others:  # offset 10 is deferred: done for the cursor, held by the store
+        cluster.wait_for(lambda i=i: confirmed(cluster, i, topic, "c") == 11, 10, f"cursor on {i}")  # type: ignore[misc]
+        cluster.wait_for(lambda i=i: deferred(cluster, i, topic, "c") == 1, 10, f"store on {i}")  # type: ignore[misc]
     assert confirmed(cluster, leader, topic, "c") == 11, "the leader counts it as done"
     consumer.close()
 
@@ -479,10 +480,12 @@ def test_a_leader_back_before_its_lease_expired_leads_in_a_new_epoch(
 def test_a_replica_that_stays_dead_is_made_again_on_another_node(
     own_cluster: OwnCluster,
 ) -> None:
-    """Two replicas on three nodes; the follower is SIGKILLed and stays dead. With one of
-    two replicas in the ISR, writes stop (``E_FAILED_ON_NOT_WRITABLE``); after the
-    repair delay (the short one: at most half the replicas live) the coordinator puts the
-    third node in its place, which copies the log, joins the ISR, and writes go on. Every
+    """Two replicas on three nodes; the follower is SIGKILLed and stays dead. A publish
+    taken just before the coordinator sees it dead waits: only the leader has it, and one
+    of two replicas is not a majority. Once the ISR is the leader alone, writes are refused
+    (``E_FAILED_ON_NOT_WRITABLE``); after the repair delay (the short one: at most half
+    the replicas live) the coordinator puts the third node in its place, which copies the
+    log and joins the ISR: the waiting publish is answered OK and writes go on. Every
     acknowledged message is there."""
     cluster = own_cluster(lookupd_flags=["--replica-repair-delay=3s"])
     topic = "repaired"
@@ -493,12 +496,16 @@ def test_a_replica_that_stays_dead_is_made_again_on_another_node(
     (follower,) = [cluster.node_index(n) for n in info["isr"] if n != info["id"]]
     (third,) = {0, 1, 2} - {leader, follower}
     client = wire(cluster, leader)
-    client.sock.settimeout(30)  # (a publish waits for the dead follower until it is moved)
     acked = [f"before-{i}".encode() for i in range(100)]
     client.send(mpub(topic, acked))
     assert client.read_frame() == (0, b"OK")
 
     cluster.kill_nsqd(follower)
+    waiting = wire(cluster, leader)
+    waiting.sock.settimeout(60)
+    waiting.send(mpub(topic, [b"waiting"]))  # taken while the ISR still names the follower
+    cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 1, 15, "ISR shrunk")
+    assert waiting.frame_within(0.5) is None, "not acknowledged while only the leader has it"
     answers: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + 60
     n = 0
@@ -510,17 +517,15 @@ def test_a_replica_that_stays_dead_is_made_again_on_another_node(
         answers.append(answer)
         if answer == (0, b"OK"):
             acked.append(body)
-            if len(cluster.partitions(topic)[0]["isr"]) == 2:
-                break
+            break
         time.sleep(0.1)
-    refused = {a for a in answers if a != (0, b"OK")}
-    assert refused <= {(1, b"E_FAILED_ON_NOT_WRITABLE")}, refused
-    assert (1, b"E_FAILED_ON_NOT_WRITABLE") in refused, "writes stopped with one replica"
+    assert answers[-1] == (0, b"OK"), "writes went on"
+    assert set(answers[:-1]) == {(1, b"E_FAILED_ON_NOT_WRITABLE")}, "refused meanwhile"
+    assert waiting.read_frame() == (0, b"OK"), "answered once a second replica had it"
+    waiting.close()
+    acked.insert(100, b"waiting")
     info = cluster.partitions(topic)[0]
     assert sorted(cluster.node_index(n) for n in info["isr"]) == sorted([leader, third])
-    client.send(mpub(topic, [b"after"]))
-    assert client.read_frame() == (0, b"OK")
-    acked.append(b"after")
     client.close()
     end = stats_partitions(cluster, leader, topic)[0]["high_watermark"]
     cluster.wait_for(
