@@ -493,13 +493,11 @@ class ChannelPartition:
         when anything changed."""
         cursor = self.cursor
         entries = tuple(deferred)
-        if (
-            cursor.confirmed == confirmed
-            and cursor.ranges == list(ranges)
-            and entries == self._adopted
-        ):
+        same_store = entries == self._adopted
+        if same_store and cursor.confirmed == confirmed and cursor.ranges == list(ranges):
             return False
-        self.deferred.replace(entries)  # first: a StorageError here changes nothing
+        if not same_store:  # (a write of the store only when it changed)
+            self.deferred.replace(entries)  # first: a StorageError here changes nothing
         self.clear_window()
         self._adopted = entries
         cursor.reset(confirmed)

@@ -1,0 +1,87 @@
+"""Benchmark ordered delivery in a cluster: prints figures, asserts nothing.
+
+Starts a real three-node cluster on this machine (etcd, two nsqlookupd, three nsqd:
+``nsqpy.testing.cluster.LocalCluster``) and creates two topics of one partition led by
+nsqd 0: one with one replica, one with three. Publishes N 200-byte messages to each, then
+drains them from nsqd 0 with one client, RDY 500, FIN per message:
+
+  - plain SUB, one replica, then three replicas
+  - SUB_ORDERED (one message in flight), one replica, then three: with replicas, each
+    next message waits until both followers have taken the cursor that finished the last
+    one (CURSORS / CURSORS_ACK), so ordered delivery pays a round trip to the followers
+    per message
+
+Usage: .venv/bin/python bench/cluster_ordered.py [--messages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from partitions import drain, publish  # noqa: E402  (this folder's bench helpers)
+
+from nsqpy.testing.cluster import LocalCluster  # noqa: E402
+
+
+def create(cluster: LocalCluster, topic: str, partitions: int, replicas: int) -> None:
+    query = urlencode({
+        "topic": topic, "partition_num": partitions, "replicator": replicas,
+        "multipart": "true", "suggest_leader": cluster.node_id(0),
+    })  # fmt: skip
+    status, body = cluster.post(f"/topic/create?{query}", None)
+    if status != 200:
+        raise SystemExit(f"create {topic}: {status} {body}")
+
+    def led_by_node_0() -> bool:
+        parts = cluster.partitions(topic)
+        return len(parts) == partitions and all(
+            cluster.node_index(p["id"]) == 0 and len(p["isr"]) == replicas for p in parts.values()
+        )
+
+    cluster.wait_for(led_by_node_0, 30, f"{topic} led by nsqd 0 with {replicas} in the ISR")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=20_000)
+    args = ap.parse_args()
+    n, parts = args.messages, 1
+    print(f"# nsqpy ordered delivery in a cluster: {platform.node()} {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}; {n} messages of 200 bytes, "
+          f"one partition, all processes on this machine")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp)) as cluster:
+        port = cluster.nodes[0].ports["TCP"]
+        for replicas in (1, 3):
+            topic = f"r{replicas}"
+            create(cluster, topic, parts, replicas)
+            for channel in ("plain", "ordered"):
+                status, _ = cluster.request(
+                    "POST", cluster.nsqd_http(0), f"/channel/create?topic={topic}&channel={channel}"
+                )
+                if status != 200:
+                    raise SystemExit(f"channel {topic}/{channel}: {status}")
+            publish(port, topic, n, extended=False)
+        time.sleep(1.5)  # the channels' cursors reach the followers
+        results: dict[tuple[str, int], float] = {}
+        for verb, channel in (("SUB", "plain"), ("SUB_ORDERED", "ordered")):
+            for replicas in (1, 3):
+                seconds = drain(port, f"r{replicas}", channel, n, verb, False)
+                results[(verb, replicas)] = n / seconds
+                print(f"{verb:<12} {replicas} replica(s) {n / seconds:>12,.0f} msgs/s")
+        for verb in ("SUB", "SUB_ORDERED"):
+            ratio = results[(verb, 3)] / results[(verb, 1)]
+            print(f"{verb:<12} three replicas / one: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
