@@ -28,9 +28,8 @@ from urllib.parse import urlencode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from partitions import drain, publish  # noqa: E402  (this folder's bench helpers)
-
-from nsqpy.testing.cluster import LocalCluster  # noqa: E402
+from nsqpy.testing.cluster import LocalCluster
+from partitions import drain, publish
 
 
 def create(cluster: LocalCluster, topic: str, partitions: int, replicas: int) -> None:
