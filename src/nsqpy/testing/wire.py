@@ -117,7 +117,10 @@ def consume(
     port: int, topic: str, channel: str, count: int, *, rdy: int = 200, timeout: float = 15.0
 ) -> list[bytes]:
     """On a new blocking connection: SUB, RDY ``rdy``, then FIN ``count`` messages as they
-    come (each read waits at most ``timeout`` seconds); their bodies, in order."""
+    come (each read waits at most ``timeout`` seconds); their bodies, in order. It ends
+    with CLS and reads up to nsqd's CLOSE_WAIT before closing, so every FIN it sent has
+    been taken when it returns (closing a socket with messages still unread in it sends a
+    reset, and nsqd may lose the last FINs with its receive buffer)."""
     consumer = WireClient(port, timeout=timeout)
     consumer.send(b"  V2" + f"SUB {topic} {channel}\n".encode())
     assert consumer.read_frame() == (0, b"OK")
@@ -128,6 +131,9 @@ def consume(
         assert ftype == 2, (ftype, data)
         bodies.append(data[26:])
         consumer.send(b"FIN " + data[10:26] + b"\n")
+    consumer.send(b"CLS\n")
+    while consumer.read_frame() != (0, b"CLOSE_WAIT"):
+        pass  # (messages sent meanwhile stay in flight: nsqd requeues them at the close)
     consumer.close()
     return bodies
 
