@@ -300,8 +300,12 @@ class NsqdCluster:
         assert self.member is not None
         me = self.member.node_id
         found = self.host.broker.get_topic(topic)
-        for number, versioned in snap.partitions(topic):
-            if me in versioned.value.holders and (found is None or found.partition(number) is None):
+        meta = snap.topics[topic]
+        for number in range(meta.partition_num):  # (its keys only: this runs per publish)
+            versioned = snap.replicas.get((topic, number))
+            if versioned is None or me not in versioned.value.holders:
+                continue
+            if found is None or found.partition(number) is None:
                 return True
         return False
 
