@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean
+.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,3 +68,15 @@ bench: venv sysdeps
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info frontend/node_modules $(STATIC)/uPlot.*
+
+# The Jepsen-style fault harness (root: network namespaces; docs/jepsen.md). `make jepsen`
+# is the short profile (about three minutes, run by .ci/run); `make jepsen-long` the long
+# one (at least 30 minutes). SEED=N replays a run's schedule.
+JEPSEN_OUT := $(CURDIR)/test-artifacts/jepsen
+SEED ?=
+
+jepsen: venv sysdeps
+	$(BIN)/nsqpy jepsen --profile short $(if $(SEED),--seed $(SEED)) --out $(JEPSEN_OUT)/short
+
+jepsen-long: venv sysdeps
+	$(BIN)/nsqpy jepsen --profile long $(if $(SEED),--seed $(SEED)) --out $(JEPSEN_OUT)/long

@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nsq_stat": ("nsqpy.tools.stat", "a periodic table of a topic/channel's depth and rates"),
     "pipeline": ("nsqpy.spark.cli", "Spark pipelines: archive, replay, transform"),
     "channel": ("nsqpy.tools.channel", "replay a channel (setoffset), set its dead-letter limit"),
+    "jepsen": ("nsqpy.jepsen.cli", "fault-test a cluster in network namespaces (root)"),
 }
 
 RUN_SUMMARY = (

@@ -47,6 +47,8 @@ from nsqpy.protocol.replication import (
 )
 from nsqpy.storage.log import PartitionLog
 
+REPEAT_LOG = 30.0  # seconds before the same replication failure is logged again
+
 Progress = Callable[[int, int, int], None]  # end, durable, committed
 CursorSink = Callable[[Cursors], None]  # the leader's channel cursors, after their records
 
@@ -98,6 +100,7 @@ class FollowerFetch:
         self.committed_offset = 0
         self.state = "waiting"
         self.sessions = 0
+        self._last_failure: tuple[str, float] = ("", 0.0)  # what was logged last, and when
         self.leader_epoch_seen: int | None = None
         self._parked = leader is None
         self._changed = asyncio.Event()
@@ -156,7 +159,7 @@ class FollowerFetch:
                 self.state = "waiting"
                 await self._changed.wait()
             self._changed.clear()
-            before = self.sessions
+            before, had = self.sessions, self.plog.high_watermark
             try:
                 await self._session(self.leader or "", self.leader_epoch)
             except RemoteError as err:
@@ -166,10 +169,13 @@ class FollowerFetch:
                     self._parked = True
                     self.logger.warning("replication of %s: %s; waiting", self._where, err)
                     continue
-                self.logger.info("replication of %s: %s", self._where, err)
+                self._log_failure(f"replication of {self._where}: {err}")
             except (OSError, TimeoutError, ReplicationProtocolError, StorageError) as err:
-                self.logger.info("replication of %s from %s: %r", self._where, self.leader, err)
-            attempt = 1 if self.sessions > before else attempt + 1
+                self._log_failure(f"replication of {self._where} from {self.leader}: {err!r}")
+            # A session counts as progress only when the log grew in it: one that fails
+            # at once every time (a full disk) backs off like a failed dial.
+            progressed = self.sessions > before and self.plog.high_watermark > had
+            attempt = 1 if progressed else attempt + 1
             if self.max_attempts is not None and attempt >= self.max_attempts:
                 self.logger.warning("replication of %s: gave up after %d", self._where, attempt)
                 self._parked = True
@@ -178,6 +184,15 @@ class FollowerFetch:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._changed.wait()
+
+    def _log_failure(self, text: str) -> None:
+        """One line per failure, but the same failure again only every ``REPEAT_LOG``
+        seconds (a full disk fails every retry for as long as it lasts)."""
+        now = time.monotonic()
+        last_text, last_at = self._last_failure
+        if text != last_text or now - last_at >= REPEAT_LOG:
+            self.logger.info("%s", text)
+            self._last_failure = (text, now)
 
     async def _session(self, address: str, epoch: int) -> None:
         self.state = "connecting"

@@ -329,7 +329,10 @@ class LeaderFeed:
             old.link.writer.close()  # a reconnect replaces the old link
         part.conns[hello.node_id] = conn
         f = part.followers.setdefault(hello.node_id, FollowerState(hello.node_id))
-        f.connected, f.unacked_since = True, None
+        # ``unacked_since`` survives the reconnect: a follower that drops its link and dials
+        # again without ever acknowledging what it was sent (its disk is full, say) must
+        # still become ``lagging``, not look fresh at every dial.
+        f.connected = True
         f.last_heard = asyncio.get_running_loop().time()
         sender = asyncio.create_task(self._send_loop(conn, part))
         try:
@@ -382,10 +385,14 @@ class LeaderFeed:
         match frame:
             case Ack(epoch, end, durable):
                 self._check_epoch(conn, epoch)
+                advanced = end > f.end
                 f.end, f.durable = end, durable
                 while conn.inflight and conn.inflight[0][0] <= end:
                     conn.inflight_bytes -= conn.inflight.popleft()[1]
-                f.unacked_since = f.last_heard if conn.inflight else None
+                if not conn.inflight:
+                    f.unacked_since = None
+                elif advanced:  # (an ACK of nothing new, as after each redial, is no progress)
+                    f.unacked_since = f.last_heard
                 conn.wake.set()
                 self._advance(conn.topic, conn.partition, part)
             case Fetch(epoch, start, max_bytes):

@@ -61,6 +61,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nsqpy.nsqd")
 
+# Test only, never for use: a publish is answered once this node has it, not once every ISR
+# member has it (``_release`` ignores ``commit_bound``). The Jepsen harness runs such a broken
+# build to show that its checker sees what is lost (``nsqpy jepsen
+# --unsafe-ack-before-replication``). Consumers still see only committed messages.
+UNSAFE_ACK_ENV = "NSQPY_UNSAFE_ACK_BEFORE_REPLICATION"
+UNSAFE_ACK = os.environ.get(UNSAFE_ACK_ENV) == "1"
+
 
 def set_storage_budget() -> int:
     """Half the process's open files limit for log segments and delayed stores (the rest
@@ -141,6 +148,10 @@ class NsqdServer:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if UNSAFE_ACK:
+            log.warning(
+                "%s=1: publishes are acknowledged BEFORE replication (test only)", UNSAFE_ACK_ENV
+            )
         self.broker.load_metadata()
         ctx = ConnectionContext(
             broker=self.broker,
@@ -333,7 +344,7 @@ class NsqdServer:
 
     def _release(self, part: Partition, limit: int) -> None:
         bound = part.commit_bound  # (cluster: only what every ISR member has is answered)
-        if bound is not None and bound < limit:
+        if bound is not None and bound < limit and not UNSAFE_ACK:
             limit = bound
         acks = self._acks.get(part)
         while acks and acks[0].offset < limit:

@@ -73,15 +73,20 @@ class SmallDisk:
         return self.path / "filler"
 
     def fill(self, leave_bytes: int = 0) -> None:
-        """Take every free byte but ``leave_bytes`` (rounded down to 4 KiB blocks)."""
+        """Take every free byte but ``leave_bytes`` (rounded down to 4 KiB blocks).
+
+        Unbuffered: a buffered file would try its last bytes again when closed and raise
+        ENOSPC from the ``with`` (a full disk is what is wanted here)."""
         st = os.statvfs(self.path)
         free = st.f_bavail * st.f_frsize - leave_bytes
         block = b"\0" * 65536
-        with open(self.filler, "ab") as f:
+        with open(self.filler, "ab", buffering=0) as f:
             try:
                 while free > 0:
-                    free -= f.write(block[: min(len(block), free)] or block[:4096])
-                    f.flush()
+                    written = f.write(block[: min(len(block), free)] or block[:4096])
+                    if not written:
+                        break
+                    free -= written
             except OSError:
                 pass  # full
 

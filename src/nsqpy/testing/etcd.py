@@ -21,6 +21,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -31,7 +32,7 @@ START_TIMEOUT = 20.0  # seconds: a fresh 3-member cluster elects in well under 2
 
 
 class EtcdCluster:
-    """``size`` etcd members on 127.0.0.1 with data and logs under ``directory``.
+    """``size`` etcd members on ``host`` (127.0.0.1) with data and logs under ``directory``.
 
     ``start()`` (or ``await astart()``) returns once every member answers ``/health``;
     ``endpoints`` lists the members' client addresses as ``"127.0.0.1:port"``.
@@ -44,6 +45,8 @@ class EtcdCluster:
         *,
         heartbeat_ms: int = 50,
         election_ms: int = 500,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"an etcd cluster needs at least 1 member, not {size}")
@@ -51,6 +54,10 @@ class EtcdCluster:
         self.directory = Path(directory) if directory is not None else None
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
+        self.host = (
+            host  # the members listen here (another host: a namespace of the Jepsen harness)
+        )
+        self.prefix = list(prefix)  # runs each member (``ip netns exec <ns>``), when given
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
@@ -64,8 +71,8 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> list[str]:
-        """Every member's client address, ``"127.0.0.1:port"``, in member order."""
-        return [f"127.0.0.1:{port}" for port in self.client_ports]
+        """Every member's client address, ``"host:port"``, in member order."""
+        return [f"{self.host}:{port}" for port in self.client_ports]
 
     def endpoint(self, i: int) -> str:
         return self.endpoints[i]
@@ -86,11 +93,12 @@ class EtcdCluster:
 
     def _args(self, i: int) -> list[str]:
         peers = ",".join(
-            f"{self.name(j)}=http://127.0.0.1:{self.peer_ports[j]}" for j in range(self.size)
+            f"{self.name(j)}=http://{self.host}:{self.peer_ports[j]}" for j in range(self.size)
         )
-        client = f"http://127.0.0.1:{self.client_ports[i]}"
-        peer = f"http://127.0.0.1:{self.peer_ports[i]}"
+        client = f"http://{self.host}:{self.client_ports[i]}"
+        peer = f"http://{self.host}:{self.peer_ports[i]}"
         return [
+            *self.prefix,
             ETCD,
             f"--name={self.name(i)}",
             f"--data-dir={self._root() / self.name(i)}",
@@ -169,7 +177,7 @@ class EtcdCluster:
         self.kill(i)
         self._spawn(i)
         deadline = time.monotonic() + timeout
-        while not _accepts(self.client_ports[i]):
+        while not _accepts(self.host, self.client_ports[i]):
             if not self.running(i):
                 raise RuntimeError(f"etcd member {i} exited: {self.log_tail(i)}")
             if time.monotonic() > deadline:
@@ -226,7 +234,7 @@ class EtcdCluster:
         """Member ``i`` answers ``/health`` with ``true`` (it is running and has a leader)."""
         if not self.running(i) or i in self._paused:
             return False
-        url = f"http://127.0.0.1:{self.client_ports[i]}/health"
+        url = f"http://{self.host}:{self.client_ports[i]}/health"
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
@@ -257,7 +265,7 @@ class EtcdCluster:
         if not self.running(i) or i in self._paused:
             return None
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.client_ports[i]}/v3/maintenance/status",
+            f"http://{self.host}:{self.client_ports[i]}/v3/maintenance/status",
             data=b"{}",
             method="POST",
         )
@@ -298,9 +306,9 @@ class EtcdCluster:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def _accepts(port: int) -> bool:
+def _accepts(host: str, port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False

@@ -72,11 +72,15 @@ class DaemonProcess:
         *,
         env: dict[str, str] | None = None,
         nofile: int | None = None,
+        prefix: Sequence[str] = (),
+        log_path: str | Path | None = None,
     ) -> None:
         self.program = program
         self.args = list(args)
         self.env = env
         self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the process, when given
+        self.prefix = list(prefix)  # runs the program (``ip netns exec <ns>`` …), when given
+        self.log_path = Path(log_path) if log_path is not None else None  # log lines also go here
         self.proc: subprocess.Popen[bytes] | None = None
         self.ports: dict[str, int] = {}
         self.log_lines: list[str] = []
@@ -90,7 +94,7 @@ class DaemonProcess:
         self.ports = {}
         self._ready.clear()
         self.proc = subprocess.Popen(
-            die_with_parent([_bin(self.program), *self.args]),
+            die_with_parent([*self.prefix, _bin(self.program), *self.args]),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env=env,
@@ -132,15 +136,21 @@ class DaemonProcess:
     def _read_log(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
         want = self._wanted()
+        copy = open(self.log_path, "a") if self.log_path is not None else None  # noqa: SIM115
         for raw in self.proc.stderr:
             line = raw.decode(errors="replace").rstrip()
             self.log_lines.append(line)
+            if copy is not None:
+                copy.write(line + "\n")
+                copy.flush()
             m = _LISTEN.search(line)
             if m:
                 self.ports[m.group(1)] = int(m.group(3))
                 if want <= set(self.ports):
                     self._ready.set()
         self.proc.stderr.close()
+        if copy is not None:
+            copy.close()
         self._ready.set()
 
     def _reap(self) -> None:

@@ -9,8 +9,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from nsqpy.testing import WireClient, consume, dpub, http_request, mpub
 from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.disks import SmallDisk
 
 from .conftest import OwnCluster, create, leaders, stats_partitions, three_replicas, wire
 
@@ -337,6 +340,49 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
         gates[stalled].unlink(missing_ok=True)
     cluster.wait_for(lambda: len(cluster.partitions(topic)[0]["isr"]) == 3, 30, "back in the ISR")
     client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_follower_whose_disk_is_full_leaves_the_isr_and_writes_go_on(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    """Found by the Jepsen harness: a follower whose disk is full failed every APPEND,
+    dialled its leader again at once, and the leader, seeing it connect, never called it
+    lagging: the partition took no write for as long as the disk stayed full. Now its
+    un-acked time survives its redials, the coordinator moves it to catch-up, the majority
+    answers, and once the disk has room the follower catches up and rejoins the ISR with
+    the leader's log."""
+    disks = [SmallDisk(tmp_path / "cluster0" / f"nsqd{i}", 64 << 20).mount() for i in range(3)]
+    try:
+        cluster = own_cluster()
+        topic = "diskfull"
+        leader = three_replicas(cluster, topic)
+        full = (leader + 1) % 3
+        full_id = cluster.node_id(full)
+        client = WireClient(cluster.nodes[leader].ports["TCP"], timeout=30)
+        client.send(b"  V2" + mpub(topic, [b"before"] * 10))
+        assert client.read_frame() == (0, b"OK")
+        disks[full].fill()
+        started = time.monotonic()
+        for i in range(20):  # (the first may wait for the ISR to shrink, then none waits)
+            client.send(mpub(topic, [f"full-{i}".encode()] * 50))
+            assert client.read_frame() == (0, b"OK"), "answered without the full follower"
+        print(f"\n20 publishes with a follower's disk full took {time.monotonic() - started:.1f}s")
+        assert full_id not in cluster.partitions(topic)[0]["isr"]
+        lines = [line for line in list(cluster.nodes[full].log_lines) if "No space left" in line]
+        assert 0 < len(lines) <= 4, lines  # the same failure logged again only every 30 s
+        disks[full].free()
+        cluster.wait_for(
+            lambda: full_id in cluster.partitions(topic)[0]["isr"], 30, "back in the ISR"
+        )
+        cluster.wait_for(
+            lambda: log_bytes(cluster, full, topic) == log_bytes(cluster, leader, topic), 10,
+            "the follower's log is the leader's",
+        )  # fmt: skip
+        client.close()
+    finally:
+        for disk in disks:
+            disk.unmount()
 
 
 def log_bytes(cluster: LocalCluster, i: int, topic: str) -> bytes:

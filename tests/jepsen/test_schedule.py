@@ -1,0 +1,60 @@
+"""The nemesis schedule: the same seed gives the same run; the profiles are as long and as
+varied as the harness promises."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from itertools import pairwise
+
+from nsqpy.jepsen.schedule import KINDS, PROFILES, make_schedule, schedule_length
+
+
+def test_the_same_seed_gives_the_same_schedule_and_another_seed_another() -> None:
+    profile = PROFILES["long"]
+    first = [s.to_json() for s in make_schedule(profile, 42)]
+    assert first == [s.to_json() for s in make_schedule(profile, 42)]
+    assert first != [s.to_json() for s in make_schedule(profile, 43)]
+
+
+def test_the_short_profile_runs_every_kind_once_in_about_three_minutes() -> None:
+    profile = PROFILES["short"]
+    steps = make_schedule(profile, 7)
+    assert sorted(s.kind for s in steps) == sorted(KINDS)
+    assert 100 < schedule_length(steps, profile) < 180
+
+
+def test_the_long_profile_lasts_30_minutes_with_ten_cycles_of_every_kind() -> None:
+    profile = PROFILES["long"]
+    for seed in range(20):
+        steps = make_schedule(profile, seed)
+        assert Counter(s.kind for s in steps) == {kind: 10 for kind in KINDS}
+        assert schedule_length(steps, profile) >= 30 * 60
+
+
+def test_steps_follow_each_other_without_overlap() -> None:
+    steps = make_schedule(PROFILES["long"], 5)
+    for before, after in pairwise(steps):
+        assert after.at >= before.at + before.duration + before.rest - 0.02
+
+
+def test_choices_name_hosts_of_the_cluster() -> None:
+    profile = replace(PROFILES["long"], nodes=5)
+    nodes = {f"n{i}" for i in range(1, 6)}
+    for step in make_schedule(profile, 11):
+        p = step.params
+        if step.kind == "halves":
+            assert set(p["a"]) | set(p["b"]) == nodes | {"l1", "l2", "e1"}
+            assert not set(p["a"]) & set(p["b"]) and abs(len(p["a"]) - len(p["b"])) <= 1
+        elif step.kind == "etcd-minority":
+            assert len(p["nodes"]) == 2 and set(p["nodes"]) <= nodes  # a minority of five
+        elif step.kind in ("kill", "pause"):
+            assert p.get("node") in nodes or p.get("leader_of") in (0, 1)
+        elif step.kind in ("lossy", "disk-full"):
+            assert p["node"] in nodes
+
+
+def test_a_schedule_over_five_nodes_can_be_asked_of_any_profile() -> None:
+    steps = make_schedule(PROFILES["short"], 3, nodes=5)
+    nodes = {n for s in steps for n in s.params.get("nodes", [])}
+    assert nodes <= {f"n{i}" for i in range(1, 6)}
