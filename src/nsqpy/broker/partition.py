@@ -125,6 +125,9 @@ class Partition:
         # Cluster: False while the partition's ISR is not more than half its replicas
         # (writes get E_FAILED_ON_NOT_WRITABLE); always True on a single node.
         self.writable = True
+        # The last write or fsync of its log failed (a full or failing disk) and none has
+        # succeeded since; a cluster leader reports it (``NodeInfo.failing``).
+        self.write_failing = False
         self.ephemeral = directory is None
         self.directory = directory  # the topic's directory; this log is in p<number>
         self.mem_queue_size = settings.mem_queue_size
@@ -188,6 +191,7 @@ class Partition:
                 self.log.set_epoch(leader_epoch)
         self.leading = role == LEADER
         self.leader_epoch = leader_epoch
+        self.write_failing = False
 
     @property
     def committed_offset(self) -> int:

@@ -12,7 +12,9 @@ mod_revision in the snapshot, so a stale decision fails its txn):
 (a) the leader is not live: the live ISR member with the longest reported log end (ties:
     fewest leaders, then id) leads, ``leader_epoch + 1``, the old leader goes to catch-up.
     No live ISR member: no Change (never an unclean election from catch-up); the partition
-    is reported in ``Reconciliation.stuck``.
+    is reported in ``Reconciliation.stuck``. The same election when the live leader reports
+    it cannot write the partition (``NodeInfo.failing`` in the current leader_epoch: its
+    disk is full) and another live ISR member does not; without one, it stays leader.
 (b) ISR members that are not live move to catch-up, and so do those the live leader reports
     lagging (``NodeInfo.lagging``) in the current leader_epoch: a follower alive but not
     keeping up (cut off from the leader, a stalled disk) must not hold its writes.
@@ -162,13 +164,19 @@ class _Partition:
         return Replicas(self.leader, tuple(self.isr), tuple(self.catchup),
                         self.old.epoch + 1, self.leader_epoch)  # fmt: skip
 
+    def _failing(self, node: str) -> bool:
+        info = self.ctx.live.get(node)
+        return info is not None and info.failing_in(self.topic, self.partition, self.leader_epoch)
+
     def elect(self) -> bool:
         ctx, old = self.ctx, self.leader
-        if old in ctx.live:
+        failing = self._failing(old)
+        if old in ctx.live and not failing:
             return False
         candidates = [n for n in self.isr if n != old and n in ctx.live]
         if not candidates:
-            self.stuck = f"leader {old} is not live and no ISR member is (isr {self.isr})"
+            if not failing:
+                self.stuck = f"leader {old} is not live and no ISR member is (isr {self.isr})"
             return False
 
         def rank(n: str) -> tuple[int, int, str]:
@@ -180,9 +188,11 @@ class _Partition:
         ctx.leaders[new] = ctx.leaders.get(new, 0) + 1
         self.leader, self.leader_epoch = new, self.leader_epoch + 1
         self.isr = [new, *(n for n in self.isr if n != new)]
-        self.reasons.append(
-            f"elect {new} at leader_epoch {self.leader_epoch} (leader {old} not live)"
-        )
+        if failing:  # (live: shrink_isr would keep it in the ISR)
+            self.isr.remove(old)
+            self.catchup.append(old)
+        why = "cannot write it" if failing else "not live"
+        self.reasons.append(f"elect {new} at leader_epoch {self.leader_epoch} (leader {old} {why})")
         return True
 
     def lagging(self) -> tuple[str, ...]:

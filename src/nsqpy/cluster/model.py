@@ -132,8 +132,10 @@ class NodeInfo:
     the node leads to ``(leader_epoch, followers)``: the replicas that have not kept up
     with it (silent, unconnected or not acknowledging) for its timeout; ``caught_up`` the
     same way, the catch-up members that have acknowledged everything it has committed,
-    which it waits for from then on as for ISR members (so one may join the ISR). Not
-    hashable."""
+    which it waits for from then on as for ISR members (so one may join the ISR).
+    ``failing`` maps a partition the node leads to the leader_epoch in which it cannot
+    write it (its disk is full or failing): the coordinator hands the leadership to another
+    ISR member. Not hashable."""
 
     id: str
     hostname: str
@@ -147,9 +149,11 @@ class NodeInfo:
     ends: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     lagging: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     caught_up: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    failing: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
+        object.__setattr__(self, "failing", MappingProxyType(dict(self.failing)))
         object.__setattr__(self, "lagging", MappingProxyType(dict(self.lagging)))
         object.__setattr__(self, "caught_up", MappingProxyType(dict(self.caught_up)))
 
@@ -163,6 +167,10 @@ class NodeInfo:
         found = self.caught_up.get(partition_name(topic, partition))
         return found[1] if found is not None and found[0] == leader_epoch else ()
 
+    def failing_in(self, topic: str, partition: int, leader_epoch: int) -> bool:
+        """Whether this node, leading in ``leader_epoch``, reports it cannot write there."""
+        return self.failing.get(partition_name(topic, partition)) == leader_epoch
+
     def end(self, topic: str, partition: int) -> tuple[int, int] | None:
         """The ``(leader_epoch, end)`` this node reports for a partition, if any."""
         return self.ends.get(partition_name(topic, partition))
@@ -175,6 +183,7 @@ class NodeInfo:
             "version": self.version, "started_ns": self.started_ns, "load": self.load.to_dict(),
             "ends": {k: [le, end] for k, (le, end) in sorted(self.ends.items())},
             **_node_lists("lagging", self.lagging), **_node_lists("caught_up", self.caught_up),
+            **({"failing": dict(sorted(self.failing.items()))} if self.failing else {}),
         })  # fmt: skip
 
     @classmethod
@@ -193,6 +202,7 @@ class NodeInfo:
         return cls(
             lagging=_lagging(obj.get("lagging", {}), what, "lagging"),
             caught_up=_lagging(obj.get("caught_up", {}), what, "caught_up"),
+            failing=_failing(obj.get("failing", {}), what),
             id=_str(obj, "id", what), hostname=_str(obj, "hostname", what, empty=True),
             broadcast_address=_str(obj, "broadcast_address", what),
             tcp_port=_int(obj, "tcp_port", what), http_port=_int(obj, "http_port", what),
@@ -207,6 +217,17 @@ def _node_lists(name: str, lists: Mapping[str, tuple[int, tuple[str, ...]]]) -> 
     if not lists:
         return {}
     return {name: {k: [le, list(nodes)] for k, (le, nodes) in sorted(lists.items())}}
+
+
+def _failing(raw: Any, what: str) -> dict[str, int]:
+    """``failing`` of a NodeInfo, checked: ``{"<topic>/<p>": leader_epoch}``."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what}: field 'failing' must be an object, got {raw!r}")
+    for key, epoch in raw.items():
+        if "/" not in key or isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"{what}: field 'failing' entry {key!r}: {epoch!r} is not "
+                             "'<topic>/<p>': leader_epoch >= 0")  # fmt: skip
+    return dict(raw)
 
 
 def _lagging(raw: Any, what: str, name: str) -> dict[str, tuple[int, tuple[str, ...]]]:

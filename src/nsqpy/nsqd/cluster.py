@@ -249,6 +249,7 @@ class NsqdCluster:
             ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
             lagging=self.replication.lagging() if self.replication is not None else {},
             caught_up=self.replication.caught_up() if self.replication is not None else {},
+            failing=self.replication.failing() if self.replication is not None else {},
         )
 
     def _msgs_per_sec(self) -> float:

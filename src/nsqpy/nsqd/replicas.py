@@ -203,6 +203,16 @@ class Replication:
                     out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
         return out
 
+    def failing(self) -> dict[str, int]:
+        """(``NodeInfo.failing``) Per partition led here whose last write failed (a full
+        disk): its leader epoch. The coordinator gives it to another ISR member."""
+        out: dict[str, int] = {}
+        for topic in list(self.broker.topics.values()):
+            for part in topic.partitions:
+                if part.leading and part.write_failing and not topic.ephemeral:
+                    out[partition_name(part.name, part.number)] = part.leader_epoch
+        return out
+
     def caught_up(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """(``NodeInfo.caught_up``) Per partition led here, in its leader epoch, the
         catch-up members that have acknowledged everything committed (durably under

@@ -313,6 +313,7 @@ class NsqdServer:
             if self.opts.sync_always and not part.ephemeral:
                 self._start_sync(part)  # acknowledged when the fsync covering it is done
                 continue
+            part.write_failing = False
             self._release(part, part.log.flushed_offset)
             if self.cluster is not None:
                 self.cluster.flushed(part)
@@ -388,7 +389,10 @@ class NsqdServer:
         self._schedule_commit()
 
     def _fail_topic(self, part: Partition, exc: OSError) -> None:
-        """A write or fsync of a partition failed: its waiting publishers get an error."""
+        """A write or fsync of a partition failed: its waiting publishers get an error (and
+        a cluster leader reports it cannot write the partition, ``Partition.write_failing``,
+        so that another ISR member leads it)."""
+        part.write_failing = True
         acks = self._acks.get(part)
         while acks:
             ack = acks.popleft()

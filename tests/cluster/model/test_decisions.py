@@ -72,6 +72,31 @@ def test_no_unclean_election_from_catch_up() -> None:
     assert "no ISR member is" in result.stuck[0].reason
 
 
+def test_a_live_leader_that_cannot_write_hands_over_to_the_isr_member_with_the_longest_log() -> (
+    None
+):
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    failing = replace(node("a", p0=(2, 100)), failing={"t/0": 2})
+    s = snap([failing, node("b", p0=(2, 90)), node("c", p0=(2, 100))], {0: r})
+    [change] = run(s)
+    assert change.new == Replicas("c", ("c", "b"), ("a",), epoch=5, leader_epoch=3)
+    assert "leader a cannot write it" in change.reason
+    assert run(applied(s, [change])) == []  # (a's report is of the old leader epoch now)
+
+
+def test_a_failing_report_of_another_epoch_or_with_no_isr_member_to_take_over_changes_nothing() -> (
+    None
+):
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
+    stale = replace(node("a"), failing={"t/0": 1})
+    assert run(snap([stale, node("b"), node("c")], {0: r})) == []
+    alone = Replicas("a", ("a",), ("b", "c"), epoch=4, leader_epoch=2)
+    failing = replace(node("a"), failing={"t/0": 2})
+    result = plan(snap([failing, node("b"), node("c")], {0: alone}), NOW, {}, REPAIR, EMERGENCY)
+    assert all(c.new.leader == "a" for c in result.changes)  # never an unclean election
+    assert result.stuck == []
+
+
 def test_a_dead_isr_follower_moves_to_catch_up() -> None:
     r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2)
     [change] = run(snap([node("a"), node("c")], {0: r}))

@@ -25,7 +25,7 @@ NODE = NodeInfo(
     rpc_address="10.0.0.1:4250", version="0.1.0", started_ns=123,
     load=Load(partitions=2, leaders=1, msgs_per_sec=12.5, bytes=4096),
     ends={"orders/0": (3, 1000), "orders/1": (1, 0)}, lagging={"orders/0": (3, ("n2",))},
-    caught_up={"orders/1": (1, ("n3", "n4"))},
+    caught_up={"orders/1": (1, ("n3", "n4"))}, failing={"orders/0": 3},
 )  # fmt: skip
 META = TopicMeta(partition_num=4, replicator=2, syncdisk=100, retention_days=3, ordered=True,
                  ext=True, multipart=True, created_ns=99)  # fmt: skip
@@ -44,6 +44,7 @@ def test_golden_bytes() -> None:
     )
     assert json.loads(NODE.to_json())["ends"] == {"orders/0": [3, 1000], "orders/1": [1, 0]}
     assert json.loads(NODE.to_json())["lagging"] == {"orders/0": [3, ["n2"]]}
+    assert json.loads(NODE.to_json())["failing"] == {"orders/0": 3}
     assert CoordinatorInfo("l1", "h:1").to_json() == b'{"http_address":"h:1","id":"l1"}'
 
 
@@ -58,10 +59,11 @@ def test_round_trip(record: Any) -> None:
 
 def test_unknown_fields_are_ignored_and_optional_ones_default() -> None:
     assert TopicMeta.from_json(b'{"partition_num":2,"replicator":1,"new":1}') == TopicMeta(2, 1)
-    drop = ("ends", "load", "lagging", "caught_up")
+    drop = ("ends", "load", "lagging", "caught_up", "failing")
     minimal = {k: v for k, v in json.loads(NODE.to_json()).items() if k not in drop}
     node = NodeInfo.from_json(json.dumps(minimal).encode())
     assert node.ends == {} and node.load == Load() and node.lagging == node.caught_up == {}
+    assert node.failing == {}
     assert (
         Replicas.from_json(b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1}').catchup == ()
     )
@@ -148,6 +150,10 @@ def test_garbage_is_a_value_error_naming_the_field(cls: Any, data: bytes, field:
         ({"lagging": {"t/0": [1, [""]]}}, "'lagging'"),
         ({"caught_up": {"t/0": [1, "n2"]}}, "'caught_up'"),
         ({"caught_up": {"t0": [1, ["n2"]]}}, "'caught_up'"),
+        ({"failing": []}, "'failing'"),
+        ({"failing": {"t/0": -1}}, "'failing'"),
+        ({"failing": {"t0": 1}}, "'failing'"),
+        ({"failing": {"t/0": True}}, "'failing'"),
         ({"load": []}, "'load'"),
         ({"load": {"msgs_per_sec": "fast"}}, "'msgs_per_sec'"),
         ({"load": {"leaders": -1}}, "'leaders'"),

@@ -385,6 +385,55 @@ def test_a_follower_whose_disk_is_full_leaves_the_isr_and_writes_go_on(
             disk.unmount()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_leader_whose_disk_is_full_hands_the_partition_to_a_follower(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    """Found by the Jepsen harness too: a leader whose disk is full answered every publish
+    with E_MPUB_FAILED for as long as the disk stayed full, while two healthy replicas
+    waited. Now it reports that it cannot write the partition (``NodeInfo.failing``), the
+    coordinator elects the ISR member with the longest log, writes go on there, and the old
+    leader, in catch-up, rejoins the ISR with the same log once its disk has room."""
+    disks = [SmallDisk(tmp_path / "cluster0" / f"nsqd{i}", 64 << 20).mount() for i in range(3)]
+    try:
+        cluster = own_cluster()
+        topic = "leaderfull"
+        leader = three_replicas(cluster, topic)
+        leader_id = cluster.node_id(leader)
+        client = wire(cluster, leader)
+        client.send(mpub(topic, [b"before"] * 10))
+        assert client.read_frame() == (0, b"OK")
+        disks[leader].fill()
+        client.send(mpub(topic, [b"refused" * 150] * 50))  # (more than a page)
+        kind, body = client.read_frame()
+        assert kind == 1 and body.startswith(b"E_MPUB_FAILED"), body  # NSQ's answer
+        client.close()
+        filled = time.monotonic()
+        cluster.wait_for(lambda: leaders(cluster, topic)[0] != leader, 10, "another leader")
+        print(
+            f"\nthe partition had a new leader {time.monotonic() - filled:.1f}s after the disk filled"
+        )
+        new = leaders(cluster, topic)[0]
+        assert leader_id in cluster.partitions(topic)[0]["catchup"]
+        client = wire(cluster, new)
+        cluster.wait_for(lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10,
+                         "the new leader took over")  # fmt: skip
+        client.send(mpub(topic, [b"after"] * 10))
+        assert client.read_frame() == (0, b"OK")
+        client.close()
+        disks[leader].free()
+        cluster.wait_for(
+            lambda: leader_id in cluster.partitions(topic)[0]["isr"], 30, "back in the ISR"
+        )
+        cluster.wait_for(
+            lambda: log_bytes(cluster, leader, topic) == log_bytes(cluster, new, topic), 10,
+            "the old leader's log is the new leader's",
+        )  # fmt: skip
+    finally:
+        for disk in disks:
+            disk.unmount()
+
+
 def log_bytes(cluster: LocalCluster, i: int, topic: str) -> bytes:
     """The whole log of partition 0 on nsqd ``i`` as stored (``/log/read`` batches)."""
     out, offset = b"", 0
