@@ -114,12 +114,19 @@ def test_each_lower_layer_imports_only_what_it_may(layer: str) -> None:
     assert violations(layer) == []
 
 
+# The test kit and the Jepsen harness (a test tool shipped as ``nsqpy jepsen``: it starts
+# daemons and etcd as the test kit does, so it uses the kit); nothing else may import them.
+TEST_SIDE = ("testing", "jepsen")
+
+
 def test_product_code_never_imports_the_test_kit() -> None:
     bad = [
         f"{p.relative_to(SRC)}"
         for p in SRC.rglob("*.py")
-        if "testing" not in p.relative_to(SRC).parts
-        and any(n == "nsqpy.testing" or n.startswith("nsqpy.testing.") for n in imports_of(p))
+        if not set(TEST_SIDE) & set(p.relative_to(SRC).parts)
+        and any(
+            n.split(".")[:2] in (["nsqpy", "testing"], ["nsqpy", "jepsen"]) for n in imports_of(p)
+        )
     ]
     assert bad == []
 

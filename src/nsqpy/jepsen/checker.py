@@ -30,7 +30,7 @@ import statistics
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 QUIET_AFTER = 10.0  # seconds after a fault's heal that are not used for the baseline
@@ -86,16 +86,7 @@ class NemesisInterval:
     recovery: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "kind": self.kind,
-            "detail": self.detail,
-            "start": self.start,
-            "stop": self.stop,
-            "healed": self.healed,
-            "longest_gap": self.longest_gap,
-            "recovery": self.recovery,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -110,14 +101,7 @@ class KindSummary:
     max_longest_gap: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "count": self.count,
-            "unrecovered": self.unrecovered,
-            "median_recovery": self.median_recovery,
-            "max_recovery": self.max_recovery,
-            "max_longest_gap": self.max_longest_gap,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

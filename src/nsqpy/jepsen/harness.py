@@ -37,6 +37,7 @@ from typing import Any
 from nsqpy.jepsen.history import HistoryWriter, read_history, write_history
 from nsqpy.jepsen.netns import Network
 from nsqpy.jepsen.schedule import PROFILES, Profile, Step, make_schedule
+from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.disks import SmallDisk
 from nsqpy.testing.etcd import EtcdCluster
 from nsqpy.testing.processes import DaemonProcess, die_with_parent
@@ -92,18 +93,7 @@ def _post(address: str, path: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            found = check()
-            if found:
-                return found
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            last = exc
-        time.sleep(0.2)
-    raise TimeoutError(f"not within {timeout:.0f}s: {what} (last error: {last})")
+wait_for = LocalCluster.wait_for  # (OSError, ValueError, KeyError: not yet; TimeoutError)
 
 
 class Cluster:

@@ -4,9 +4,11 @@ SIGKILLed the new leader (the other ISR member) delivers every acknowledged mess
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -342,6 +344,17 @@ def test_a_stalled_follower_leaves_the_isr_and_writes_go_on(
     client.close()
 
 
+@contextlib.contextmanager
+def small_disks(tmp_path: Path) -> Iterator[list[SmallDisk]]:
+    """A 64 MiB tmpfs as the data path of each nsqd of the test's (first) own cluster."""
+    disks = [SmallDisk(tmp_path / "cluster0" / f"nsqd{i}", 64 << 20).mount() for i in range(3)]
+    try:
+        yield disks
+    finally:
+        for disk in disks:
+            disk.unmount()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_follower_whose_disk_is_full_leaves_the_isr_and_writes_go_on(
     own_cluster: OwnCluster, tmp_path: Path
@@ -352,8 +365,7 @@ def test_a_follower_whose_disk_is_full_leaves_the_isr_and_writes_go_on(
     un-acked time survives its redials, the coordinator moves it to catch-up, the majority
     answers, and once the disk has room the follower catches up and rejoins the ISR with
     the leader's log."""
-    disks = [SmallDisk(tmp_path / "cluster0" / f"nsqd{i}", 64 << 20).mount() for i in range(3)]
-    try:
+    with small_disks(tmp_path) as disks:
         cluster = own_cluster()
         topic = "diskfull"
         leader = three_replicas(cluster, topic)
@@ -380,9 +392,6 @@ def test_a_follower_whose_disk_is_full_leaves_the_isr_and_writes_go_on(
             "the follower's log is the leader's",
         )  # fmt: skip
         client.close()
-    finally:
-        for disk in disks:
-            disk.unmount()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
@@ -394,8 +403,7 @@ def test_a_leader_whose_disk_is_full_hands_the_partition_to_a_follower(
     waited. Now it reports that it cannot write the partition (``NodeInfo.failing``), the
     coordinator elects the ISR member with the longest log, writes go on there, and the old
     leader, in catch-up, rejoins the ISR with the same log once its disk has room."""
-    disks = [SmallDisk(tmp_path / "cluster0" / f"nsqd{i}", 64 << 20).mount() for i in range(3)]
-    try:
+    with small_disks(tmp_path) as disks:
         cluster = own_cluster()
         topic = "leaderfull"
         leader = three_replicas(cluster, topic)
@@ -429,9 +437,6 @@ def test_a_leader_whose_disk_is_full_hands_the_partition_to_a_follower(
             lambda: log_bytes(cluster, leader, topic) == log_bytes(cluster, new, topic), 10,
             "the old leader's log is the new leader's",
         )  # fmt: skip
-    finally:
-        for disk in disks:
-            disk.unmount()
 
 
 def log_bytes(cluster: LocalCluster, i: int, topic: str) -> bytes:

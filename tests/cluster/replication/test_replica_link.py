@@ -18,6 +18,7 @@ from nsqpy.protocol.replication import (
     ErrorFrame,
     Hello,
     ReplicationReader,
+    encode_ack,
     encode_hello,
 )
 from nsqpy.storage.policy import SyncPolicy
@@ -259,3 +260,67 @@ async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: C
         feed.notify(TOPIC, 0)
         await asyncio.sleep(0.05)
     assert f.sessions == 1, "the link was never dropped for silence"
+
+
+async def test_a_follower_failing_every_write_is_reported_lagging_across_its_redials(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower whose disk is full fails each APPEND, drops the link and dials again (and
+    ACKs its unchanged end after each dial). Its redials must not make it look fresh: the
+    leader reports it lagging after ``timeout``; once it can write again it catches up and
+    the report goes."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed(timeout=0.5, heartbeat_interval=0.05)
+    cluster.isr[0] = ["L", "F1"]
+    mine = cluster.log("f1")
+    f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
+    await eventually(converged(leader.high_watermark, f), 5)
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mine, "append_raw", full)
+    lead(leader, 1, 2)
+    feed.notify(TOPIC, 0)
+    sessions = f.sessions
+    await eventually(lambda: f.sessions >= sessions + 3, 5, what="it dialled again, several times")
+    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["F1"], 5)
+    monkeypatch.undo()
+    await eventually(converged(leader.high_watermark, f), 5)
+    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == [], 5)
+    assert_same(leader, mine)
+
+
+async def test_a_follower_that_has_everything_when_it_dials_again_is_not_lagging(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower wrote an APPEND but its link dropped before the ACK went out; it dials
+    again and FETCHes from the leader's end. The leader's un-acked clock survives redials
+    (the test above), but nothing waits for this follower: its first ACK in the new session
+    (of its unchanged end, with nothing in flight) stops the clock, and with no new data it
+    must not turn lagging."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed(timeout=0.3, heartbeat_interval=0.05)
+    cluster.isr[0] = ["L", "F1"]
+    mine = cluster.log("f1")
+    f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
+    await eventually(converged(leader.high_watermark, f), 5)
+    real = encode_ack
+    dropped: list[int] = []
+
+    def lost(*args: int) -> bytes:
+        if not dropped:
+            dropped.append(1)
+            raise OSError("the link dropped before the ACK went out")
+        return real(*args)
+
+    monkeypatch.setattr("nsqpy.cluster.replica_follower.encode_ack", lost)
+    sessions = f.sessions
+    lead(leader, 1, 1)
+    feed.notify(TOPIC, 0)
+    await eventually(lambda: dropped and f.sessions > sessions, 5, what="it dialled again")
+    await eventually(converged(leader.high_watermark, f), 5)
+    await asyncio.sleep(0.6)  # twice the timeout, with nothing new to send
+    assert feed.lagging(TOPIC, 0, cluster.isr[0]) == []
