@@ -131,6 +131,7 @@ class Member:
         self.host = host
         self.settings = settings
         self._lease: Lease | None = None
+        self._watch: asyncio.Task[None] | None = None  # ``_on_lost`` of the current lease
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
@@ -158,6 +159,8 @@ class Member:
             self.view.listeners.remove(self._wake.set)
         task, self._task = self._task, None
         lease, self._lease = self._lease, None
+        if self._watch is not None:
+            self._watch.cancel()
         await leave(task, lease)
         if self._http is not None:
             await self._http.close()
@@ -169,10 +172,12 @@ class Member:
     async def _register(self) -> None:
         if not self.live:
             if self._lease is not None:
-                log.error("cluster: lease lost; leading nothing until registered again")
-                self._demote_all()
+                self._demote_all()  # (``_on_lost`` did it already, when it could run)
             self.registered.clear()
             self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
+            if self._watch is not None:
+                self._watch.cancel()
+            self._watch = asyncio.get_running_loop().create_task(self._on_lost(self._lease))
         await self.etcd.put(self.keys.node(self.node_id), self.node().to_json(), self._lease)
         for hook in self.on_reported:  # (what the report said is in etcd now)
             hook()
@@ -181,6 +186,16 @@ class Member:
                 "cluster: node %s registered in cluster %s", self.node_id, self.keys.cluster_id
             )
             self.registered.set()
+
+    async def _on_lost(self, lease: Lease) -> None:
+        """The moment ``lease`` is lost, this node leads nothing: it must not acknowledge a
+        write without a lease, and its clients learn E_FAILED_ON_NOT_LEADER at once rather
+        than after an etcd call still waiting for its deadline (a node cut off from etcd)."""
+        await lease.lost.wait()
+        if self._lease is lease:
+            log.error("cluster: lease lost; leading nothing until registered again")
+            self._demote_all()
+            self._wake.set()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from nsqpy.jepsen.harness import RunConfig, hosts_for
 from nsqpy.jepsen.netns import Network, clean_stale, preflight
-from nsqpy.jepsen.schedule import KINDS, PROFILES
+from nsqpy.jepsen.schedule import KINDS, PROFILES, schedule_length
 from nsqpy.testing.processes import die_with_parent
 
 
@@ -69,6 +69,14 @@ def check_again(directory: str) -> int:
     write_report(Path(directory), events, result, title=f"nsqpy jepsen, {directory}")
     print(summary_text(result, f"nsqpy jepsen, {directory}"))
     return 0 if result.valid else 1
+
+
+def _budget(config: RunConfig) -> float:
+    """Seconds a run may take at most: its schedule, the drain, and ten minutes for
+    starting, healing and reporting (every wait inside has its own bound; this one is
+    the last resort)."""
+    profile = config.run_profile()
+    return schedule_length(config.steps(), profile) + profile.drain + 600.0
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -110,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"nsqpy jepsen: profile {args.profile}, seed {seed}, results in {out}", flush=True)
         inner = [*net.exec_prefix("c"), sys.executable, "-m", "nsqpy.jepsen.harness",
                  config.to_json()]  # fmt: skip
-        return subprocess.run(die_with_parent(inner)).returncode
+        budget = _budget(config)
+        try:
+            return subprocess.run(die_with_parent(inner), timeout=budget).returncode
+        except subprocess.TimeoutExpired:  # (the child was killed by subprocess.run)
+            print(f"nsqpy jepsen: the run took more than {budget:.0f}s; stopped", file=sys.stderr)
+            return 2
     finally:
         net.destroy()
 

@@ -65,6 +65,19 @@ class RunConfig:
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
 
+    def run_profile(self) -> Profile:
+        """The profile with this run's ``kinds`` and ``cycles``, when given."""
+        profile = PROFILES[self.profile]
+        if self.kinds:
+            profile = replace(profile, kinds=tuple(self.kinds))
+        if self.cycles > 0:
+            profile = replace(profile, cycles=self.cycles)
+        return profile
+
+    def steps(self) -> list[Step]:
+        nodes = sum(h.startswith("n") for h in self.hosts)
+        return make_schedule(self.run_profile(), self.seed, nodes=nodes)
+
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
         return cls(**json.loads(text))
@@ -413,16 +426,12 @@ def run(config: RunConfig) -> int:
     from nsqpy.jepsen.checker import check
     from nsqpy.jepsen.report import summary_text, write_report
 
-    profile = PROFILES[config.profile]
-    if config.kinds:
-        profile = replace(profile, kinds=tuple(config.kinds))
-    if config.cycles > 0:
-        profile = replace(profile, cycles=config.cycles)
+    profile = config.run_profile()
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     net = Network(config.hosts, prefix=config.prefix)  # made by the caller: only used here
     net.netem = config.netem
-    steps = make_schedule(profile, config.seed, nodes=sum(h.startswith("n") for h in config.hosts))
+    steps = config.steps()
     (out / "schedule.json").write_text(json.dumps([s.to_json() for s in steps], indent=1))
     origin = time.monotonic()
     (out / "histories").mkdir(parents=True, exist_ok=True)

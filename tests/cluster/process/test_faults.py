@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 
+from nsqpy.testing import pub
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import OwnCluster, create, leaders, stats_partitions
+from .conftest import OwnCluster, create, leaders, stats_partitions, three_replicas, wire
 
 
 def producer_ids(cluster: LocalCluster, topic: str, via: int) -> set[str]:
@@ -133,3 +134,43 @@ def test_daemons_reconnect_after_etcd_restarts(own_cluster: OwnCluster) -> None:
         assert len(doc["lookupdnodes"]) == 2 and doc["lookupdleader"]
     assert [p.pid for p in [*cluster.nodes, *cluster.lookupds]] == pids, "no daemon restarted"
     assert all(cluster.running(p) for p in [*cluster.nodes, *cluster.lookupds])
+
+
+def test_a_leader_whose_lease_runs_out_leads_nothing_at_once(own_cluster: OwnCluster) -> None:
+    """Found with the Jepsen harness: a leader cut off from etcd stopped leading only when
+    its pending etcd call gave up (a 5 s deadline), seconds after its lease had run out,
+    and held its clients' publishes that long. It must lead nothing from the moment its
+    lease is gone (CLUSTER.md: a node without a lease acknowledges nothing)."""
+    cluster = own_cluster()
+    topic = "lease_out"
+    leader = three_replicas(cluster, topic)
+    client = wire(cluster, leader)
+    client.send(pub(topic, b"before"))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    cluster.etcd.pause(0)  # (a frozen etcd: calls hang rather than fail)
+    paused = time.monotonic()
+    try:
+        cluster.wait_for(
+            lambda: stats_partitions(cluster, leader, topic)[0]["role"] != "leader", 15,
+            "the old leader steps down",
+        )  # fmt: skip
+        after = time.monotonic() - paused
+        print(f"\netcd frozen: the leader stepped down after {after:.2f}s (lease 2s)")
+        assert after < 3.5, "within its lease (2 s) and a report, not an etcd deadline later"
+    finally:
+        cluster.etcd.resume(0)
+
+    def leading() -> int | None:
+        for i in range(3):
+            if stats_partitions(cluster, i, topic).get(0, {}).get("role") == "leader":
+                return i
+        return None
+
+    cluster.wait_for(lambda: leading() is not None, 30, "a leader again")
+    now = leading()
+    assert now is not None
+    client = wire(cluster, now)
+    client.send(pub(topic, b"after"))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
