@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def check_again(directory: str) -> int:
     from nsqpy.jepsen.checker import check
-    from nsqpy.jepsen.harness import CHANNELS
+    from nsqpy.jepsen.clients import CHANNELS
     from nsqpy.jepsen.history import read_history
     from nsqpy.jepsen.report import summary_text, write_report
 

@@ -29,7 +29,8 @@ import struct
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 from nsqpy.jepsen.history import HistoryWriter, value_of
 
@@ -40,7 +41,7 @@ _FRAME = struct.Struct(">ii")
 _MESSAGE_HEAD = 26  # timestamp 8, attempts 2, id 16
 
 
-def lookupd_get(lookupds: Sequence[str], path: str) -> dict[str, object] | None:
+def lookupd_get(lookupds: Sequence[str], path: str) -> dict[str, Any] | None:
     """GET ``path`` from the first lookupd (in random order) that answers."""
     for address in random.sample(list(lookupds), len(lookupds)):
         try:
@@ -53,11 +54,10 @@ def lookupd_get(lookupds: Sequence[str], path: str) -> dict[str, object] | None:
     return None
 
 
-def _addresses(doc: dict[str, object] | None, key: str) -> list[str]:
-    found: list[str] = []
-    for entry in (doc or {}).get(key) or []:  # type: ignore[attr-defined]
-        found.append(f"{entry['broadcast_address']}:{entry['tcp_port']}")
-    return sorted(set(found))
+def _addresses(doc: dict[str, Any] | None, key: str) -> list[str]:
+    """``broadcast_address:tcp_port`` of every producer lookupd listed under ``key``."""
+    entries = (doc or {}).get(key) or []
+    return sorted({f"{e['broadcast_address']}:{e['tcp_port']}" for e in entries})
 
 
 async def find_nodes(lookupds: Sequence[str]) -> list[str]:
@@ -275,10 +275,10 @@ async def plain_consumer(
         await asyncio.gather(*running.values(), return_exceptions=True)
 
 
-async def _quiet(coro: object) -> None:
+async def _quiet(coro: Awaitable[None]) -> None:
     """A subscription that ends for any reason just ends (the next lookup makes it again)."""
     try:
-        await coro  # type: ignore[misc]
+        await coro
     except (OSError, TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError):
         pass
 

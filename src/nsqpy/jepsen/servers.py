@@ -1,0 +1,220 @@
+"""The servers of a Jepsen run, each in its host's namespace (``netns.Network``): etcd on
+``e1``, nsqlookupd on ``l1`` and ``l2``, nsqd on ``n1``.. with every flag at its default
+and its data on a tmpfs of its own (``SmallDisk``, mounted in the harness's mount namespace,
+so it goes away with the run's processes), logs under the run's ``logs/``.
+
+``Cluster`` starts them, answers what the nemesis needs to know now (which node leads a
+partition, which lookupd coordinates), and kills, restarts, pauses and resumes an nsqd.
+The daemons are the test kit's ``DaemonProcess`` and ``EtcdCluster`` with a command prefix
+that runs them inside a namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nsqpy.jepsen.netns import Network
+from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.disks import SmallDisk
+from nsqpy.testing.etcd import EtcdCluster
+from nsqpy.testing.processes import DaemonProcess
+
+TOPIC = "jepsen"
+CLUSTER_ID = "jepsen"
+DISK_BYTES = 512 << 20
+UNSAFE_ENV = "NSQPY_UNSAFE_ACK_BEFORE_REPLICATION"  # the test-only broken build (nsqd)
+READY_TIMEOUT = 60.0
+
+
+def _get(address: str, path: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def _post(address: str, path: str) -> tuple[int, bytes]:
+    req = urllib.request.Request(f"http://{address}{path}", method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(req, timeout=10.0) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+wait_for = LocalCluster.wait_for  # (OSError, ValueError, KeyError: not yet; TimeoutError)
+
+
+class Cluster:
+    """etcd, two nsqlookupd and the nsqd of a run, each in its host's namespace."""
+
+    def __init__(
+        self, hosts: Sequence[str], net: Network, out: Path, unsafe_ack: bool = False
+    ) -> None:
+        self.unsafe_ack = unsafe_ack
+        self.net = net
+        self.out = out
+        self.nodes = [h for h in hosts if h.startswith("n")]
+        self.lookupd_hosts = ["l1", "l2"]
+        self.etcd = EtcdCluster(
+            1, out / "etcd", heartbeat_ms=100, election_ms=1000,
+            host=net.address("e1"), prefix=net.exec_prefix("e1"),
+        )  # fmt: skip
+        self.disks = {
+            h: SmallDisk(Path(f"/tmp/{net.prefix}disks/{h}"), DISK_BYTES) for h in self.nodes
+        }
+        self.nsqd: dict[str, DaemonProcess] = {}
+        self.lookupd: dict[str, DaemonProcess] = {}
+        self.paused: set[str] = set()
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return self.etcd.endpoints[0]
+
+    def lookupd_http(self) -> list[str]:
+        return [f"{self.net.address(h)}:4161" for h in self.lookupd_hosts]
+
+    def _lookupd_process(self, host: str) -> DaemonProcess:
+        addr = self.net.address(host)
+        return DaemonProcess(
+            "nsqlookupd",
+            [f"--tcp-address={addr}:4160", f"--http-address={addr}:4161",
+             f"--broadcast-address={addr}", f"--etcd-endpoints={self.etcd_endpoint}",
+             f"--cluster-id={CLUSTER_ID}"],
+            prefix=self.net.exec_prefix(host), log_path=self.out / "logs" / f"{host}.log",
+        )  # fmt: skip
+
+    def _nsqd_process(self, host: str) -> DaemonProcess:
+        addr = self.net.address(host)
+        env = {UNSAFE_ENV: "1"} if self.unsafe_ack else None
+        return DaemonProcess(
+            "nsqd",
+            [f"--tcp-address={addr}:4150", f"--http-address={addr}:4151",
+             f"--rpc-address={addr}:4250", f"--broadcast-address={addr}",
+             f"--data-path={self.disks[host].path}", f"--etcd-endpoints={self.etcd_endpoint}",
+             f"--cluster-id={CLUSTER_ID}", f"--node-id={self.nodes.index(host) + 1}"],
+            env=env, prefix=self.net.exec_prefix(host),
+            log_path=self.out / "logs" / f"{host}.log",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        (self.out / "logs").mkdir(parents=True, exist_ok=True)
+        self.etcd.start()
+        for host in self.lookupd_hosts:
+            self.lookupd[host] = self._lookupd_process(host).start(30.0)
+        for host in self.nodes:
+            self.disks[host].mount()
+            self.nsqd[host] = self._nsqd_process(host).start(30.0)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        def ready() -> bool:
+            stats = self.lookupd_json("/cluster/stats")
+            leader = self.lookupd_json("/listlookup").get("lookupdleader", {}).get("ID")
+            return len(stats["node_stat_list"]) == len(self.nodes) and bool(leader)
+
+        wait_for(ready, timeout, f"{len(self.nodes)} nsqd registered and a coordinator")
+
+    def lookupd_json(self, path: str) -> Any:
+        last: BaseException | None = None
+        for address in self.lookupd_http():
+            try:
+                return _get(address, path)
+            except (OSError, ValueError) as exc:
+                last = exc
+        raise OSError(f"no lookupd answered {path}: {last}")
+
+    def create_topic(self, partitions: int) -> None:
+        query = (
+            f"/topic/create?topic={TOPIC}&partition_num={partitions}&replicator=3&multipart=true"
+        )
+        answers: list[tuple[int, bytes]] = []
+
+        def created() -> bool:
+            answers.append(_post(self.lookupd_http()[0], query))
+            return answers[-1][0] == 200
+
+        try:
+            wait_for(created, 30, "topic created")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; lookupd answered {answers[-1:]}") from None
+
+        def placed() -> bool:
+            doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
+            parts = doc.get("partitions") or {}
+            return len(parts) == partitions and all(
+                len(p.get("isr") or []) == 3 for p in parts.values()
+            )
+
+        wait_for(placed, 30, f"{partitions} partitions with 3 replicas in sync")
+
+    def subscribed(self, channels: Sequence[str]) -> bool:
+        """Whether every partition's leader has a consumer on each of ``channels`` (so that
+        nothing published from now on is before a channel's start)."""
+        doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
+        for info in (doc.get("partitions") or {}).values():
+            stats = _get(f"{info['broadcast_address']}:{info['http_port']}",
+                         f"/stats?format=json&topic={TOPIC}")  # fmt: skip
+            names = {
+                c["channel_name"]
+                for t in stats.get("topics") or []
+                if t["topic_name"] == TOPIC
+                for c in t["channels"]
+                if c.get("client_count")
+            }
+            if not set(channels) <= names:
+                return False
+        return bool(doc.get("partitions"))
+
+    def leader_of(self, partition: int) -> str | None:
+        """The host leading ``partition`` as lookupd says now (None when none answers)."""
+        try:
+            doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
+            node_id = str(doc["partitions"][str(partition)]["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return self.net.host_of(node_id.split(":")[0])
+
+    def coordinator(self) -> str | None:
+        try:
+            found = str(self.lookupd_json("/listlookup").get("lookupdleader", {}).get("ID", ""))
+        except (OSError, ValueError):
+            return None
+        for host in self.lookupd_hosts:
+            if f"{self.net.address(host)}:" in found:
+                return host
+        return None
+
+    def kill(self, host: str) -> None:
+        self.resume(host)
+        self.nsqd[host].kill()
+
+    def restart(self, host: str) -> None:
+        self.nsqd[host].kill()
+        self.nsqd[host] = self._nsqd_process(host).start(30.0)
+
+    def pause(self, host: str) -> None:
+        os.kill(self.nsqd[host].pid, signal.SIGSTOP)
+        self.paused.add(host)
+
+    def resume(self, host: str) -> None:
+        if host in self.paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.nsqd[host].pid, signal.SIGCONT)
+            self.paused.discard(host)
+
+    def close(self) -> None:
+        for host in list(self.paused):
+            self.resume(host)
+        for proc in [*self.nsqd.values(), *self.lookupd.values()]:
+            with contextlib.suppress(OSError, ValueError):
+                proc.kill()
+        self.etcd.close()
+        for disk in self.disks.values():
+            disk.unmount()
