@@ -167,10 +167,15 @@ def test_a_leader_whose_lease_runs_out_leads_nothing_at_once(own_cluster: OwnClu
                 return i
         return None
 
-    cluster.wait_for(lambda: leading() is not None, 30, "a leader again")
-    now = leading()
-    assert now is not None
-    client = wire(cluster, now)
-    client.send(pub(topic, b"after"))
-    assert client.read_frame() == (0, b"OK")
-    client.close()
+    def published() -> bool:
+        now = leading()
+        if now is None:
+            return False
+        client = wire(cluster, now)
+        try:
+            client.send(pub(topic, b"after"))
+            return client.read_frame() == (0, b"OK")  # (NOT_WRITABLE until the ISR is back)
+        finally:
+            client.close()
+
+    cluster.wait_for(published, 30, "a leader again, taking writes")
