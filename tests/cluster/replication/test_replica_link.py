@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
+from nsqpy.cluster.replica_leader import LeaderFeed
 from nsqpy.protocol.replication import (
     E_STALE_EPOCH,
     MAGIC,
@@ -21,6 +22,7 @@ from nsqpy.protocol.replication import (
     encode_ack,
     encode_hello,
 )
+from nsqpy.storage.log import PartitionLog
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.testing.polling import eventually
 
@@ -262,6 +264,21 @@ async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: C
     assert f.sessions == 1, "the link was never dropped for silence"
 
 
+async def in_sync_follower(
+    cluster: Cluster, timeout: float
+) -> tuple[PartitionLog, LeaderFeed, PartitionLog, FollowerFetch]:
+    """A leader log of two batches, its feed (``timeout``, quick heartbeats), ISR L and F1,
+    and follower F1 (quick redials) once it has everything."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed(timeout=timeout, heartbeat_interval=0.05)
+    cluster.isr[0] = ["L", "F1"]
+    mine = cluster.log("f1")
+    f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
+    await eventually(converged(leader.high_watermark, f), 5)
+    return leader, feed, mine, f
+
+
 async def test_a_follower_failing_every_write_is_reported_lagging_across_its_redials(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -269,13 +286,7 @@ async def test_a_follower_failing_every_write_is_reported_lagging_across_its_red
     ACKs its unchanged end after each dial). Its redials must not make it look fresh: the
     leader reports it lagging after ``timeout``; once it can write again it catches up and
     the report goes."""
-    leader = cluster.leader_log(epoch=1)
-    lead(leader, 1, 2)
-    feed = await cluster.start_feed(timeout=0.5, heartbeat_interval=0.05)
-    cluster.isr[0] = ["L", "F1"]
-    mine = cluster.log("f1")
-    f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
-    await eventually(converged(leader.high_watermark, f), 5)
+    leader, feed, mine, f = await in_sync_follower(cluster, timeout=0.5)
 
     def full(*args: object) -> None:
         raise OSError(28, "No space left on device")
@@ -300,13 +311,7 @@ async def test_a_follower_that_has_everything_when_it_dials_again_is_not_lagging
     (the test above), but nothing waits for this follower: its first ACK in the new session
     (of its unchanged end, with nothing in flight) stops the clock, and with no new data it
     must not turn lagging."""
-    leader = cluster.leader_log(epoch=1)
-    lead(leader, 1, 2)
-    feed = await cluster.start_feed(timeout=0.3, heartbeat_interval=0.05)
-    cluster.isr[0] = ["L", "F1"]
-    mine = cluster.log("f1")
-    f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
-    await eventually(converged(leader.high_watermark, f), 5)
+    leader, feed, _mine, f = await in_sync_follower(cluster, timeout=0.3)
     real = encode_ack
     dropped: list[int] = []
 
