@@ -298,6 +298,18 @@ def test_retention_by_age_and_bytes_keeps_confirmed_data_until_allowed(
         assert 1500 - 500 <= log.stats()["bytes"] <= 1500 + 500
 
 
+def test_retention_set_later_applies_from_then_on(tmp_path: Path, clock: FakeClock) -> None:
+    with PartitionLog(tmp_path / "later", segment_bytes=500, clock=clock) as log:
+        log.set_retention(60_000)  # a cluster topic's retention days, learned from etcd
+        for i in range(20):
+            log.append_bodies([body(i, 100)])
+            log.flush()
+        clock.advance_ms(1001)
+        assert log.retain(20, clock.now) == 0  # confirmed, but kept for a minute now
+        log.set_retention(0)  # back to the node's default: confirmed data goes
+        assert log.retain(20, clock.now) > 0
+
+
 def test_sync_due_per_policy(tmp_path: Path, clock: FakeClock) -> None:
     every = PartitionLog(tmp_path / "n", sync=SyncPolicy(3, 0), clock=clock)
     every.append_bodies([b"a", b"b"])

@@ -237,6 +237,26 @@ class Broker:
             self.save_metadata()
         return topic
 
+    def expand_topic(self, name: str, count: int, *, hold: bool = True) -> Topic:
+        """Grow topic ``name`` to ``count`` partitions (``Topic.expand``; ``hold``: open the
+        new ones here, as a single node does; a cluster member holds what etcd gives it).
+        KeyError when missing, ValueError for fewer partitions; StorageError (reported)
+        when a new partition's files cannot be written (the count stays grown: the
+        partitions missing here are opened at the next start)."""
+        topic = self.topics[name]
+        old = topic.partition_count
+        if count == old:
+            return topic
+        try:
+            topic.expand(count, hold=hold)
+        except (OSError, StorageError) as exc:
+            raise self.storage_failed(f"failed to expand topic {name}", exc) from exc
+        finally:
+            if topic.partition_count != old:
+                self.save_metadata()
+        log.info("TOPIC(%s): expanded from %d to %d partitions", name, old, count)
+        return topic
+
     def check_partition(self, topic_name: str, partition: int) -> None:
         """BadPartition unless ``partition`` (-1: none) exists in the topic (or would, in a
         topic created now: partition 0). Checked before anything is created or stored."""
@@ -341,8 +361,9 @@ class Broker:
         """Hold partition ``number`` of ``topic_name`` (which has ``partition_count``) as
         ``role`` in ``leader_epoch``. A missing topic is created (``ordered`` applies then
         only) and announced as ``topic`` does; the partition's log is opened or created,
-        with a part for each channel; one held already only changes role. ValueError for an
-        ephemeral topic, a bad role or number; PartitionCountMismatch for another count;
+        with a part for each channel; one held already only changes role. A topic with
+        fewer partitions grows (``expand_topic``). ValueError for an ephemeral topic, a bad
+        role or number; PartitionCountMismatch for a count below the topic's;
         StorageError (reported) when its files cannot be written."""
         if is_ephemeral(topic_name) or role not in (LEADER, FOLLOWER):
             raise ValueError(f"cannot hold {topic_name} partition {number} as {role!r}")
@@ -354,7 +375,9 @@ class Broker:
             self.persistence.metadata_changed()
             for hook in self.on_topic_created:
                 hook(topic)
-        elif partition_count != topic.partition_count:
+        elif partition_count > topic.partition_count:  # (grown: /topic/partition/expand)
+            self.expand_topic(topic_name, partition_count, hold=False)
+        if partition_count != topic.partition_count:
             raise PartitionCountMismatch(
                 f"topic {topic_name} has {topic.partition_count} partitions, not {partition_count}"
             )

@@ -150,6 +150,8 @@ def topic_stats(
     }
     if topic.partition_count > 1 or cluster:
         doc["partition_num"] = topic.partition_count
+        if cluster:
+            doc["retention_ms"] = topic.retention_ms
         doc["partitions"] = _topic_partitions(topic, cluster, info)
     if topic.ordered:
         doc["ordered"] = True

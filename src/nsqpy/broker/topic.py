@@ -1,6 +1,8 @@
 """A topic: its partitions (``nsqpy.broker.partition``) and its channels.
 
-A topic has 1 to ``MAX_PARTITIONS`` partitions, fixed when it is created; a channel is a
+A topic has 1 to ``MAX_PARTITIONS`` partitions, set when it is created and only ever grown
+(``expand``: the new partitions start empty, every channel reads them from their start, and
+what the old ones hold stays where it is); a channel is a
 ``Channel`` (``nsqpy.broker.channel``) over one ``ChannelPartition`` per partition. A
 publish goes to one partition: the one asked for, else the one a partition key hashes to
 (CRC-32 of the key modulo the partition count: stable across restarts), else the next in
@@ -21,6 +23,7 @@ when none is. Partitions are held and released one at a time (``add_partition``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import zlib
@@ -78,6 +81,7 @@ class Topic:
         self.ordered = ordered  # new channels are ordered
         self.channels: dict[str, Channel] = {}
         self._settings = settings
+        self._node_retention_ms = settings.retention_ms
         self._count = partitions
         self._starts = list(buffer_starts) + [None] * partitions  # by number
         self._ephemeral_start = ephemeral_start
@@ -139,6 +143,35 @@ class Topic:
         if part is None or not part.leading:
             raise NotLeader(f"this node does not lead partition {partition} of {self.name}")
         return part
+
+    def expand(self, count: int, *, hold: bool) -> list[Partition]:
+        """Grow to ``count`` partitions (ValueError for fewer, more than MAX_PARTITIONS, or
+        an ephemeral topic); with ``hold`` (a single node) the new ones are opened here and
+        led, each channel reading them from their start. A keyed publish hashes over the new
+        count from now on. The partitions opened."""
+        if count < self._count or count > MAX_PARTITIONS:
+            raise ValueError(f"topic {self.name} has {self._count} partitions: cannot have {count}")
+        if self.ephemeral and count > 1:
+            raise EphemeralPartitions(f"ephemeral topic {self.name} cannot have {count} partitions")
+        old, self._count = self._count, count
+        self._starts += [None] * (count - old)
+        return [self.add_partition(n, leading=True) for n in range(old, count) if hold]
+
+    def set_retention(self, retention_ms: int | None) -> None:
+        """Keep confirmed records ``retention_ms`` (None: the node's ``--retention``), in
+        every partition held now and later (a cluster topic's ``retention`` days)."""
+        base = self._node_retention_ms
+        ms = base if retention_ms is None else retention_ms
+        if ms == self._settings.retention_ms:
+            return
+        self._settings = dataclasses.replace(self._settings, retention_ms=ms)
+        for part in self.partitions:
+            if isinstance(part.log, PartitionLog):
+                part.log.set_retention(ms)
+
+    @property
+    def retention_ms(self) -> int:
+        return self._settings.retention_ms
 
     def _open_partition(self, number: int, leading: bool) -> Partition:
         part = Partition(

@@ -5,12 +5,16 @@ Every nsqlookupd of a cluster runs a ``Coordinator``: it registers itself under
 only where absent, bound to the same lease: when the lookupd dies or is cut off, the lease
 expires and another one's campaign wins). The holder
 
-- creates, updates and deletes topics (``create_topic``, ``update_topic``,
-  ``delete_topic``): placement by ``nsqpy.cluster.placement``, every key of a topic written
-  in one txn that holds only if the topic is absent;
+- creates, updates, expands and deletes topics (``create_topic``, ``update_topic``,
+  ``expand_topic``, ``delete_topic``): placement by ``nsqpy.cluster.placement``, every key
+  of a topic written in one txn that holds only if the topic is absent;
+- starts the operators' moves (``move_partition``) and drains (``remove_node``: the node's
+  ``removing`` key; once it holds nothing and is gone, the key goes too: forgotten);
 - reconciles, level-triggered (Kubernetes' controllers): on every change of the view and
   every ``tick_s``, the pure ``nsqpy.cluster.decisions.plan`` turns the snapshot into
-  Changes, each written by a txn guarded on the key's mod_revision.
+  Changes, each written by a txn guarded on the key's mod_revision; every
+  ``rebalance_interval_ns`` (0: never), when that round had nothing to do, the one move
+  ``decisions.rebalance`` finds.
 
 Every write is fenced: its txn also compares the ``coordinator`` key's create_revision
 with the one this lookupd created, so a coordinator that lost the lock (paused, cut off)
@@ -22,16 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from nsqpy.cluster.decisions import plan, track_missing
+from nsqpy.cluster.decisions import plan, rebalance, track_missing
 from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.leaving import leave
-from nsqpy.cluster.model import CoordinatorInfo, LookupdInfo, Replicas, Snapshot, TopicMeta
+from nsqpy.cluster.model import (
+    Change,
+    CoordinatorInfo,
+    LookupdInfo,
+    Move,
+    Replicas,
+    Snapshot,
+    TopicMeta,
+)
 from nsqpy.cluster.placement import PlacementError, place_topic
 from nsqpy.cluster.view import ClusterView
 
@@ -65,6 +78,7 @@ class CoordinatorSettings:
     default_partitions: int = 1
     default_replicas: int = 3  # at most the live nodes (``min(3, live)``)
     wait_s: float = 5.0  # how long a create waits to see its own write in the view
+    rebalance_interval_ns: int = 0  # 0: no rebalancing
 
 
 class Coordinator:
@@ -97,6 +111,7 @@ class Coordinator:
         self.stuck: list[str] = []  # partitions the last round could do nothing for
         self.changes_applied = 0
         self.elected_at = 0  # clock when this lookupd last took the lock
+        self.rebalanced_at = 0  # clock of the last rebalancing look
 
     @property
     def leading(self) -> bool:
@@ -153,7 +168,7 @@ class Coordinator:
                 return  # gone at once (lease lost meanwhile): campaign again next round
             self._lock_revision = kv.create_revision
             self._missing = {}
-            self.elected_at = self.clock()
+            self.elected_at = self.rebalanced_at = self.clock()
             log.info("coordinator: %s now coordinates cluster %s", self.me.id, self.keys.cluster_id)
             return
         kv = await self.etcd.get(key)
@@ -196,27 +211,45 @@ class Coordinator:
                 if line not in self.stuck:
                     log.warning("coordinator: partition %s", line)
             self.stuck = stuck
+        changes = list(result.changes)
+        interval = self.settings.rebalance_interval_ns
+        if not changes and not stuck and interval and now - self.rebalanced_at >= interval:
+            self.rebalanced_at = now
+            move = rebalance(snap)
+            if move is not None:
+                changes.append(move)
         written = 0
-        for change in result.changes:
-            key = self.keys.replicas(change.topic, change.partition)
-            guards = [Compare.mod_is(self.keys.node(n), rev) for n, rev in change.guards]
-            if await self._fenced(
-                [Compare.mod_is(key, change.expected_revision), *guards],
-                [PutOp(key, change.new.to_json())],
-            ):
+        for change in changes:
+            if await self._write_change(change):
                 written += 1
-                log.info(
-                    "coordinator: %s/%d epoch %d leader %s isr %s catchup %s (%s)",
-                    change.topic,
-                    change.partition,
-                    change.new.epoch,
-                    change.new.leader,
-                    ",".join(change.new.isr),
-                    ",".join(change.new.catchup) or "-",
-                    change.reason,
-                )
+        await self._forget_drained(snap)
         self.changes_applied += written
         return written
+
+    async def _write_change(self, change: Change) -> bool:
+        key = self.keys.replicas(change.topic, change.partition)
+        guards = [Compare.mod_is(self.keys.node(n), rev) for n, rev in change.guards]
+        if not await self._fenced(
+            [Compare.mod_is(key, change.expected_revision), *guards],
+            [PutOp(key, change.new.to_json())],
+        ):
+            return False
+        new = change.new
+        move = f" move {new.move.to_dict()}" if new.move is not None else ""
+        log.info(
+            "coordinator: %s/%d epoch %d leader %s isr %s catchup %s%s (%s)",
+            change.topic, change.partition, new.epoch, new.leader, ",".join(new.isr),
+            ",".join(new.catchup) or "-", move, change.reason,
+        )  # fmt: skip
+        return True
+
+    async def _forget_drained(self, snap: Snapshot) -> None:
+        """A drained node that holds nothing and is gone is forgotten (its key goes)."""
+        _, held = snap.counts()
+        for node in sorted(snap.removing):
+            if node not in snap.nodes and not held.get(node):
+                await self._fenced([], [DeleteOp(self.keys.removing(node))])
+                log.info("coordinator: node %s drained and gone: forgotten", node)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -315,3 +348,122 @@ class Coordinator:
         ):
             raise CoordinatorError(409, "E_CONFLICT", "the topic changed meanwhile; try again")
         return meta
+
+    async def expand_topic(self, name: str, partition_num: int) -> TopicMeta:
+        """Grow a topic to ``partition_num`` partitions (never fewer): the new partitions'
+        replicas keys, placed as at creation with the existing ones counted as load, then
+        the meta, each txn guarded on the meta as read (nothing reads a partition the meta
+        does not count, so the new ones appear together)."""
+        self._fence()
+        async with self._create_lock:
+            kv = await self.etcd.get(self.keys.topic_meta(name))
+            if kv is None:
+                raise CoordinatorError(500, "TOPIC_NOT_FOUND", f"topic {name} is not created")
+            meta = TopicMeta.from_json(kv.value)
+            if partition_num < meta.partition_num:
+                raise CoordinatorError(500, "E_PARTITION_NUM_REDUCED", f"topic {name} has "
+                                       f"{meta.partition_num} partitions; they cannot be fewer")  # fmt: skip
+            if partition_num == meta.partition_num:
+                return meta
+            grown = replace(meta, partition_num=partition_num)
+            try:
+                placed = place_topic(name, grown, self.view.snapshot(),
+                                     first_partition=meta.partition_num)  # fmt: skip
+            except PlacementError as exc:
+                raise CoordinatorError(500, exc.code, exc.detail) from exc
+            same = [Compare.mod_is(kv.key, kv.mod_revision)]
+            puts = [PutOp(self.keys.replicas(name, p), r.to_json())
+                    for p, r in enumerate(placed, meta.partition_num)]  # fmt: skip
+            for start in range(0, len(puts), TXN_CHUNK):
+                if not await self._fenced(same, list(puts[start : start + TXN_CHUNK])):
+                    raise CoordinatorError(409, "E_CONFLICT", "the topic changed; try again")
+            if not await self._fenced(same, [PutOp(kv.key, grown.to_json())]):
+                raise CoordinatorError(409, "E_CONFLICT", "the topic changed; try again")
+            log.info("coordinator: topic %s expanded: %d -> %d partitions", name,
+                     meta.partition_num, partition_num)  # fmt: skip
+        await self.view.wait_until(
+            lambda s: (m := s.topics.get(name)) is not None and m.partition_num >= partition_num,
+            self.settings.wait_s,
+        )
+        return grown
+
+    async def move_partition(
+        self, topic: str, partition: int, *, leader_only: bool, source: str, target: str
+    ) -> Move:
+        """Start moving a partition's replica (or, ``leader_only``, its lead) from ``source``
+        to ``target`` ("" for either: the leader, and the live node the decisions would pick).
+        The reconciling carries it out (``decisions``); 400 with the reason when it cannot."""
+        self._fence()
+        snap = self.view.snapshot()
+        versioned = snap.replicas.get((topic, partition))
+        meta = snap.topics.get(topic)
+        if meta is None:
+            raise CoordinatorError(400, "TOPIC_NOT_FOUND", f"topic {topic} is not created")
+        if versioned is None or partition >= meta.partition_num:
+            raise CoordinatorError(400, "INVALID_ARG_TOPIC_PARTITION_NUM",
+                                   f"topic {topic} has no partition {partition}")  # fmt: skip
+        r = versioned.value
+        if r.move is not None:
+            raise CoordinatorError(400, "E_MOVE_UNDER_WAY", f"{topic}/{partition} is moving: "
+                                   f"{r.move.to_dict()}")  # fmt: skip
+        source = source or r.leader
+        if leader_only:
+            move = self._lead_move(snap, r, source, target)
+        else:
+            move = self._replica_move(snap, r, source, target)
+        new = replace(r, epoch=r.epoch + 1, move=move)
+        key = self.keys.replicas(topic, partition)
+        if not await self._fenced([Compare.mod_is(key, versioned.mod_revision)],
+                                  [PutOp(key, new.to_json())]):  # fmt: skip
+            raise CoordinatorError(400, "E_CONFLICT", "the partition changed meanwhile; try again")
+        log.info("coordinator: %s/%d: move %s started", topic, partition, move.to_dict())
+        return move
+
+    @staticmethod
+    def _lead_move(snap: Snapshot, r: Replicas, source: str, target: str) -> Move:
+        if source != r.leader:
+            raise CoordinatorError(
+                400, "E_NOT_LEADER", f"{source} does not lead it ({r.leader} does)"
+            )
+        leaders, _ = snap.counts()
+        followers = [n for n in r.followers if n in snap.nodes and n not in snap.removing]
+        if not target:
+            if not followers:
+                raise CoordinatorError(400, "E_NO_TARGET", "no live ISR member to lead it")
+            target = min(followers, key=lambda n: (leaders.get(n, 0), n))
+        if target not in followers:
+            raise CoordinatorError(400, "E_TARGET_NOT_IN_ISR",
+                                   f"{target} is not a live ISR member (isr {list(r.isr)})")  # fmt: skip
+        return Move(source, target, leader_only=True)
+
+    @staticmethod
+    def _replica_move(snap: Snapshot, r: Replicas, source: str, target: str) -> Move:
+        if source not in r.holders:
+            raise CoordinatorError(400, "E_SOURCE_NOT_HOLDER",
+                                   f"{source} holds no replica of it (holders {list(r.holders)})")  # fmt: skip
+        _, held = snap.counts()
+        spare = [n for n in snap.nodes if n not in r.holders and n not in snap.removing]
+        if not target:
+            if not spare:
+                raise CoordinatorError(400, "E_NO_TARGET", "every live node holds it already")
+            target = min(spare, key=lambda n: (held.get(n, 0), n))
+        if target not in spare:
+            why = "holds it already" if target in r.holders else "is not a live node"
+            raise CoordinatorError(400, "E_BAD_TARGET", f"{target} {why}")
+        return Move(source, target)
+
+    async def remove_node(self, node: str) -> bool:
+        """Drain ``node``: every replica it holds moves away (``decisions`` (e)), then, once
+        it is gone, it is forgotten. False when it was being drained already."""
+        self._fence()
+        snap = self.view.snapshot()
+        _, held = snap.counts()
+        if node not in snap.nodes and not held.get(node):
+            raise CoordinatorError(400, "E_NODE_NOT_FOUND", f"no node {node} in the cluster")
+        key = self.keys.removing(node)
+        value = json.dumps({"since_ns": self.clock()}).encode()
+        if not await self._fenced([Compare.absent(key)], [PutOp(key, value)]):
+            return False
+        log.info("coordinator: node %s to be drained (%d replicas)", node, held.get(node, 0))
+        self._wake.set()
+        return True

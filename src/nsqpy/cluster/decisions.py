@@ -32,6 +32,26 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     holders below replicator are filled the same way, above it the extra catch-up members
     go (not-live ones first). With no live node to take its place, a missing holder stays.
 
+(e) a planned move (``Replicas.move``: an operator's ``/topic/partition/move``, a drain, the
+    rebalancer), one step per round, without an election this round: a replica move adds
+    ``target`` to catch-up (the partition has replicator + 1 holders meanwhile); once it is
+    in the ISR, a ``source`` that leads hands it the lead (``leader_epoch + 1``, the old
+    leader stays in the ISR: it had everything committed, and follows from its log end);
+    then ``source`` leaves and the move is done. A leadership move hands the lead to
+    ``target``, an ISR member, at once. A move whose target is not live (or, for the lead,
+    not in the ISR) is cancelled; one whose source holds the partition no more is done.
+    A holder of a node being drained (``Snapshot.removing``) gets a move to a spare node,
+    at most ``MAX_MOVES`` moves under way in the cluster; such a node is never a spare,
+    and when it is not live its replicas are replaced at once.
+
+``rebalance`` (the coordinator calls it every ``--rebalance-interval``, only when ``plan``
+had nothing to do) starts one move when the cluster is healthy (no catch-up, every holder
+live, no move under way, no node drained) and uneven: the replica counts of two live nodes
+differ by more than one (a replica of the fullest goes to the emptiest), else their leader
+counts do (a lead goes to the ISR member with the fewest). Ties go to the node reporting the
+most (for the source) or fewest (for the target) messages per second. ``imbalance`` is the
+same move whatever the cluster's health: None means balanced.
+
 Node reports: ``NodeInfo.ends["<topic>/<p>"] = (leader_epoch, end)`` where leader_epoch is
 the epoch the node's log is in step with (a leader: the epoch it leads, once it took over;
 a follower: its leader's, once its log matched) and end is its log end offset.
@@ -40,11 +60,22 @@ a follower: its leader's, once its log matched) and end is its log end offset.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .model import Change, NodeInfo, Replicas, Snapshot, TopicMeta
+from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
 
-__all__ = ["Reconciliation", "Stuck", "plan", "reconcile", "track_missing"]
+__all__ = [
+    "MAX_MOVES",
+    "Reconciliation",
+    "Stuck",
+    "imbalance",
+    "plan",
+    "rebalance",
+    "reconcile",
+    "track_missing",
+]
+
+MAX_MOVES = 4  # drain moves under way at once in a cluster
 
 
 @dataclass(frozen=True)
@@ -93,8 +124,8 @@ def plan(
     out = Reconciliation()
     for topic, partition in sorted(snapshot.replicas):
         meta = snapshot.topics.get(topic)
-        if meta is None:  # being created or deleted: not ours to touch
-            continue
+        if meta is None or partition >= meta.partition_num:  # being created, expanded or
+            continue  # deleted: not ours to touch
         versioned = snapshot.replicas[(topic, partition)]
         step = _Partition(ctx, topic, partition, meta, versioned.value)
         if step.stuck:
@@ -121,6 +152,8 @@ class _Round:
         self.repair_delay_ns = repair_delay_ns
         self.emergency_delay_ns = emergency_delay_ns
         self.leaders, self.held = snapshot.counts()
+        self.removing = snapshot.removing
+        self.moves = len(snapshot.moving)
         self.topic_held: dict[tuple[str, str], int] = {}
         for (topic, _), versioned in snapshot.replicas.items():
             for node in versioned.value.holders:
@@ -147,6 +180,7 @@ class _Partition:
         self.ctx, self.topic, self.partition, self.meta, self.old = ctx, topic, partition, meta, r
         self.leader, self.leader_epoch = r.leader, r.leader_epoch
         self.isr, self.catchup = list(r.isr), list(r.catchup)
+        self.move = r.move
         self.reasons: list[str] = []
         self.guards: list[tuple[str, int]] = []
         self.stuck = ""
@@ -157,12 +191,14 @@ class _Partition:
         if not elected:
             self.join_isr()
         self.repair()
+        if not elected:
+            self.carry_move()
 
     def result(self) -> Replicas:
         if not self.reasons:
             return self.old
         return Replicas(self.leader, tuple(self.isr), tuple(self.catchup),
-                        self.old.epoch + 1, self.leader_epoch)  # fmt: skip
+                        self.old.epoch + 1, self.leader_epoch, self.move)  # fmt: skip
 
     def _failing(self, node: str) -> bool:
         info = self.ctx.live.get(node)
@@ -242,7 +278,8 @@ class _Partition:
         holders = self.isr + self.catchup
         live_holders = sum(1 for n in holders if n in ctx.live)
         delay = ctx.emergency_delay_ns if 2 * live_holders <= replicator else ctx.repair_delay_ns
-        expired = [n for n in self.catchup if n not in ctx.live and ctx.missing_for(n) >= delay]
+        expired = [n for n in self.catchup if n not in ctx.live
+                   and (ctx.missing_for(n) >= delay or n in ctx.removing)]  # fmt: skip
         for gone in expired:
             new = self.spare()
             if new is None:
@@ -250,15 +287,20 @@ class _Partition:
             self.replace(gone, new)
         while len(self.isr) + len(self.catchup) < replicator and (new := self.spare()):
             self.replace(None, new)
-        while len(self.isr) + len(self.catchup) > replicator and self.catchup:
-            dead = [n for n in self.catchup if n not in ctx.live]
-            self.replace(dead[-1] if dead else self.catchup[-1], None)
+        moving = self.move is not None and not self.move.leader_only
+        target = self.move.target if self.move is not None else None
+        while len(self.isr) + len(self.catchup) > replicator + moving:
+            extra = [n for n in self.catchup if n != target]
+            if not extra:
+                break
+            dead = [n for n in extra if n not in ctx.live]
+            self.replace(dead[-1] if dead else extra[-1], None)
 
     def spare(self) -> str | None:
         """The live node to add: it holds no replica of this partition; fewest replicas of
         the topic, then overall, then id."""
         ctx, holders = self.ctx, set(self.isr + self.catchup)
-        spare = [n for n in ctx.live if n not in holders]
+        spare = [n for n in ctx.live if n not in holders and n not in ctx.removing]
         if not spare:
             return None
         return min(
@@ -274,3 +316,130 @@ class _Partition:
             self.ctx.hold(self.topic, new, +1)
         self.reasons.append(f"replace {gone} -> {new} in catchup" if gone and new
                             else f"catchup + {new}" if new else f"catchup - {gone}")  # fmt: skip
+
+    # -- (e) planned moves -------------------------------------------------------------------
+
+    def carry_move(self) -> None:
+        move = self.move or self.drain()
+        if move is None:
+            return
+        ctx, holders = self.ctx, self.isr + self.catchup
+        if move.leader_only:
+            if self.leader == move.target:
+                self.finish(f"lead moved to {move.target}")
+            elif move.target not in self.isr or move.target not in ctx.live:
+                self.finish(f"lead move cancelled: {move.target} is not a live ISR member")
+            else:
+                self.hand_over(move.target)
+                self.finish(f"lead moved to {move.target}")
+            return
+        if move.target not in ctx.live:
+            self.finish(f"move cancelled: {move.target} is not live")
+        elif move.source not in holders:
+            done = move.target in holders
+            self.finish(f"move {move.source} -> {move.target} "
+                        + ("done" if done else "cancelled: the source holds it no more"))  # fmt: skip
+        elif move.target not in holders:
+            self.move = move
+            self.catchup.append(move.target)
+            ctx.hold(self.topic, move.target, +1)
+            self.reasons.append(f"move {move.source} -> {move.target}: {move.target} copies")
+        elif move.target in self.catchup:
+            return  # (copying: join_isr takes it in when it has caught up)
+        elif self.leader == move.source:
+            self.hand_over(move.target)
+        else:
+            if move.source in self.isr:
+                self.isr.remove(move.source)
+            else:
+                self.catchup.remove(move.source)
+            ctx.hold(self.topic, move.source, -1)
+            self.finish(f"move {move.source} -> {move.target} done: {move.source} leaves")
+
+    def drain(self) -> Move | None:
+        """The move of this partition's replica off a node being drained, if one can start."""
+        ctx = self.ctx
+        leaving = [n for n in self.isr + self.catchup if n in ctx.removing]
+        if not leaving or ctx.moves >= MAX_MOVES:
+            return None
+        target = self.spare()
+        if target is None:
+            return None
+        ctx.moves += 1
+        return Move(leaving[0], target)
+
+    def finish(self, why: str) -> None:
+        self.move = None
+        self.reasons.append(why)
+
+    def hand_over(self, new: str) -> None:
+        """A planned change of leader to ``new``, an ISR member; the old one stays in the ISR."""
+        ctx, old = self.ctx, self.leader
+        ctx.leaders[old] = ctx.leaders.get(old, 0) - 1
+        ctx.leaders[new] = ctx.leaders.get(new, 0) + 1
+        self.leader, self.leader_epoch = new, self.leader_epoch + 1
+        self.isr = [new, *(n for n in self.isr if n != new)]
+        self.reasons.append(f"hand the lead from {old} to {new} at leader_epoch "
+                            f"{self.leader_epoch} (planned)")  # fmt: skip
+
+
+# -- rebalancing -------------------------------------------------------------------------------
+
+
+def rebalance(snapshot: Snapshot) -> Change | None:
+    """The one move that evens the cluster out, when it is healthy (module docstring)."""
+    if snapshot.removing or snapshot.moving:
+        return None
+    for versioned in snapshot.replicas.values():
+        r = versioned.value
+        if r.catchup or any(n not in snapshot.nodes for n in r.holders):
+            return None
+    return imbalance(snapshot)
+
+
+def imbalance(snapshot: Snapshot) -> Change | None:
+    """The move ``rebalance`` would start, whatever the cluster's health; None: balanced
+    (nodes being drained do not count)."""
+    live = {n: info for n, info in snapshot.nodes.items() if n not in snapshot.removing}
+    if len(live) < 2:
+        return None
+    leaders, held = snapshot.counts()
+    parts = [
+        (key, v) for key, v in sorted(snapshot.replicas.items())
+        if (meta := snapshot.topics.get(key[0])) is not None and key[1] < meta.partition_num
+    ]  # fmt: skip
+
+    def busy(counts: Mapping[str, int]) -> list[str]:
+        """Live nodes, the fullest first (ties: the busiest, then by id)."""
+        return sorted(live, key=lambda n: (-counts.get(n, 0), -live[n].load.msgs_per_sec, n))
+
+    by_held = busy(held)
+    for top in by_held:
+        for low in reversed(by_held):
+            if held.get(top, 0) - held.get(low, 0) <= 1:
+                break
+            movable = [(r.leader == top, key, v) for key, v in parts
+                       if top in (r := v.value).holders and low not in r.holders]  # fmt: skip
+            if movable:
+                _, (topic, p), v = min(movable, key=lambda m: (m[0], m[1]))
+                why = f"rebalance: replicas {top} {held.get(top, 0)}, {low} {held.get(low, 0)}"
+                return _moving(topic, p, v, Move(top, low), why)
+    by_leaders = busy(leaders)
+    rank = {n: i for i, n in enumerate(by_leaders)}
+    for top in by_leaders:
+        for (topic, p), v in parts:
+            r = v.value
+            if r.leader != top:
+                continue
+            candidates = [n for n in r.followers if n in live
+                          and leaders.get(top, 0) - leaders.get(n, 0) > 1]  # fmt: skip
+            if candidates:
+                low = max(candidates, key=lambda n: rank[n])
+                why = f"rebalance: leaders {top} {leaders.get(top, 0)}, {low} {leaders.get(low, 0)}"
+                return _moving(topic, p, v, Move(top, low, leader_only=True), why)
+    return None
+
+
+def _moving(topic: str, p: int, v: Versioned[Replicas], move: Move, why: str) -> Change:
+    new = replace(v.value, epoch=v.value.epoch + 1, move=move)
+    return Change(topic, p, v.mod_revision, new, why)

@@ -8,6 +8,7 @@ Layout (``<root>`` = ``/nsqpy/<cluster-id>/``)::
     <root>nodes/<node-id>                   lease-bound NodeInfo of a live nsqd
     <root>lookupds/<lookupd-id>             lease-bound LookupdInfo of a live nsqlookupd
     <root>coordinator                       lease-bound CoordinatorInfo: the coordinator lock
+    <root>removing/<node-id>                a node being drained (``/cluster/node/remove``)
     <root>topics/<topic>/meta               TopicMeta
     <root>topics/<topic>/<p>/replicas       Replicas of partition p (decimal, no leading zero)
     <root>topics/<topic>/<p>/leader-session lease of the nsqd leading partition p
@@ -30,7 +31,7 @@ _BAD = re.compile(r"[/\s\x00-\x1f\x7f]")
 # What `Keys.parse` answers: the kind of key and the names in it.
 ParsedKey = (
     tuple[Literal["coordinator"]]
-    | tuple[Literal["node", "lookupd", "meta"], str]
+    | tuple[Literal["node", "lookupd", "meta", "removing"], str]
     | tuple[Literal["replicas", "leader_session"], str, int]
 )
 
@@ -62,6 +63,7 @@ class Keys:
         self.lookupds_prefix = self.root + "lookupds/"
         self.coordinator = self.root + "coordinator"
         self.topics_prefix = self.root + "topics/"
+        self.removing_prefix = self.root + "removing/"
 
     def __repr__(self) -> str:
         return f"Keys({self.cluster_id!r})"
@@ -71,6 +73,9 @@ class Keys:
 
     def lookupd(self, lookupd_id: str) -> str:
         return self.lookupds_prefix + check_segment("lookupd id", lookupd_id)
+
+    def removing(self, node_id: str) -> str:
+        return self.removing_prefix + check_segment("node id", node_id)
 
     def topic_prefix(self, topic: str) -> str:
         return self.topics_prefix + check_segment("topic", topic) + "/"
@@ -86,6 +91,7 @@ class Keys:
 
     def parse(self, key: str) -> ParsedKey | None:
         """What ``key`` is: ``("node", id)``, ``("lookupd", id)``, ``("coordinator",)``,
+        ``("removing", id)``,
         ``("meta", topic)``, ``("replicas", topic, p)``, ``("leader_session", topic, p)``;
         None for a key outside this cluster or of no known form."""
         if not key.startswith(self.root):
@@ -100,6 +106,8 @@ class Keys:
                 return ("node", node_id)
             case ["lookupds", lookupd_id]:
                 return ("lookupd", lookupd_id)
+            case ["removing", node_id]:
+                return ("removing", node_id)
             case ["topics", topic, "meta"]:
                 return ("meta", topic)
             case ["topics", topic, p, "replicas"] if (n := _partition(p)) is not None:

@@ -65,6 +65,14 @@ class PartitionHost(Protocol):
 
     def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None: ...
 
+    def grow_topic(self, topic: str, partition_count: int) -> None:
+        """A topic held here has ``partition_count`` partitions now, if that is more."""
+        ...
+
+    def set_retention(self, topic: str, days: int) -> None:
+        """Keep the topic's confirmed records ``days`` (0: the node's own setting)."""
+        ...
+
     def release_partition(self, topic: str, number: int) -> None: ...
 
 
@@ -229,8 +237,8 @@ class Member:
         for (topic, p), versioned in snap.replicas.items():
             meta = snap.topics.get(topic)
             r = versioned.value
-            if meta is None or me not in r.holders:
-                continue
+            if meta is None or me not in r.holders or p >= meta.partition_num:
+                continue  # (p beyond the count: an expansion being written)
             role = LEADER if r.leader == me and self.live else FOLLOWER
             out[(topic, p)] = (role, r.leader_epoch, meta.partition_num, meta.ordered)
         return out
@@ -260,6 +268,12 @@ class Member:
             elif now[0] != role or now[1] != leader_epoch:
                 log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.set_role(topic, p, role, leader_epoch)
+            if now is not None:
+                self.host.grow_topic(topic, count)  # (expanded: keys hash over the new count)
+        for topic in {t for t, _ in wanted}:
+            meta = snap.topics.get(topic)
+            if meta is not None:  # (leader and followers alike)
+                self.host.set_retention(topic, meta.retention_days)
         for hook in self.on_applied:
             hook(snap)
 
@@ -306,11 +320,13 @@ class Member:
         r = self.replicas(topic, partition)
         if r is None:
             return {}
+        move = {"move": r.move.to_dict()} if r.move is not None else {}
         return {
             "leader": r.leader,
             "isr": list(r.isr),
             "catchup": list(r.catchup),
             "epoch": r.epoch,
+            **move,
         }
 
     # -- implicit creation -------------------------------------------------------------------

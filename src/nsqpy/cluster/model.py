@@ -17,7 +17,10 @@ newer writer can add some). The JSON is compact UTF-8 with sorted keys:
   "partition_num", "replicator", "retention_days", "syncdisk"}`` (all but partition_num and
   replicator optional on read).
 - ``Replicas`` (``topics/<t>/<p>/replicas``): ``{"catchup": [ids], "epoch": int, "isr": [ids],
-  "leader": id, "leader_epoch": int}``; the leader is the first ISR member it names.
+  "leader": id, "leader_epoch": int}``, plus ``"move": {"from": id, "leader": bool, "to": id}``
+  while an operator's or the rebalancer's move of the partition is under way; the leader is
+  the first ISR member it names.
+- ``removing/<id>`` (a node being drained): ``{"since_ns": int}``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "CoordinatorInfo",
     "Load",
     "LookupdInfo",
+    "Move",
     "NodeInfo",
     "Replicas",
     "Snapshot",
@@ -336,6 +340,31 @@ class TopicMeta:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A planned move of one partition (``nsqpy.cluster.decisions`` carries it out step by
+    step): the replica on ``source`` goes to ``target`` (which copies, joins the ISR, takes
+    the lead if ``source`` led, then ``source`` leaves), or with ``leader_only`` the
+    leadership alone goes from ``source`` to ``target``, an ISR member."""
+
+    source: str
+    target: str
+    leader_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.source == self.target:
+            raise ValueError(f"Move: from and to are the same node {self.source!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target, "leader": self.leader_only}
+
+    @classmethod
+    def from_dict(cls, obj: Any, what: str) -> Move:
+        if not isinstance(obj, dict):
+            raise ValueError(f"{what}: field 'move' must be an object, got {obj!r}")
+        return cls(_str(obj, "from", what), _str(obj, "to", what), _bool(obj, "leader", what))
+
+
+@dataclass(frozen=True)
 class Replicas:
     """Who holds one partition. ``isr`` (leader included) has every committed record;
     ``catchup`` members are copying. ``epoch`` grows on every change of the key;
@@ -348,6 +377,7 @@ class Replicas:
     catchup: tuple[str, ...] = ()
     epoch: int = 1
     leader_epoch: int = 1
+    move: Move | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "isr", tuple(self.isr))
@@ -373,17 +403,20 @@ class Replicas:
         return tuple(n for n in self.isr if n != self.leader)
 
     def to_json(self) -> bytes:
+        move = {"move": self.move.to_dict()} if self.move is not None else {}
         return _dump({"leader": self.leader, "isr": list(self.isr), "catchup": list(self.catchup),
-                      "epoch": self.epoch, "leader_epoch": self.leader_epoch})  # fmt: skip
+                      "epoch": self.epoch, "leader_epoch": self.leader_epoch, **move})  # fmt: skip
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Replicas:
         what = "Replicas"
         obj = _load(data, what)
+        move = obj.get("move")
         return cls(
             leader=_str(obj, "leader", what), isr=_ids(obj, "isr", what),
             catchup=_ids(obj, "catchup", what) if "catchup" in obj else (),
             epoch=_int(obj, "epoch", what), leader_epoch=_int(obj, "leader_epoch", what),
+            move=Move.from_dict(move, what) if move is not None else None,
         )  # fmt: skip
 
 
@@ -406,6 +439,12 @@ class Snapshot:
     replicas: Mapping[tuple[str, int], Versioned[Replicas]] = field(default_factory=dict)
     revision: int = 0
     node_revisions: Mapping[str, int] = field(default_factory=dict)  # node key mod_revision
+    removing: frozenset[str] = frozenset()  # nodes being drained (``removing/<id>`` keys)
+
+    @property
+    def moving(self) -> list[tuple[str, int]]:
+        """The partitions with a move under way."""
+        return sorted(k for k, v in self.replicas.items() if v.value.move is not None)
 
     def partitions(self, topic: str) -> list[tuple[int, Versioned[Replicas]]]:
         """The topic's partitions that have a replicas key, by partition number."""

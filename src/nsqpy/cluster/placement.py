@@ -86,7 +86,7 @@ def place_topic(
     """The Replicas of partitions ``first_partition .. meta.partition_num - 1`` of topic
     ``name`` (``first_partition`` > 0 when expanding: the topic's existing partitions in
     ``snapshot`` count as load). Raises PlacementError (see the module docstring)."""
-    live = sorted(snapshot.nodes)
+    live = sorted(n for n in snapshot.nodes if n not in snapshot.removing)  # (not drained)
     check_meta(meta, len(live))
     if live:
         shift = zlib.crc32(name.encode()) % len(live)

@@ -153,6 +153,7 @@ class ClusterView:
         self._coordinator = None
         topics: dict[str, TopicMeta] = {}
         replicas: dict[tuple[str, int], Versioned[Replicas]] = {}
+        removing: set[str] = set()
         for key, kv in self._kvs.items():
             parsed = self.keys.parse(key)
             try:
@@ -160,6 +161,8 @@ class ClusterView:
                     case ("node", node_id):
                         nodes[node_id] = NodeInfo.from_json(kv.value)
                         node_revisions[node_id] = kv.mod_revision
+                    case ("removing", node_id):
+                        removing.add(node_id)
                     case ("lookupd", lookupd_id):
                         lookupds[lookupd_id] = LookupdInfo.from_json(kv.value)
                     case ("coordinator",):
@@ -177,5 +180,5 @@ class ClusterView:
         self._lookupds = lookupds
         return Snapshot(
             nodes=nodes, topics=topics, replicas=replicas, revision=self.revision,
-            node_revisions=node_revisions,
+            node_revisions=node_revisions, removing=frozenset(removing),
         )  # fmt: skip

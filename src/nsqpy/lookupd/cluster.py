@@ -50,6 +50,7 @@ class LookupdCluster:
             emergency_delay_ns=min(10_000, opts.replica_repair_delay_ms) * 1_000_000,
             default_partitions=opts.default_partitions,
             default_replicas=opts.default_replicas,
+            rebalance_interval_ns=opts.rebalance_interval_ms * 1_000_000,
         )
         self.etcd: Etcd | None = None
         self.view: ClusterView | None = None

@@ -14,9 +14,16 @@ below (``lookupd.http.make_app`` picks them); everything else stays NSQ's:
   ``orderedmulti``, ``extend``, ``multipart``; nsqpy's ``implicit=true`` uses the cluster
   defaults and ``suggest_leader`` a node id to lead partition 0), ``POST /topic/delete``
   (``partition`` ``**``, ``all`` or absent: the whole topic; one partition is refused as
-  Youzan does), ``POST /topic/meta/update`` (``syncdisk``, ``retention``): on the
+  Youzan does), ``POST /topic/meta/update`` (``syncdisk``, ``retention``),
+  ``POST /topic/partition/expand`` (``partition_num``: never fewer),
+  ``POST /topic/partition/move`` (``partition``, ``move_leader``, ``move_from``, ``move_to``:
+  either node may be left out, see ``Coordinator.move_partition``; answered when the move
+  has started, ``/cluster/stats`` and ``/lookup?metainfo`` show it until done),
+  ``POST /cluster/node/remove`` (``remove_node``: drained, then forgotten): on the
   coordinator, else forwarded to it.
-- ``GET /listlookup``, ``GET /cluster/stats``: Youzan's shapes.
+- ``GET /listlookup``, ``GET /cluster/stats``: Youzan's shapes; the stats add nsqpy's
+  ``balanced`` (no rebalancing move left to make), ``moving_partitions`` and
+  ``removing_nodes`` (each with the replicas it still holds).
 
 Booleans are on only for the exact text ``true`` (Youzan's rule). Imports aiohttp, the
 cluster package and the lookupd registry; never nsqd.
@@ -31,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from nsqpy.cluster.coordinator import CoordinatorError
+from nsqpy.cluster.decisions import imbalance
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
 from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
 from nsqpy.httpapi import Args, HttpError, first, query_args, v1_empty, v1_json
@@ -113,6 +121,9 @@ class ClusterHttpApi:
             ("PUT", "/topic/create", self.topic_create),
             ("POST", "/topic/delete", self.topic_delete),
             ("POST", "/topic/meta/update", self.topic_meta_update),
+            ("POST", "/topic/partition/expand", self.partition_expand),
+            ("POST", "/topic/partition/move", self.partition_move),
+            ("POST", "/cluster/node/remove", self.node_remove),
             ("GET", "/listlookup", self.listlookup),
             ("GET", "/cluster/stats", self.cluster_stats),
         ]
@@ -212,14 +223,19 @@ class ClusterHttpApi:
         ]
         view = self.cluster.view
         holder = view.coordinator.id if view is not None and view.coordinator else ""
+        moving = {f"{t}/{p}": m.to_dict() for (t, p) in snap.moving
+                  if (m := snap.replicas[(t, p)].value.move) is not None}  # fmt: skip
         return v1_json(
             {
                 "stable": not stuck and not degraded,
+                "balanced": imbalance(snap) is None,
                 "node_stat_list": nodes,
                 "topn_topics": [],
                 "coordinator": holder,
                 "unavailable_partitions": stuck,
                 "degraded_partitions": degraded,
+                "moving_partitions": moving,
+                "removing_nodes": {n: held.get(n, 0) for n in sorted(snap.removing)},
             }
         )
 
@@ -306,10 +322,57 @@ class ClusterHttpApi:
             raise _refused(exc) from None
         return v1_empty()
 
+    async def partition_expand(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = _topic_arg(args)
+        count = _int_arg(args, "partition_num", "TOPIC_PARTITION_NUM", 1, MAX_PARTITION_NUM, None)
+        if not self.cluster.leading:
+            return await self._forwarded(
+                request, lambda s: (m := s.topics.get(topic)) is None or m.partition_num >= count
+            )
+        assert self.cluster.coordinator is not None
+        try:
+            await self.cluster.coordinator.expand_topic(topic, count)
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_empty()
+
+    async def partition_move(self, request: web.Request) -> web.StreamResponse:
+        args = query_args(request)
+        topic = _topic_arg(args)
+        partition = _int_arg(args, "partition", "TOPIC_PARTITION", 0, MAX_PARTITION_NUM - 1, None)
+        leader_only = first(args, "move_leader") == "true"
+        source = first(args, "move_from") or ""
+        target = first(args, "move_to") or ""
+        if not self.cluster.leading:
+            return await self.cluster.forward(request)
+        assert self.cluster.coordinator is not None
+        try:
+            move = await self.cluster.coordinator.move_partition(
+                topic, partition, leader_only=leader_only, source=source, target=target
+            )
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_json({"move": move.to_dict()})
+
+    async def node_remove(self, request: web.Request) -> web.StreamResponse:
+        node = first(query_args(request), "remove_node")
+        if not node:
+            raise HttpError(400, "MISSING_ARG_REMOVE_NODE")
+        if not self.cluster.leading:
+            return await self._forwarded(request, lambda s: node in s.removing)
+        assert self.cluster.coordinator is not None
+        try:
+            await self.cluster.coordinator.remove_node(node)
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_empty()
+
 
 def _replicas_json(r: Replicas) -> dict[str, Any]:
+    move = {"move": r.move.to_dict()} if r.move is not None else {}
     return {"isr": list(r.isr), "catchup": list(r.catchup), "epoch": r.epoch,
-            "leader_epoch": r.leader_epoch}  # fmt: skip
+            "leader_epoch": r.leader_epoch, **move}  # fmt: skip
 
 
 def _lookupd_json(node_id: str, address: str, tcp_port: int, http_port: int) -> dict[str, Any]:

@@ -109,6 +109,13 @@ class NsqLookupdOptions:
         "(10s when at most half the replicas live)",
         kind="duration_ms",
     )
+    rebalance_interval_ms: int = option(
+        "rebalance-interval",
+        300_000,
+        "nsqpy: how often the coordinator evens out leaders and replicas, one partition "
+        "at a time, when the cluster is healthy (0 never)",
+        kind="duration_ms",
+    )
     log_level: str = option(
         "log-level",
         "info",

@@ -8,7 +8,11 @@ raised as ``HttpError`` and written by ``nsq_middleware``: a bad topic/channel n
 path is 400 INVALID_TOPIC/INVALID_CHANNEL, an unparsable body 400 INVALID_BODY, an unknown
 action 400 INVALID_ACTION, an unknown topic, channel or node 404
 TOPIC_NOT_FOUND/CHANNEL_NOT_FOUND/NODE_NOT_FOUND. Also ``/api/history`` (nsqpy: the sampled
-series behind the built-in graphs) and ``/config/:opt``. ``cluster_errors``, the middleware
+series behind the built-in graphs), ``/config/:opt`` and the nsqpy cluster's operations
+(``POST /api/cluster/topics``: create with partitions and replicas; ``POST
+/api/cluster/topics/:topic``: ``expand`` or ``move``; ``POST /api/cluster/nodes/:id``:
+``remove``, a drain), sent through the first lookupd that answers to the coordinator, whose
+refusal comes back with its status and code. ``cluster_errors``, the middleware
 the server mounts, turns the cluster's ``NotFound`` into 404 and ``AllFailed`` into 502 for
 every route (the pages catch both first and render them). Handlers are given an
 ``AdminContext``; imports aiohttp, ``nsqpy.httpapi`` and the nsqadmin modules below the
@@ -53,6 +57,9 @@ def routes(api: Api) -> list[tuple[str, str, Handler]]:
         ("POST", "/api/topics", api.create_topic_channel),
         ("POST", "/api/topics/{topic}", api.topic_action),
         ("POST", "/api/topics/{topic}/{channel}", api.channel_action),
+        ("POST", "/api/cluster/topics", api.cluster_create),
+        ("POST", "/api/cluster/topics/{topic}", api.cluster_topic_action),
+        ("POST", "/api/cluster/nodes/{node}", api.cluster_node_action),
         ("DELETE", "/api/nodes/{node}", api.tombstone_topic_producer),
         ("DELETE", "/api/topics/{topic}", api.delete_topic),
         ("DELETE", "/api/topics/{topic}/{channel}", api.delete_channel),
@@ -104,6 +111,22 @@ def body_name(doc: dict[str, Any], key: str, *, required: bool) -> str:
     if not isinstance(value, str) or (required and not value) or (value and not valid(value)):
         raise HttpError(400, code)
     return value
+
+
+def _params(doc: dict[str, Any], *names: str, optional: tuple[str, ...] = ()) -> dict[str, str]:
+    """Query arguments for lookupd from a JSON body: numbers or strings (a form's fields);
+    the lookupd checks the values. 400 ``MISSING_ARG_<NAME>`` for a required one missing."""
+    out = {}
+    for name in (*names, *optional):
+        value = doc.get(name)
+        if value is None or value == "":
+            if name in names:
+                raise HttpError(400, f"MISSING_ARG_{name.upper()}")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | str) or len(str(value)) > 300:
+            raise HttpError(400, f"INVALID_ARG_{name.upper()}")
+        out[name] = str(value)
+    return out
 
 
 def answer(errors: Errors, payload: dict[str, Any] | None = None) -> web.Response:
@@ -244,6 +267,63 @@ class Api:
         await self.cluster.producer_action(topic, f"/{kind}/{action}", params, errors)
         self.ctx.notifier.notify(request, f"{action}_{kind}", topic, channel)
         return answer(errors)
+
+    # -- cluster operations (nsqpy cluster: through lookupd to the coordinator) -------------
+
+    async def _coordinator(self, path: str, params: dict[str, str]) -> web.StreamResponse:
+        if not self.cluster.uses_lookupd:
+            raise HttpError(400, "E_NO_LOOKUPD")
+        try:
+            doc = await self.cluster.coordinator_action(path, params)
+        except AllFailed:
+            raise
+        except UpstreamError as exc:  # the coordinator refused: its status and code
+            log.info("cluster action %s %s refused: %s", path, params, exc)
+            raise HttpError(exc.status if 400 <= exc.status < 600 else 502,
+                            exc.code or str(exc)) from None  # fmt: skip
+        return v1_json({**doc, "message": ""})
+
+    async def cluster_create(self, request: web.Request) -> web.StreamResponse:
+        """``{"topic", "partition_num", "replicator", "multipart"?, "ordered"?}``."""
+        self.authorize(request)
+        doc = await json_body(request)
+        topic = body_name(doc, "topic", required=True)
+        params = {"topic": topic, **_params(doc, "partition_num", "replicator")}
+        for flag, arg in (("multipart", "multipart"), ("ordered", "orderedmulti")):
+            if doc.get(flag) in (True, "true", "on"):
+                params[arg] = "true"
+        answered = await self._coordinator("/topic/create", params)
+        self.ctx.notifier.notify(request, "create_topic", topic)
+        return answered
+
+    async def cluster_topic_action(self, request: web.Request) -> web.StreamResponse:
+        """``{"action": "expand", "partition_num"}`` or ``{"action": "move", "partition",
+        "move_leader"?, "move_from"?, "move_to"?}``."""
+        self.authorize(request)
+        topic, doc = path_topic(request), await json_body(request)
+        action = doc.get("action")
+        if action == "expand":
+            path, params = "/topic/partition/expand", _params(doc, "partition_num")
+        elif action == "move":
+            path = "/topic/partition/move"
+            params = _params(doc, "partition", optional=("move_from", "move_to"))
+            if doc.get("move_leader") in (True, "true", "on"):
+                params["move_leader"] = "true"
+        else:
+            raise HttpError(400, "INVALID_ACTION")
+        answered = await self._coordinator(path, {"topic": topic, **params})
+        self.ctx.notifier.notify(request, f"{action}_topic", topic)
+        return answered
+
+    async def cluster_node_action(self, request: web.Request) -> web.StreamResponse:
+        """``{"action": "remove"}``: drain the node (its nsqpy node id in the path)."""
+        self.authorize(request)
+        node = request.match_info["node"]
+        if (await json_body(request)).get("action") != "remove":
+            raise HttpError(400, "INVALID_ACTION")
+        answered = await self._coordinator("/cluster/node/remove", {"remove_node": node})
+        self.ctx.notifier.notify(request, "remove_node", "", node=node)
+        return answered
 
     async def delete_topic(self, request: web.Request) -> web.StreamResponse:
         self.authorize(request)

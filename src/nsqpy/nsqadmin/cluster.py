@@ -13,6 +13,7 @@ upstream client and the pure stats and partitions shapes; never nsqd or lookupd 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -33,7 +34,7 @@ from nsqpy.nsqadmin.stats import (
     producer_from_info,
     producer_from_peer,
 )
-from nsqpy.nsqadmin.upstream import Upstream, UpstreamError
+from nsqpy.nsqadmin.upstream import Upstream, UpstreamError, endpoint
 
 T = TypeVar("T")
 
@@ -275,6 +276,27 @@ class Cluster:
             params = {"topic": topic, "channel": channel}
             await self.post_all(self.lookupd, "/channel/create", params, errors, "nsqlookupd")
             await self.producer_action(topic, "/channel/create", params, errors)
+
+    async def coordinator_action(self, path: str, params: dict[str, str]) -> Json:
+        """A cluster operation (``/topic/create`` with partitions, ``/topic/partition/*``,
+        ``/cluster/node/remove``) on the first lookupd that answers: every cluster lookupd
+        forwards it to the coordinator. A refusal is raised as it came (``status``, ``code``),
+        every lookupd unreachable as AllFailed."""
+        failures = []
+        for address in self.lookupd:
+            try:
+                body = await self.upstream.request("POST", endpoint(address, path, params))
+            except UpstreamError as exc:
+                if exc.status:  # (answered: the coordinator's refusal)
+                    raise
+                failures.append(str(exc))
+                continue
+            try:
+                doc = json.loads(body) if body.strip() else {}
+            except ValueError:
+                doc = {}
+            return doc if isinstance(doc, dict) else {}
+        raise AllFailed("; ".join(failures) or "no nsqlookupd configured")
 
     async def delete_topic(self, topic: str, errors: Errors) -> None:
         await self._delete(topic, "/topic/delete", {"topic": topic}, errors)

@@ -34,6 +34,9 @@ class ClusterState:
     stable: bool = True
     degraded: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    balanced: bool = True
+    moving: dict[str, Json] = field(default_factory=dict)  # "topic/p" -> {from, to, leader}
+    removing: dict[str, int] = field(default_factory=dict)  # node id -> replicas it holds
 
     def address(self, node_id: str) -> str:
         """nsqadmin's name of a live node: ``broadcast_address:http_port`` ("" if unknown)."""
@@ -57,6 +60,9 @@ class ClusterState:
             "stable": self.stable,
             "degraded_partitions": self.degraded,
             "unavailable_partitions": self.unavailable,
+            "balanced": self.balanced,
+            "moving_partitions": self.moving,
+            "removing_nodes": self.removing,
         }
 
 
@@ -96,6 +102,12 @@ def _merge(state: ClusterState, stats: Json, listing: Json) -> None:
             state.nodes.setdefault(entry["id"], entry)
     state.coordinator = state.coordinator or as_str(stats.get("coordinator"))
     state.stable = state.stable and stats.get("stable") is not False
+    state.balanced = state.balanced and stats.get("balanced") is not False
+    for name, move in as_dict(stats.get("moving_partitions")).items():
+        if isinstance(move, dict):
+            state.moving.setdefault(name, move)
+    for node_id, left in as_dict(stats.get("removing_nodes")).items():
+        state.removing.setdefault(node_id, as_int(left))
     for key, into in (("degraded_partitions", state.degraded),
                       ("unavailable_partitions", state.unavailable)):  # fmt: skip
         into.extend(p for p in as_list(stats.get(key)) if isinstance(p, str) and p not in into)

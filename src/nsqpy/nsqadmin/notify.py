@@ -37,6 +37,10 @@ ACTIONS = frozenset(
         "pause_channel",
         "unpause_channel",
         "tombstone_topic_producer",
+        # nsqpy's cluster operations (an nsqpy cluster's lookupd)
+        "expand_topic",
+        "move_topic",
+        "remove_node",
     }
 )
 

@@ -46,6 +46,7 @@ def node_partitions(node: str, raw_topic: Any) -> list[Json] | None:
             "high_watermark": as_int(p.get("high_watermark")),
             "depth": as_int(p.get("depth")),
             "message_count": as_int(p.get("message_count")),
+            "move": as_dict(p.get("move")) or None,
         }
         for p in entries
     ]
@@ -135,4 +136,5 @@ def _row(
         "message_count": base["message_count"] if reported else None,
         "committed_offset": committed,
         "replicas": replicas,
+        "move": base.get("move"),
     }

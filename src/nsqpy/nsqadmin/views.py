@@ -323,7 +323,7 @@ class Views:
             + self.graphs(name)
             + "<h2>Topic message queue</h2>"
             + nodes
-            + (partitions_section(self.links, t["partitions"]) if "partitions" in t else "")
+            + (partitions_section(self.links, t["partitions"], name) if "partitions" in t else "")
             + "<h2>Channel message queues</h2>"
             + channels
         )

@@ -11,7 +11,9 @@ render and stats only.
 
 from __future__ import annotations
 
-from nsqpy.nsqadmin.render import NONE, Links, alert, attrs, commafy, esc, table
+import json
+
+from nsqpy.nsqadmin.render import NONE, Links, alert, attrs, button, commafy, esc, table
 from nsqpy.nsqadmin.stats import Json
 
 NODE_HEADERS = ["Node ID", "Lease", "Leaders", "Replicas"]
@@ -53,8 +55,62 @@ def _lags(links: Links, row: Json) -> str:
     return '<div class="ids">' + ("<br>".join(parts) or NONE) + "</div>"
 
 
-def partitions_section(links: Links, rows: list[Json]) -> str:
-    """The topic page's partitions table (cluster mode)."""
+def action_form(
+    links: Links, url: str, body: dict[str, str], confirm: str, fields: str, label: str,
+    form_id: str = "", name: str = "",
+) -> str:  # fmt: skip
+    """A confirmed cluster operation with fields: the JS sends ``body`` plus the fields'
+    values as JSON to ``url`` (nsqadmin's API), then reloads."""
+    at = attrs(id=form_id or None, class_="cluster-action", data_url=url,
+               data_body=json.dumps(body), data_confirm=confirm, data_name=name or None)  # fmt: skip
+    return f'<form{at}>{fields}<button type="submit" class="btn">{esc(label)}</button></form>'
+
+
+def _select(name: str, options: list[str]) -> str:
+    items = "".join(f"<option{attrs(value=o)}>{esc(o)}</option>" for o in options)
+    return f"<select{attrs(name=name)}>{items}</select>"
+
+
+def _move_actions(links: Links, topic: str, row: Json) -> str:
+    p = str(row["partition"])
+    url = links.to("api", "cluster", "topics", topic)
+    if row.get("move"):
+        m = row["move"]
+        what = "lead" if m.get("leader") else "replica"
+        return f'<span class="badge moving">moving {what} {esc(m.get("from"))} → {esc(m.get("to"))}</span>'
+    lead = button(
+        "Move lead",
+        method="POST",
+        url=url,
+        body={"action": "move", "partition": p, "move_leader": "true"},
+        confirm=f"Move the lead of partition {p} of {topic} to another ISR member?",
+        name="move-lead",
+    )
+    holders = [row["leader"], *(n for n in [*row["isr"], *row["catchup"]] if n != row["leader"])]
+    fields = (
+        _select("move_from", [h for h in holders if h])
+        + f"<input{attrs(name='move_to', placeholder='to: any node', size='14')}>"
+    )
+    replica = action_form(
+        links, url, {"action": "move", "partition": p},
+        f"Move a replica of partition {p} of {topic}?", fields, "Move replica", name="move",
+    )  # fmt: skip
+    return f'<div class="ops">{lead}{replica}</div>'
+
+
+def expand_form(links: Links, topic: str, count: int) -> str:
+    """The topic page's form to grow the partition count."""
+    field = f"<input{attrs(name='partition_num', type='number', min=str(count + 1), max='255', value=str(count + 1))}>"
+    return action_form(
+        links, links.to("api", "cluster", "topics", topic), {"action": "expand"},
+        f"Grow topic {topic} to the partition count given? (It never shrinks.)", field,
+        "Expand partitions", form_id="expand",
+    )  # fmt: skip
+
+
+def partitions_section(links: Links, rows: list[Json], topic: str = "") -> str:
+    """The topic page's partitions table (cluster mode), with the operations on each
+    partition (move its lead or a replica) and on the topic (expand) when ``topic``."""
     body = []
     for row in rows:
         where = {r["id"]: r["node"] for r in row["replicas"]}
@@ -75,6 +131,7 @@ def partitions_section(links: Links, rows: list[Json]) -> str:
                 _offset(row["message_count"]),
                 _offset(row["committed_offset"]),
                 _lags(links, row),
+                *([_move_actions(links, topic, row)] if topic else []),
             ]
         )
     headers = [
@@ -88,8 +145,12 @@ def partitions_section(links: Links, rows: list[Json]) -> str:
         "Messages",
         "Committed Offset",
         "Follower Lag",
+        *(["Operations"] if topic else []),
     ]
-    return f"<h2>Partitions ({len(rows)})</h2>" + table(headers, body, table_id="partitions")
+    expand = expand_form(links, topic, len(rows)) if topic else ""
+    return (
+        f"<h2>Partitions ({len(rows)})</h2>" + table(headers, body, table_id="partitions") + expand
+    )
 
 
 def lease_badge(alive: bool) -> str:
@@ -98,14 +159,48 @@ def lease_badge(alive: bool) -> str:
     return '<span class="badge old">no lease</span>'
 
 
-def node_cells(links: Links, n: Json) -> list[str]:
-    """A node row's cells under ``NODE_HEADERS``."""
-    return [
-        esc(n.get("node_id") or NONE),
+def node_cells(links: Links, n: Json, removing: dict[str, int] | None = None) -> list[str]:
+    """A node row's cells under ``NODE_HEADERS`` (and, with the nodes being drained given,
+    the drain action or state)."""
+    node_id = n.get("node_id") or ""
+    cells = [
+        esc(node_id or NONE),
         lease_badge(bool(n.get("lease"))),
         commafy(n.get("leaders", 0)),
         commafy(n.get("replicas", 0)),
     ]
+    if removing is None:
+        return cells
+    if node_id in removing:
+        state = "drained" if not removing[node_id] else f"draining ({removing[node_id]} left)"
+        return [*cells, f'<span class="badge moving">{esc(state)}</span>']
+    if not node_id or not n.get("lease"):
+        return [*cells, NONE]
+    drain = button(
+        "Drain",
+        method="POST",
+        url=links.to("api", "cluster", "nodes", node_id),
+        body={"action": "remove"},
+        confirm=f"Drain node {node_id}? Every replica it holds moves to other nodes; "
+        "once it is stopped, the cluster forgets it.",
+        danger=True,
+        name="drain",
+    )
+    return [*cells, drain]
+
+
+def create_form(links: Links) -> str:
+    """Create a topic in the cluster with its partitions and replicas."""
+    fields = (
+        f'<input{attrs(name="topic", placeholder="topic", required="required")}>'
+        f'<label>partitions <input{attrs(name="partition_num", type="number", min="1", max="255", value="1")}></label>'
+        f'<label>replicas <input{attrs(name="replicator", type="number", min="1", max="5", value="3")}></label>'
+        f'<label><input{attrs(name="multipart", type="checkbox", checked="checked")}> several per node</label>'
+    )  # fmt: skip
+    return "<h2>Create a topic</h2>" + action_form(
+        links, links.to("api", "cluster", "topics"), {},
+        "Create this topic in the cluster?", fields, "Create", form_id="cluster-create",
+    )  # fmt: skip
 
 
 def cluster_summary(links: Links, summary: Json) -> str:
@@ -124,12 +219,19 @@ def cluster_summary(links: Links, summary: Json) -> str:
     )
     coordinator = summary["coordinator"] or "none (no lookupd holds the lock)"
     state = "stable" if summary["stable"] else "not stable"
+    balance = "balanced" if summary.get("balanced", True) else "not balanced"
     bad = [*summary["unavailable_partitions"], *summary["degraded_partitions"]]
     note = alert("warning", "degraded partitions: " + ", ".join(bad)) if bad else ""
+    moving = summary.get("moving_partitions") or {}
+    if moving:
+        note += alert("info", "moving: " + ", ".join(
+            f"{p} ({'lead' if m.get('leader') else 'replica'} {m.get('from')} → {m.get('to')})"
+            for p, m in sorted(moving.items())))  # fmt: skip
     return (
         '<h2>Cluster</h2><p class="summary" id="coordinator">'
         f'Coordinator: <span class="node-id">{esc(coordinator)}</span> · '
-        f"{commafy(len(summary['live_nodes']))} live nodes · {esc(state)}</p>" + note + lookupds
+        f"{commafy(len(summary['live_nodes']))} live nodes · {esc(state)} · "
+        f'<span id="balance">{esc(balance)}</span></p>' + note + lookupds + create_form(links)
     )
 
 

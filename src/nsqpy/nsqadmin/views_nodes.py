@@ -54,13 +54,13 @@ class ClusterViews(Views):
             if lookupd:
                 row.append(commafy(len(n["remote_addresses"])))
             if cluster is not None:
-                row.extend(node_cells(self.links, n))
+                row.extend(node_cells(self.links, n, cluster.get("removing_nodes") or {}))
             rows.append([*row, f'<div class="wrap">{topics or NONE}</div>'])
         headers = ["Hostname", "Broadcast Address", "TCP Port", "HTTP Port", "Version"]
         if lookupd:
             headers.append("Lookupd Conns")
         if cluster is not None:
-            headers.extend(NODE_HEADERS)
+            headers.extend([*NODE_HEADERS, "Drain"])
         listing = (
             table([*headers, "Topics"], rows, table_id="nodes")
             if rows

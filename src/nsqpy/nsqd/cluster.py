@@ -126,9 +126,28 @@ class BrokerPartitions:
     def release_partition(self, topic: str, number: int) -> None:
         self.broker.release_partition(topic, number)
 
+    def set_retention(self, topic: str, days: int) -> None:
+        found = self.broker.topics.get(topic)
+        if found is not None:
+            found.set_retention(days * 86_400_000 if days else None)
+
+    def grow_topic(self, topic: str, partition_count: int) -> None:
+        found = self.broker.topics.get(topic)
+        if found is not None and found.partition_count < partition_count:
+            self.broker.expand_topic(topic, partition_count, hold=False)
+
 
 class NsqdCluster:
     """One nsqd's part in a cluster (see the module docstring)."""
+
+    def committed_end(self, part: Partition) -> int:
+        """How far a log reader (``/log/read``, Spark) may read a partition held here: to
+        its committed offset when leading, to the leader's committed offset it has when
+        following (nothing a failover could take back is ever read)."""
+        if part.leading:
+            return part.committed_offset
+        fetch = self.replication.fetches.get((part.name, part.number)) if self.replication else None
+        return fetch.readable_offset if fetch is not None else part.log.low_watermark
 
     def __init__(self, host: ClusterHost) -> None:
         self.host = host

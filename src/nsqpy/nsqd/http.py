@@ -28,6 +28,7 @@ from aiohttp.typedefs import Middleware
 
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.health import Health, StorageFailed
+from nsqpy.broker.partition import Partition
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import (
@@ -94,6 +95,12 @@ class NsqdHttpView(HttpHost, Protocol):
         """PUT /config/log_level: apply the new level."""
         ...
 
+    def log_read_end(self, part: Partition) -> int | None:
+        """Where the log-read API stops reading a partition (``nsqd.logread``)."""
+        ...
+
+    def cluster_id(self) -> str: ...
+
     def cluster_info(self) -> dict[str, object]:
         """What /info adds in a cluster (node id, cluster id); {} on a single node."""
         ...
@@ -117,6 +124,7 @@ def make_app(server: NsqdHttpView) -> web.Application:
         ("POST", "/mpub", api.mpub),
         ("POST", "/topic/create", api.topic_create),
         ("POST", "/topic/delete", api.topic_delete),
+        ("POST", "/topic/partition/expand", api.partition_expand),
         ("POST", "/topic/empty", api.topic_empty),
         ("POST", "/topic/pause", api.topic_pause),
         ("POST", "/topic/unpause", api.topic_unpause),
@@ -229,7 +237,11 @@ class HttpApi:
                 topic, bodies, deliver_at, PubFailed, entries=entries, partition=partition,
                 key=key, source=source, trace_id=trace_id,
             )  # fmt: skip
-        except (NotLeader, NotWritable) as exc:  # (cluster mode: youzan's answers)
+        except NotLeader as exc:  # (cluster) the partition named or keyed is led elsewhere
+            if self.server.cluster is None or trace_id:  # (a traced publish is not forwarded)
+                raise HttpError(400, exc.code) from None
+            return await self._forward(topic.name, bodies, defer_ms, args, partition)
+        except NotWritable as exc:  # (cluster mode: youzan's answer)
             raise HttpError(400, exc.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None  # nsqd answers any PutMessage error so
@@ -238,8 +250,9 @@ class HttpApi:
     async def _forward(
         self, topic: str, bodies: list[bytes], defer_ms: int, args: Args, partition: int
     ) -> web.StreamResponse:
-        """A publish of a topic this node leads no partition of (``nsqd.forward``):
-        answered as the leader answered (a partition key picks the partition here)."""
+        """A publish of a topic this node leads no partition of, or of a partition (named,
+        or picked by a partition key) it does not lead (``nsqd.forward``): answered as the
+        leader answered (a partition key picks the partition here)."""
         gate = self.server.cluster
         assert gate is not None
         key = (first(args, "partition_key") or "").encode()
@@ -343,6 +356,14 @@ class HttpApi:
     async def topic_create(self, request: web.Request) -> web.StreamResponse:
         args, name = named_topic_args(request)
         http_extend.create_topic(self.broker, name, args)
+        return v1_empty()
+
+    async def partition_expand(self, request: web.Request) -> web.StreamResponse:
+        if self.server.cluster is not None:  # (etcd's topic: the coordinator grows it)
+            raise HttpError(400, "E_EXPAND_THROUGH_NSQLOOKUPD")
+        topic = self._existing_topic(request, validate=True)
+        http_extend.expand_topic(self.broker, topic, query_args(request))
+        self.server.after_change()
         return v1_empty()
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:

@@ -1,7 +1,8 @@
 """nsqd's HTTP API for partitions, ordered channels and message extensions (youzan's forms).
 
 Owns /topic/create's partition arguments (``partition_num``, ``ordered``, used by
-``nsqd.http``) and three routes of youzan's nsqd:
+``nsqd.http``), /topic/partition/expand's (``partition_num``: never fewer; a single node
+only, a cluster's topics grow through nsqlookupd) and three routes of youzan's nsqd:
 
     POST /pub_ext?topic=T[&partition=P]&ext=<JSON object>   body: the message
         headers also from request headers ``X-Nsqext-<name>: <value>`` (name lower-cased,
@@ -82,6 +83,20 @@ def create_topic(broker: Broker, name: str, args: Args) -> None:
         broker.create_topic(name, *found)
     except PartitionCountMismatch:
         raise HttpError(400, "PARTITION_NUM_MISMATCH") from None
+    except EphemeralPartitions:
+        raise HttpError(400, "INVALID_ARG_EPHEMERAL_PARTITION_NUM") from None
+
+
+def expand_topic(broker: Broker, topic: Topic, args: Args) -> None:
+    """POST /topic/partition/expand: ``partition_num`` 1-255, not below the topic's count
+    (else 400 INVALID_ARG_TOPIC_PARTITION_NUM, or E_PARTITION_NUM_REDUCED)."""
+    count = create_args(args)[0]
+    if count is None:
+        raise HttpError(400, "MISSING_ARG_TOPIC_PARTITION_NUM")
+    if count < topic.partition_count:
+        raise HttpError(400, "E_PARTITION_NUM_REDUCED")
+    try:
+        broker.expand_topic(topic.name, count)
     except EphemeralPartitions:
         raise HttpError(400, "INVALID_ARG_EPHEMERAL_PARTITION_NUM") from None
 

@@ -80,6 +80,7 @@ from nsqpy.storage import MemoryLog, OffsetOutOfRange, PartitionLog, RawBatch
 from nsqpy.storage.records import BATCH, BATCH_SIZE, batch_header, scan_records
 
 if TYPE_CHECKING:
+    from nsqpy.broker.partition import Partition
     from nsqpy.broker.topic import Topic
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -144,6 +145,15 @@ class LogReadHost(Protocol):
     @property
     def http_port(self) -> int: ...
 
+    def log_read_end(self, part: Partition) -> int | None:
+        """In a cluster: where reading a partition held here must stop (its committed data
+        only); None on a single node (its readable end)."""
+        ...
+
+    def cluster_id(self) -> str:
+        """The cluster's id ("" on a single node)."""
+        ...
+
 
 def add_logread_routes(app: web.Application, host: LogReadHost) -> None:
     """Add GET /log/read, /log/watermarks and /log/offset_for_time to nsqd's app."""
@@ -202,23 +212,35 @@ class LogReadApi:
             raise HttpError(400, f"INVALID_ARG_{name.upper()}")
         return value
 
+    def _high(self, topic: Topic, number: int, plog: Log) -> int:
+        part = topic.partition(number)
+        end = self.host.log_read_end(part) if part is not None else None
+        return plog.readable_offset if end is None else min(end, plog.readable_offset)
+
     async def watermarks(self, request: web.Request) -> web.StreamResponse:
         topic = self._topic(request)
+        cluster = self.host.cluster_id()
         parts = [
             {
                 "partition": number,
                 "low": plog.low_watermark,
-                "high": plog.readable_offset,
+                "high": max(plog.low_watermark, self._high(topic, number, plog)),
                 "durable": plog.durable_offset,
+                **({"leader": bool((p := topic.partition(number)) and p.leading)}
+                   if cluster else {}),
             }
             for number, plog in sorted(partition_logs(topic).items())
-        ]
-        return v1_json({"topic": topic.name, "node": self.node, "partitions": parts})
+        ]  # fmt: skip
+        doc = {"topic": topic.name, "node": self.node, "partitions": parts}
+        if cluster:
+            doc["cluster"] = cluster
+        return v1_json(doc)
 
     async def offset_for_time(self, request: web.Request) -> web.StreamResponse:
         topic, number, plog = self._partition(request)
         ts_ms = self._required_uint(request, "ts_ms", MAX_TS_MS)
-        low, high = plog.low_watermark, plog.readable_offset
+        low = plog.low_watermark
+        high = max(low, self._high(topic, number, plog))
         try:
             offset = plog.offset_for_timestamp(ts_ms * 1_000_000)
         except StorageError as exc:
@@ -229,7 +251,7 @@ class LogReadApi:
         return v1_json(doc)
 
     async def read(self, request: web.Request) -> web.StreamResponse:
-        topic, _number, plog = self._partition(request)
+        topic, number, plog = self._partition(request)
         offset = self._required_uint(request, "offset", MAX_OFFSET)
         max_count = self._bound(request, "max_count", DEFAULT_MAX_COUNT, LIMIT_MAX_COUNT)
         max_bytes = self._bound(request, "max_bytes", DEFAULT_MAX_BYTES, LIMIT_MAX_BYTES)
@@ -240,14 +262,17 @@ class LogReadApi:
         fmt = query_arg(request, "format") or FORMATS[0]
         if fmt not in FORMATS:
             raise HttpError(400, "INVALID_ARG_FORMAT")
-        low, high = plog.low_watermark, plog.readable_offset
+        low = plog.low_watermark
+        high = max(low, self._high(topic, number, plog))
         if not low <= offset <= high:
             raise _out_of_range(offset, low, high)
         try:
             if fmt == BATCHES:
                 body, count, nxt = self._batches(plog, offset, high, max_count, max_bytes)
             else:
-                records = plog.read(offset, max_count, max_bytes) if offset < high else []
+                wanted = min(max_count, high - offset)
+                records = plog.read(offset, wanted, max_bytes) if offset < high else []
+                records = [r for r in records if r.offset < high]  # (past a gap: not yet)
                 body, count = encode_columns(records), len(records)
                 nxt = records[-1].offset + 1 if records else offset
         except OffsetOutOfRange as exc:
@@ -273,7 +298,9 @@ class LogReadApi:
         if offset >= high:
             return b"", 0, offset
         raw = plog.read_raw(offset, max_bytes, verify=True)
-        data, count = cut_batches(raw, max_count)
+        if raw.offset >= high:  # (only what lies past a gap, not committed yet)
+            return b"", 0, offset
+        data, count = cut_batches(raw, min(max_count, high - raw.offset))
         return data, count, (raw.offset + count if count else offset)
 
     @staticmethod

@@ -533,6 +533,12 @@ class NsqdServer:
         wanted = list(self.opts.lookupd_tcp_addresses)
         self.lookup.set_addresses(wanted + [a for a in found if a not in wanted])
 
+    def log_read_end(self, part: Partition) -> int | None:
+        return self.cluster.committed_end(part) if self.cluster is not None else None
+
+    def cluster_id(self) -> str:
+        return self.opts.cluster_id if self.cluster is not None else ""
+
     def cluster_info(self) -> dict[str, object]:
         if self.cluster is None:
             return {}

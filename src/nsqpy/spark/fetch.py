@@ -6,15 +6,21 @@ requests (``fetchMaxCount``/``fetchMaxBytes``) of the log's own batches
 returns a record at or past ``end``, and handles offsets that are gone: removed by
 retention (416 below the low watermark), skipped by the log (a quarantined segment) or
 beyond the log's end (the topic was recreated). With ``failOnDataLoss`` those raise
-``DataLoss``; without, they are logged as warnings and skipped. Imports the standard
-library, pyarrow, ``nsqpy.protocol`` and the pure ``nsqpy.spark`` modules; never pyspark.
+``DataLoss``; without, they are logged as warnings and skipped. ``read_cluster_range``
+reads a partition of an nsqpy cluster: when its node stops serving it in the middle (the
+leader died, or handed the lead over and lags the committed offset as a follower), it asks
+lookupd for the partition's leader and goes on from the next offset, for up to the read
+timeout, so a leader change never loses or repeats a record of the range. Imports the
+standard library, pyarrow, ``nsqpy.protocol`` and the pure ``nsqpy.spark`` modules; never
+pyspark.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -45,8 +51,53 @@ def _lost(r: OffsetRange, first: int, last: int, why: str, settings: FetchSettin
     log.warning("%s; skipped (failOnDataLoss=false)", message)
 
 
-def read_range(r: OffsetRange, settings: FetchSettings) -> Iterator[pa.RecordBatch]:
-    """The records of ``r`` as Arrow batches of the source schema, in offset order."""
+class Behind(Exception):
+    """The node asked does not have the range's records (any more, or yet): a cluster
+    partition's leader has changed."""
+
+
+RETRY_S = 0.5
+
+
+def read_cluster_range(
+    r: OffsetRange, settings: FetchSettings, lookupd: Sequence[str]
+) -> Iterator[pa.RecordBatch]:
+    """``read_range`` of a cluster partition, following its leader (module docstring)."""
+    deadline = time.monotonic() + settings.timeout
+    part = r
+    while True:
+        try:
+            for batch in read_range(part, settings, cluster=True):
+                part = replace(part, start=int(batch.column("offset")[-1].as_py()) + 1)
+                yield batch
+            return
+        except (Behind, NsqHttpError) as exc:
+            if isinstance(exc, NsqHttpError) and exc.status not in (0, 404, 503):
+                raise
+            if time.monotonic() >= deadline:
+                raise DataLoss(f"{r.topic}/{r.partition}: no node served offsets from "
+                               f"{part.start} within {settings.timeout}s ({exc})") from exc  # fmt: skip
+            log.info("%s/%d: %s (%s); asking lookupd for its leader", r.topic, r.partition,
+                     part.address, exc)  # fmt: skip
+            time.sleep(RETRY_S)
+            try:
+                found = [a for lk in lookupd for a in _leader(lk, r, settings)]
+            except NsqHttpError:
+                found = []
+            if found:
+                part = replace(part, address=found[0])
+
+
+def _leader(lookupd: str, r: OffsetRange, settings: FetchSettings) -> list[str]:
+    with NsqdHttp(lookupd, settings.timeout) as conn:
+        return conn.lookup(r.topic, r.partition)
+
+
+def read_range(
+    r: OffsetRange, settings: FetchSettings, *, cluster: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` as Arrow batches of the source schema, in offset order
+    (``cluster``: Behind, not data loss, when the node does not have them)."""
     with NsqdHttp(r.address, settings.timeout) as conn:
         offset = r.start
         if offset == EARLIEST:
@@ -61,6 +112,8 @@ def read_range(r: OffsetRange, settings: FetchSettings) -> Iterator[pa.RecordBat
                 if exc.code != "OFFSET_OUT_OF_RANGE" or not isinstance(exc.doc, dict):
                     raise
                 low, high = int(exc.doc.get("low", 0)), int(exc.doc.get("high", 0))
+                if offset > high and cluster:
+                    raise Behind(f"its committed end is {high}") from None
                 if offset > high:
                     _lost(r, offset, r.end - 1, f"are past the log's end {high}", settings)
                     return
@@ -68,6 +121,8 @@ def read_range(r: OffsetRange, settings: FetchSettings) -> Iterator[pa.RecordBat
                 offset = low
                 continue
             chunk = decode_batches(reply.body)
+            if chunk.count == 0 and cluster:
+                raise Behind(f"its committed end is {reply.high}")
             if chunk.count == 0:
                 _lost(r, offset, r.end - 1, f"are past the log's end {reply.high}", settings)
                 return

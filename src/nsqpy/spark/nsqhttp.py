@@ -42,11 +42,18 @@ class NsqHttpError(NsqError):
         self.doc = doc
 
 
+CLUSTER_NODE = "cluster:"  # the node of a cluster's partitions: "cluster:<cluster-id>"
+
+
 @dataclass(frozen=True)
 class Watermarks:
     """One partition's offsets on one nsqd: readable range [low, high), fsynced below durable.
 
-    ``node`` names that nsqd as nsqlookupd does (``broadcast_address:http_port``).
+    ``node`` names that nsqd as nsqlookupd does (``broadcast_address:http_port``); for a
+    partition of an nsqpy cluster, where every replica has the same offsets, it names the
+    cluster (``cluster:<cluster-id>``), so offsets kept by a query stay good when another
+    node takes the lead. ``leader``: whether this nsqd leads it (always on a single node);
+    a cluster's partitions are read from their leader, up to its committed offset.
     """
 
     partition: int
@@ -54,6 +61,7 @@ class Watermarks:
     high: int
     durable: int
     node: str = ""
+    leader: bool = True
 
 
 @dataclass(frozen=True)
@@ -145,10 +153,18 @@ class NsqdHttp:
         node = doc.get("node")
         if not isinstance(node, str) or not node or "/" in node:
             node = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        cluster = doc.get("cluster")
+        if isinstance(cluster, str) and cluster and "/" not in cluster:
+            node = f"{CLUSTER_NODE}{cluster}"
         try:
             return [
                 Watermarks(
-                    int(p["partition"]), int(p["low"]), int(p["high"]), int(p["durable"]), node
+                    int(p["partition"]),
+                    int(p["low"]),
+                    int(p["high"]),
+                    int(p["durable"]),
+                    node,
+                    p.get("leader", True) is not False,
                 )
                 for p in doc["partitions"]
             ]
@@ -236,9 +252,13 @@ class NsqdHttp:
 
     # -- nsqlookupd ----------------------------------------------------------------------
 
-    def lookup(self, topic: str) -> list[str]:
-        """nsqlookupd: the HTTP addresses of the nsqd that have ``topic`` ([] when none)."""
-        status, doc = self._json("/lookup", {"topic": topic})
+    def lookup(self, topic: str, partition: int | None = None) -> list[str]:
+        """nsqlookupd: the HTTP addresses of the nsqd that have ``topic`` ([] when none);
+        with ``partition``, of a cluster lookupd, the one leading it."""
+        query: dict[str, Any] = {"topic": topic}
+        if partition is not None:
+            query["partition"] = partition
+        status, doc = self._json("/lookup", query)
         if status == 404:
             return []
         if status != 200 or not isinstance(doc, dict):

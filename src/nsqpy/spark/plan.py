@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from nsqpy.errors import ConfigError, NsqError
-from nsqpy.spark.nsqhttp import NsqdHttp, lookup_nsqd
+from nsqpy.spark.nsqhttp import CLUSTER_NODE, NsqdHttp, NsqHttpError, lookup_nsqd
 from nsqpy.spark.options import (
     EARLIEST,
     LATEST,
@@ -78,20 +78,31 @@ def discover(opts: SourceOptions, *, batch: bool) -> dict[PartitionKey, Partitio
 
     A batch read fails with TopicNotFound for a topic no nsqd has; a stream waits for it.
     Two addresses answering as the same node (one nsqd given twice) is a configuration
-    error: its partitions would be read twice.
+    error: its partitions would be read twice. In an nsqpy cluster every partition is
+    read from its leader (lookupd lists the leaders), keyed by the cluster, not the node.
     """
     out: dict[PartitionKey, PartitionInfo] = {}
     for topic in opts.topics:
         addresses = list(opts.nsqd) or lookup_nsqd(opts.lookupd, topic, opts.timeout)
         found = False
         for address in addresses:
-            with NsqdHttp(address, opts.timeout) as conn:
-                marks = conn.watermarks(topic)
+            try:
+                with NsqdHttp(address, opts.timeout) as conn:
+                    marks = conn.watermarks(topic)
+            except NsqHttpError as exc:
+                if batch or exc.status:
+                    raise
+                # a stream goes on without it: its partitions keep their offsets until a
+                # node answers for them again (in a cluster, a new leader within seconds)
+                log.warning("nsq source: %s did not answer (%s); its partitions wait", address, exc)
+                continue
             if marks is None:
                 continue
             found = True
             for m in marks:
                 key = (topic, m.node, m.partition)
+                if not m.leader:  # (a cluster replica led elsewhere: its leader is asked)
+                    continue
                 if key in out:
                     raise ConfigError(
                         f"{address} and {out[key].address} are the same nsqd ({m.node}): "
@@ -210,6 +221,10 @@ class StreamPlanner:
             if s is None:  # a partition that appeared: Kafka reads new partitions from earliest
                 s = info.low
                 end[key] = s
+            elif s > info.high and info.node.startswith(CLUSTER_NODE):
+                # a new leader that has not learnt the last committed offset yet (a
+                # failover): its committed offset only grows, wait for it
+                continue
             elif s > info.high:
                 self._went_back(key, s, info)
                 s = end[key] = info.low

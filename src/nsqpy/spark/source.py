@@ -62,7 +62,8 @@ def read_partition(partition: InputPartition, opts: SourceOptions) -> Iterator[p
     """The Arrow batches of one planned partition (an ``OffsetRange``), in offset order."""
     # Imported here: only tasks read (numpy and the decoder stay out of the driver's
     # planning process, which starts for every streaming query).
-    from nsqpy.spark.fetch import FetchSettings, read_range
+    from nsqpy.spark.fetch import FetchSettings, read_cluster_range, read_range
+    from nsqpy.spark.nsqhttp import CLUSTER_NODE
 
     r = partition.value
     if r is None:  # Spark plans one empty partition when a read has nothing to read
@@ -74,6 +75,8 @@ def read_partition(partition: InputPartition, opts: SourceOptions) -> Iterator[p
         max_bytes=opts.fetch_max_bytes,
         timeout=opts.timeout,
     )
+    if r.node.startswith(CLUSTER_NODE) and opts.lookupd:
+        return read_cluster_range(r, settings, opts.lookupd)
     return read_range(r, settings)
 
 

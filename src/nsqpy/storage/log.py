@@ -783,6 +783,10 @@ class PartitionLog:
                 self._gaps = None
             return self._segments[0].base
 
+    def set_retention(self, retention_ms: int) -> None:
+        """Keep confirmed records this long from now on (0: as long as the size allows)."""
+        self._retention_ms = retention_ms
+
     def _retention_allows(self, seg: Segment, total: int, now_ns: int) -> bool:
         if not self._retention_ms and not self._retention_bytes:
             return True

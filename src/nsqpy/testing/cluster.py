@@ -264,6 +264,11 @@ class LocalCluster:
             self.nodes[i].kill()
         self.nodes[i] = self._nsqd(i).start(timeout)
 
+    def stop_nsqd(self, i: int, timeout: float = START_TIMEOUT) -> int:
+        """SIGTERM nsqd ``i`` and wait for it (it leaves the cluster at once); its exit
+        status. ``restart_nsqd`` starts it again."""
+        return self.nodes[i].stop(timeout)
+
     def kill_lookupd(self, i: int) -> None:
         self.lookupds[i].kill()
 

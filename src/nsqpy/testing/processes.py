@@ -189,7 +189,9 @@ class DaemonProcess:
             return self.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise
+            raise TimeoutError(
+                f"{self.program} did not stop within {timeout}s of SIGTERM: {self.log_lines[-30:]}"
+            ) from None
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -16,6 +16,7 @@ def test_layout() -> None:
     assert K.lookupd("l1") == "/nsqpy/prod/lookupds/l1"
     assert K.lookupds_prefix == "/nsqpy/prod/lookupds/"
     assert K.coordinator == "/nsqpy/prod/coordinator"
+    assert K.removing("n1") == "/nsqpy/prod/removing/n1"
     assert K.topics_prefix == "/nsqpy/prod/topics/"
     assert K.topic_prefix("orders") == "/nsqpy/prod/topics/orders/"
     assert K.topic_meta("orders") == "/nsqpy/prod/topics/orders/meta"
@@ -30,6 +31,7 @@ def test_parse_inverts_every_builder() -> None:
     assert K.parse(K.node("n1")) == ("node", "n1")
     assert K.parse(K.lookupd("l-2")) == ("lookupd", "l-2")
     assert K.parse(K.coordinator) == ("coordinator",)
+    assert K.parse(K.removing("n1")) == ("removing", "n1")
     assert K.parse(K.topic_meta("a.b_c-d#ephemeral")) == ("meta", "a.b_c-d#ephemeral")
     assert K.parse(K.replicas("t", 254)) == ("replicas", "t", 254)
     assert K.parse(K.leader_session("t", 0)) == ("leader_session", "t", 0)
@@ -53,6 +55,8 @@ def test_parse_inverts_every_builder() -> None:
         "/nsqpy/prod/topics/t/0/replica",
         "/nsqpy/prod/topics//meta",
         "/nsqpy/prod/coordinator/x",
+        "/nsqpy/prod/removing/",
+        "/nsqpy/prod/removing/a/b",
         "/nsqpy/prod/unknown",
         "",
     ],

@@ -12,6 +12,7 @@ from nsqpy.cluster.model import (
     CoordinatorInfo,
     Load,
     LookupdInfo,
+    Move,
     NodeInfo,
     Replicas,
     Snapshot,
@@ -30,7 +31,8 @@ NODE = NodeInfo(
 META = TopicMeta(partition_num=4, replicator=2, syncdisk=100, retention_days=3, ordered=True,
                  ext=True, multipart=True, created_ns=99)  # fmt: skip
 REPLICAS = Replicas(leader="n2", isr=("n2", "n1"), catchup=("n3",), epoch=7, leader_epoch=3)
-RECORDS: list[Any] = [NODE, META, REPLICAS, LookupdInfo("l1", "10.0.0.9", 4160, 4161),
+MOVING = Replicas(leader="n2", isr=("n2",), epoch=2, leader_epoch=1, move=Move("n2", "n5"))
+RECORDS: list[Any] = [NODE, META, REPLICAS, MOVING, LookupdInfo("l1", "10.0.0.9", 4160, 4161),
                       CoordinatorInfo("l1", "10.0.0.9:4161")]  # fmt: skip
 
 
@@ -46,6 +48,7 @@ def test_golden_bytes() -> None:
     assert json.loads(NODE.to_json())["lagging"] == {"orders/0": [3, ["n2"]]}
     assert json.loads(NODE.to_json())["failing"] == {"orders/0": 3}
     assert CoordinatorInfo("l1", "h:1").to_json() == b'{"http_address":"h:1","id":"l1"}'
+    assert json.loads(MOVING.to_json())["move"] == {"from": "n2", "to": "n5", "leader": False}
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -115,6 +118,23 @@ def test_node_ends_and_snapshot_helpers() -> None:
             "twice",
         ),
         (Replicas, b'{"leader":"a","isr":["a","a"],"epoch":1,"leader_epoch":1}', "twice"),
+        (Replicas, b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1,"move":1}', "'move'"),
+        (
+            Replicas,
+            b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1,"move":{"from":"a"}}',
+            "'to'",
+        ),
+        (
+            Replicas,
+            b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1,'
+            b'"move":{"from":"a","to":"b","leader":"yes"}}',
+            "'leader'",
+        ),
+        (
+            Replicas,
+            b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1,"move":{"from":"a","to":"a"}}',
+            "same node",
+        ),
         (TopicMeta, b'{"replicator":1}', "'partition_num'"),
         (TopicMeta, b'{"partition_num":0,"replicator":1}', "'partition_num'"),
         (TopicMeta, b'{"partition_num":1,"replicator":0}', "'replicator'"),

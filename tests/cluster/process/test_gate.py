@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import zlib
 
 from nsqpy.nsqd.gate import FORWARD_AGENT
 from nsqpy.testing import consume, dpub, http_request, identify, mpub, pub, wait_for
@@ -90,6 +91,15 @@ def test_a_partitioned_pub_goes_to_that_partitions_leader(
     assert client.read_frame() == (0, b"OK")
     held = stats_partitions(shared, led[target], topic_name)
     assert held[target]["message_count"] == 1
+    assert stats_partitions(shared, first_node, topic_name)[0]["message_count"] == 0
+    # over HTTP on the same node: a partition named, and a key hashing to it
+    key = next(k for k in (f"k{i}" for i in range(100)) if zlib.crc32(k.encode()) % 3 == target)
+    at = f"http://{shared.nsqd_http(first_node)}"
+    for query in (f"partition={target}", f"partition_key={key}"):
+        status, answer, _ = http_request("POST", f"{at}/pub?topic={topic_name}&{query}", b"y")
+        assert (status, answer) == (200, b"OK"), query
+    held = stats_partitions(shared, led[target], topic_name)
+    assert held[target]["message_count"] == 3
     assert stats_partitions(shared, first_node, topic_name)[0]["message_count"] == 0
 
 

@@ -15,87 +15,15 @@ consumed (duplicates allowed: at least once).
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
 
-from nsqpy.client import Consumer, Message
-from nsqpy.testing import WireClient, mpub
-from nsqpy.testing.cluster import LocalCluster
-
 from .conftest import OwnCluster, create, leaders
+from .traffic import Consuming, Producer
 
 ROUNDS = 20
 TOPIC = "rounds"
-
-
-class Producer(threading.Thread):
-    """MPUBs of 5 unique bodies, one after another, to any live nsqd."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        super().__init__(daemon=True)
-        self.cluster = cluster
-        self.stop = threading.Event()
-        self.acked: set[bytes] = set()
-        self.sent: set[bytes] = set()
-        self.refused: list[tuple[int, bytes]] = []
-        self.reconnects: list[str] = []  # why the producer connected again
-
-    def run(self) -> None:
-        n, node, client = 0, 0, None
-        while not self.stop.is_set():
-            if client is None:
-                node = (node + 1) % 3
-                try:
-                    client = WireClient(self.cluster.nodes[node].ports["TCP"], timeout=20)
-                    client.send(b"  V2")
-                except (OSError, KeyError):
-                    client = None
-                    time.sleep(0.05)
-                    continue
-            bodies = [b"r%07d" % (n + j) for j in range(5)]
-            n += 5
-            self.sent.update(bodies)
-            try:
-                client.send(mpub(TOPIC, bodies))
-                answer = client.read_frame()
-            except OSError as exc:  # (ConnectionError: its node was killed)
-                client.close()
-                client = None
-                self.reconnects.append(f"nsqd {node}: {type(exc).__name__}")
-                continue
-            if answer == (0, b"OK"):
-                self.acked.update(bodies)
-            else:
-                self.refused.append(answer)
-            time.sleep(0.002)
-        if client is not None:
-            client.close()
-
-
-class Consuming(threading.Thread):
-    """nsqpy's Consumer through lookupd, on an event loop of its own."""
-
-    def __init__(self, lookupds: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.lookupds = lookupds
-        self.got: set[bytes] = set()
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        asyncio.run(self._consume())
-
-    async def _consume(self) -> None:
-        async def handler(message: Message) -> None:
-            self.got.add(message.body)
-
-        async with Consumer(
-            TOPIC, "rounds", handler, lookupd_http_addresses=self.lookupds, max_in_flight=200
-        ):
-            while not self.stop.is_set():
-                await asyncio.sleep(0.1)
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
@@ -109,7 +37,7 @@ def test_twenty_leader_faults_lose_no_acknowledged_message(
         return all(len(p["isr"]) == 3 for p in cluster.partitions(TOPIC).values())
 
     cluster.wait_for(full_isr, 20, "three ISR members per partition")
-    producer, consumer = Producer(cluster), Consuming(cluster.lookupd_https())
+    producer, consumer = Producer(cluster, TOPIC), Consuming(cluster.lookupd_https(), TOPIC)
     consumer.start()
     producer.start()
     started = time.monotonic()

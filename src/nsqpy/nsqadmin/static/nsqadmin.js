@@ -68,6 +68,30 @@
       .catch(function (e) { btn.disabled = false; showMessage("error", "Action failed: " + e); });
   });
 
+  // Cluster operations with fields (expand, move a replica, create with partitions): the
+  // form's fixed data-body plus its named fields, as JSON, to its data-url.
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    if (!form.classList || !form.classList.contains("cluster-action")) return;
+    ev.preventDefault();
+    var body = {};
+    try { body = JSON.parse(form.getAttribute("data-body") || "{}"); } catch (e) { body = {}; }
+    Array.prototype.forEach.call(form.elements, function (el) {
+      if (!el.name) return;
+      if (el.type === "checkbox") { body[el.name] = el.checked; return; }
+      var value = String(el.value).trim();
+      if (value !== "") body[el.name] = value;
+    });
+    if (!window.confirm(form.getAttribute("data-confirm") || "Are you sure?")) return;
+    var submit = form.querySelector("button[type='submit']");
+    if (submit) submit.disabled = true;
+    var after = body.topic && form.id === "cluster-create"
+      ? BASE + "/topics/" + encodeURIComponent(body.topic) : null;
+    callApi("POST", form.getAttribute("data-url"), JSON.stringify(body))
+      .then(function (r) { if (submit) submit.disabled = false; afterAction(r, after); })
+      .catch(function (e) { if (submit) submit.disabled = false; showMessage("error", "Action failed: " + e); });
+  });
+
   function setupCreateForm() {
     var form = document.getElementById("create");
     if (!form) return;

@@ -1,0 +1,183 @@
+"""Planned moves (an operator's move, a drain, the rebalancer) in the pure decisions, on
+hand-made snapshots and with a minimal data plane that lets catch-up members catch up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from nsqpy.cluster.decisions import MAX_MOVES, imbalance, plan, rebalance
+from nsqpy.cluster.model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from nsqpy.cluster.placement import place_topic
+
+S = 1_000_000_000
+REPAIR, EMERGENCY = 600 * S, 10 * S
+NOW = 10_000 * S
+END = 10
+
+
+def node(node_id: str) -> NodeInfo:
+    return NodeInfo(node_id, node_id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "t", 0)
+
+
+def snap(nodes: list[str], parts: dict[int, Replicas], replicator: int = 3,
+         removing: frozenset[str] = frozenset()) -> Snapshot:  # fmt: skip
+    return Snapshot(
+        nodes={n: node(n) for n in nodes},
+        topics={"t": TopicMeta(partition_num=len(parts), replicator=replicator, multipart=True)},
+        replicas={("t", p): Versioned(r, 100 + p) for p, r in parts.items()},
+        revision=200,
+        removing=removing,
+    )
+
+
+def step(s: Snapshot) -> tuple[Snapshot, list[Change]]:
+    """One reconcile round applied, then the data plane: every holder has the whole log in
+    the current leader epoch, and each leader reports its catch-up members caught up."""
+    changes = plan(s, NOW, {}, REPAIR, EMERGENCY).changes
+    replicas = dict(s.replicas)
+    for c in changes:
+        replicas[(c.topic, c.partition)] = Versioned(c.new, s.revision + 1)
+    return caught_up(replace(s, replicas=replicas, revision=s.revision + 1)), changes
+
+
+def caught_up(s: Snapshot) -> Snapshot:
+    nodes = dict(s.nodes)
+    for (topic, p), v in s.replicas.items():
+        r = v.value
+        for n in r.holders:
+            if n in nodes:
+                ends = {**nodes[n].ends, f"{topic}/{p}": (r.leader_epoch, END)}
+                nodes[n] = replace(nodes[n], ends=ends)
+        if r.leader in nodes and r.catchup:
+            ups = {**nodes[r.leader].caught_up, f"{topic}/{p}": (r.leader_epoch, r.catchup)}
+            nodes[r.leader] = replace(nodes[r.leader], caught_up=ups)
+    return replace(s, nodes=nodes)
+
+
+def settle(s: Snapshot, *, rebalancing: bool = False, rounds: int = 60) -> Snapshot:
+    """Rounds until nothing changes (with ``rebalancing``, then rebalance moves too)."""
+    s = caught_up(s)
+    for _ in range(rounds):
+        s, changes = step(s)
+        if changes:
+            continue
+        move = rebalance(s) if rebalancing else None
+        if move is None:
+            return s
+        replicas = {**s.replicas, (move.topic, move.partition): Versioned(move.new, s.revision + 1)}
+        s = replace(s, replicas=replicas, revision=s.revision + 1)
+    raise AssertionError("did not settle")
+
+
+def only(s: Snapshot, p: int = 0) -> Replicas:
+    return s.replicas[("t", p)].value
+
+
+def test_a_replica_move_copies_joins_hands_over_the_lead_then_the_source_leaves() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2, move=Move("a", "d"))
+    s = caught_up(snap(["a", "b", "c", "d"], {0: r}))
+    s, [c1] = step(s)
+    assert c1.new == replace(r, catchup=("d",), epoch=5)  # d copies; 4 holders meanwhile
+    s, [c2] = step(s)
+    # d joined the ISR (the leader said it caught up) and takes the lead from a at once
+    assert c2.new.leader == "d" and c2.new.leader_epoch == 3
+    assert set(c2.new.isr) == {"a", "b", "c", "d"} and c2.new.move == Move("a", "d")
+    s, [c3] = step(s)
+    assert c3.new == Replicas("d", ("d", "b", "c"), (), epoch=7, leader_epoch=3)
+    assert "done" in c3.reason
+    assert step(s)[1] == []
+
+
+def test_a_follower_replica_move_never_changes_the_leader() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=1, leader_epoch=1, move=Move("b", "d"))
+    s = settle(snap(["a", "b", "c", "d"], {0: r}))
+    assert only(s) == Replicas("a", ("a", "c", "d"), (), epoch=only(s).epoch, leader_epoch=1)
+
+
+def test_a_lead_move_hands_the_lead_over_in_one_round_and_keeps_the_old_leader_in_sync() -> None:
+    r = Replicas("a", ("a", "b", "c"), (), epoch=4, leader_epoch=2,
+                 move=Move("a", "c", leader_only=True))  # fmt: skip
+    _, [c] = step(caught_up(snap(["a", "b", "c"], {0: r})))
+    assert c.new == Replicas("c", ("c", "a", "b"), (), epoch=5, leader_epoch=3)
+
+
+def test_moves_to_a_dead_node_or_out_of_the_isr_are_cancelled() -> None:
+    dead = Replicas("a", ("a", "b"), (), move=Move("a", "z"))
+    lead = Replicas("a", ("a", "b"), ("c",), move=Move("a", "c", leader_only=True))
+    _, changes = step(snap(["a", "b", "c"], {0: dead, 1: lead}, replicator=2))  # c copying
+    by_p = {c.partition: c for c in changes}
+    assert by_p[0].new.move is None and "cancelled" in by_p[0].reason
+    assert by_p[1].new.move is None and "cancelled" in by_p[1].reason
+    assert by_p[1].new.leader == "a"
+
+
+def test_a_cancelled_move_leaves_no_extra_replica_behind() -> None:
+    r = Replicas("a", ("a", "b"), ("d",), move=Move("a", "d"))
+    s = settle(replace(snap(["a", "b", "d"], {0: r}, replicator=2)))
+    assert len(only(s).holders) == 2 and only(s).move is None
+    s = settle(snap(["a", "b"], {0: r}, replicator=2))  # d died: cancelled, trimmed
+    assert only(s).holders == ("a", "b") and only(s).move is None
+
+
+def test_a_drained_node_ends_up_holding_nothing_and_spares_never_pick_it() -> None:
+    parts = {p: Replicas("a", ("a", "b"), ()) for p in range(6)}
+    s = settle(snap(["a", "b", "c", "d"], parts, replicator=2, removing=frozenset({"a"})))
+    _, held = s.counts()
+    assert not held.get("a") and all(len(only(s, p).holders) == 2 for p in range(6))
+    even = {0: Replicas("b", ("b", "c"), ()), 1: Replicas("c", ("c", "b"), ())}
+    assert imbalance(snap(["a", "b", "c"], even, replicator=2)) is not None  # a is empty
+    drained = snap(["a", "b", "c"], even, replicator=2, removing=frozenset({"a"}))
+    assert imbalance(drained) is None  # a drained node does not count
+    assert all(only(s, p).leader != "a" for p in range(6))
+    # and no placement picks it
+    meta = TopicMeta(partition_num=4, replicator=2, multipart=True)
+    assert all("a" not in r.holders for r in place_topic("u", meta, s))
+
+
+def test_a_drain_moves_at_most_max_moves_partitions_at_once() -> None:
+    parts = {p: Replicas("b", ("b", "a"), ()) for p in range(MAX_MOVES + 3)}
+    s = caught_up(snap(["a", "b", "c"], parts, replicator=2, removing=frozenset({"a"})))
+    s, changes = step(s)
+    assert len(changes) == MAX_MOVES and len(s.moving) == MAX_MOVES
+
+
+def test_a_drained_node_that_is_gone_is_replaced_without_the_repair_delay() -> None:
+    r = Replicas("b", ("b", "a"), ())
+    s = settle(snap(["b", "c"], {0: r}, replicator=2, removing=frozenset({"a"})))
+    assert set(only(s).holders) == {"b", "c"}
+
+
+def test_the_rebalancer_evens_out_a_cluster_with_every_leader_on_one_node() -> None:
+    parts = {p: Replicas("a", ("a", "b", "c"), ()) for p in range(6)}
+    s = snap(["a", "b", "c"], parts)
+    assert imbalance(s) is not None
+    s = settle(s, rebalancing=True)
+    leaders, _ = s.counts()
+    assert sorted(leaders.values()) == [2, 2, 2] and imbalance(s) is None
+
+
+def test_the_rebalancer_moves_replicas_to_an_empty_new_node_one_at_a_time() -> None:
+    parts = {p: Replicas(lead, tuple(sorted({lead, "a", "b"})) if lead != "c" else ("c", "a"), ())
+             for p, lead in enumerate("abcabc")}  # fmt: skip
+    s = snap(["a", "b", "c", "d"], parts, replicator=2)
+    first = rebalance(caught_up(s))
+    assert first is not None and first.new.move is not None and first.new.move.target == "d"
+    s = settle(s, rebalancing=True)
+    _, held = s.counts()
+    assert max(held.values()) - min(held[n] for n in "abcd") <= 1 and imbalance(s) is None
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        {0: Replicas("a", ("a", "b"), ("c",))},  # degraded (catch-up)
+        {0: Replicas("a", ("a", "b"), (), move=Move("a", "c", leader_only=True))},  # moving
+    ],
+)
+def test_no_rebalancing_while_degraded_or_moving(parts: dict[int, Replicas]) -> None:
+    uneven = {**parts, 1: Replicas("a", ("a", "b"), ()), 2: Replicas("a", ("a", "b"), ())}
+    s = snap(["a", "b", "c"], uneven, replicator=2)
+    assert imbalance(s) is not None and rebalance(s) is None
+    assert rebalance(replace(s, removing=frozenset({"x"}))) is None

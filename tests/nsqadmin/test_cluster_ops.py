@@ -1,0 +1,173 @@
+"""nsqadmin's cluster operations over a real nsqpy cluster of its own (etcd, two nsqlookupd,
+three nsqd): create a topic with partitions and replicas, expand it, move a partition's lead
+and a replica, drain a node. Through the JSON API (each refusal of the coordinator comes
+back with its status and code) and clicked in headless Chromium, with screenshots kept.
+The cluster's own answers (lookupd's ``/lookup?metainfo``, ``/cluster/stats``) are the
+ground truth each step is checked against."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page
+
+from nsqpy.testing.cluster import LocalCluster
+
+from .helpers import AdminProgram, MakeAdmin, unique
+from .test_browser import CHROMIUM, Dialogs, Ui, click_confirmed, open_page
+from .test_cluster import cluster_shots  # noqa: F401  (the screenshots folder fixture)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path_factory.mktemp("nsqadmin-ops"), nodes=3, lookupds=2) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def ops_ui() -> Iterator[Ui]:
+    assert Path(CHROMIUM).exists(), "Debian's chromium is needed (scripts/install-system-deps)"
+    browser = Ui()
+    yield browser
+    browser.close()
+
+
+def settled(cluster: LocalCluster, topic: str, count: int, replicas: int) -> bool:
+    found = cluster.partitions(topic)
+    return len(found) == count and all(
+        len(p["isr"]) == replicas and not p["catchup"] and "move" not in p for p in found.values()
+    )
+
+
+def holders(info: dict[str, Any]) -> set[str]:
+    return set(info["isr"]) | set(info["catchup"])
+
+
+async def test_the_api_creates_expands_and_moves_through_the_coordinator(
+    cluster: LocalCluster, make_admin: MakeAdmin
+) -> None:
+    admin = await make_admin(lookupd_http_addresses=cluster.lookupd_https())
+    topic = unique("api")
+    body = {"topic": topic, "partition_num": 2, "replicator": "2", "multipart": True}
+    assert await admin.post("/api/cluster/topics", body) == (200, {"message": ""})
+    cluster.wait_for(lambda: settled(cluster, topic, 2, 2), 20, "created")
+    assert await admin.post(f"/api/cluster/topics/{topic}",
+                            {"action": "expand", "partition_num": 3}) == (200, {"message": ""})  # fmt: skip
+    cluster.wait_for(lambda: settled(cluster, topic, 3, 2), 20, "expanded")
+    info = cluster.partitions(topic)[0]
+    follower = next(n for n in info["isr"] if n != info["id"])
+    status, doc = await admin.post(
+        f"/api/cluster/topics/{topic}", {"action": "move", "partition": 0, "move_leader": True}
+    )
+    assert status == 200 and doc["move"] == {"from": info["id"], "to": follower, "leader": True}
+    cluster.wait_for(lambda: cluster.partitions(topic)[0]["id"] == follower, 10, "lead moved")
+    # the coordinator's refusals, with their status and code
+    refused = {
+        ("expand", 2): (500, "E_PARTITION_NUM_REDUCED"),
+        ("move", 7): (400, "INVALID_ARG_TOPIC_PARTITION_NUM"),
+    }
+    for (action, value), (code_status, code) in refused.items():
+        arg = "partition_num" if action == "expand" else "partition"
+        got = await admin.post(f"/api/cluster/topics/{topic}", {"action": action, arg: value})
+        assert got == (code_status, {"message": code}), (action, got)
+    assert await admin.post(f"/api/cluster/topics/{topic}", {"action": "shrink"}) == (
+        400, {"message": "INVALID_ACTION"})  # fmt: skip
+    assert await admin.post(f"/api/cluster/topics/{topic}", {"action": "expand"}) == (
+        400, {"message": "MISSING_ARG_PARTITION_NUM"})  # fmt: skip
+    assert await admin.post("/api/cluster/nodes/nobody", {"action": "remove"}) == (
+        400, {"message": "E_NODE_NOT_FOUND"})  # fmt: skip
+    # nsqadmin given nsqd addresses only cannot reach a coordinator
+    direct = await make_admin(nsqd_http_addresses=[cluster.nsqd_http(0)])
+    assert await direct.post(f"/api/cluster/topics/{topic}",
+                             {"action": "expand", "partition_num": 4}) == (
+        400, {"message": "E_NO_LOOKUPD"})  # fmt: skip
+
+
+def test_browser_creates_expands_moves_and_drains(
+    ops_ui: Ui,
+    cluster: LocalCluster,
+    cluster_shots: Path,  # noqa: F811
+) -> None:
+    topic = unique("ui")
+    args = [f"--lookupd-http-address={a}" for a in cluster.lookupd_https()]
+    program = AdminProgram(*args)
+
+    def steps(page: Page, dialogs: Dialogs) -> None:
+        open_page(page, f"{program.url}/nodes")
+        form = "form#cluster-create"
+        page.fill(f"{form} input[name='topic']", topic)
+        page.fill(f"{form} input[name='partition_num']", "2")
+        page.fill(f"{form} input[name='replicator']", "2")
+        with page.expect_navigation():
+            page.click(f"{form} button[type='submit']")
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.url.endswith(f"/topics/{topic}")
+        cluster.wait_for(lambda: settled(cluster, topic, 2, 2), 20, "created")
+        open_page(page, f"{program.url}/topics/{topic}")
+        assert page.locator("#partitions tbody tr").count() == 2
+        page.screenshot(path=str(cluster_shots / "ops-created.png"), full_page=True)
+
+        # expand to three partitions
+        page.fill("form#expand input[name='partition_num']", "3")
+        click_confirmed(page, "form#expand button[type='submit']")
+        cluster.wait_for(lambda: settled(cluster, topic, 3, 2), 20, "expanded")
+
+        # move the lead of partition 0
+        before = cluster.partitions(topic)[0]
+        row0 = "#partitions tbody tr:nth-child(1)"
+        click_confirmed(page, f"{row0} button[data-name='move-lead']")
+        cluster.wait_for(
+            lambda: cluster.partitions(topic)[0]["id"] != before["id"], 10, "lead moved"
+        )
+        # move partition 1's follower replica to the node that does not hold it
+        info = cluster.partitions(topic)[1]
+        follower = next(n for n in info["isr"] if n != info["id"])
+        spare = next(n for n in cluster.live_nodes() if n not in holders(info))
+        open_page(page, f"{program.url}/topics/{topic}")
+        row1 = "#partitions tbody tr:nth-child(2) form[data-name='move']"
+        page.select_option(f"{row1} select[name='move_from']", follower)
+        page.fill(f"{row1} input[name='move_to']", spare)
+        click_confirmed(page, f"{row1} button[type='submit']")
+        cluster.wait_for(
+            lambda: (
+                settled(cluster, topic, 3, 2)
+                and holders(cluster.partitions(topic)[1]) == holders(info) - {follower} | {spare}
+            ),
+            30,
+            "replica moved",
+        )
+        open_page(page, f"{program.url}/topics/{topic}")
+        page.screenshot(path=str(cluster_shots / "ops-moved.png"), full_page=True)
+
+        # drain the node holding most of the topic: it ends holding nothing
+        _, held = counts(cluster, topic)
+        victim = max(sorted(held), key=lambda n: held[n])
+        open_page(page, f"{program.url}/nodes")
+        click_confirmed(page, f"#nodes button[data-name='drain'][data-url$='/{victim}']")
+        cluster.wait_for(
+            lambda: cluster.lookupd_json("/cluster/stats")["removing_nodes"].get(victim) == 0,
+            60,
+            f"{victim} drained",
+        )
+        assert all(victim not in holders(p) for p in cluster.partitions(topic).values())
+        open_page(page, f"{program.url}/nodes")
+        assert "drained" in page.locator("#nodes").inner_text()
+        page.screenshot(path=str(cluster_shots / "ops-drained.png"), full_page=True)
+
+    try:
+        ops_ui.run(steps)
+    finally:
+        assert program.stop() == 0
+
+
+def counts(cluster: LocalCluster, topic: str) -> tuple[dict[str, int], dict[str, int]]:
+    leaders: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for p in cluster.partitions(topic).values():
+        leaders[p["id"]] = leaders.get(p["id"], 0) + 1
+        for n in holders(p):
+            held[n] = held.get(n, 0) + 1
+    return leaders, held
