@@ -17,22 +17,14 @@ from playwright.sync_api import Page
 from nsqpy.testing.cluster import LocalCluster
 
 from .helpers import AdminProgram, MakeAdmin, unique
-from .test_browser import CHROMIUM, Dialogs, Ui, click_confirmed, open_page
-from .test_cluster import cluster_shots  # noqa: F401  (the screenshots folder fixture)
+from .test_browser import Dialogs, Ui, click_confirmed, open_page
+from .test_cluster import cluster_shots, cluster_ui  # noqa: F401  (fixtures: shared)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path_factory.mktemp("nsqadmin-ops"), nodes=3, lookupds=2) as started:
         yield started
-
-
-@pytest.fixture(scope="module")
-def ops_ui() -> Iterator[Ui]:
-    assert Path(CHROMIUM).exists(), "Debian's chromium is needed (scripts/install-system-deps)"
-    browser = Ui()
-    yield browser
-    browser.close()
 
 
 def settled(cluster: LocalCluster, topic: str, count: int, replicas: int) -> bool:
@@ -87,7 +79,7 @@ async def test_the_api_creates_expands_and_moves_through_the_coordinator(
 
 
 def test_browser_creates_expands_moves_and_drains(
-    ops_ui: Ui,
+    cluster_ui: Ui,  # noqa: F811
     cluster: LocalCluster,
     cluster_shots: Path,  # noqa: F811
 ) -> None:
@@ -158,7 +150,7 @@ def test_browser_creates_expands_moves_and_drains(
         page.screenshot(path=str(cluster_shots / "ops-drained.png"), full_page=True)
 
     try:
-        ops_ui.run(steps)
+        cluster_ui.run(steps)
     finally:
         assert program.stop() == 0
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nsqpy.cluster.coordinator import CoordinatorError
+from nsqpy.cluster.coordinator import Coordinator, CoordinatorError
 from nsqpy.cluster.decisions import imbalance
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
 from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
@@ -137,6 +137,26 @@ class ClusterHttpApi:
         if answer.status == 200 and self.cluster.view is not None:
             await self.cluster.view.wait_until(done, FORWARD_VIEW_WAIT_S)
         return answer
+
+    async def _coordinate(
+        self,
+        request: web.Request,
+        act: Callable[[Coordinator], Awaitable[object]],
+        done: Callable[[Snapshot], bool] | None = None,
+    ) -> web.StreamResponse:
+        """``act`` on the coordinator when this lookupd holds the lock (a dict it returns
+        is the answer's JSON; a refusal its code), else the coordinator's own answer
+        (forwarded; with ``done``, once this lookupd's view shows the write too)."""
+        if not self.cluster.leading:
+            if done is None:
+                return await self.cluster.forward(request)
+            return await self._forwarded(request, done)
+        assert self.cluster.coordinator is not None
+        try:
+            result = await act(self.cluster.coordinator)
+        except CoordinatorError as exc:
+            raise _refused(exc) from None
+        return v1_json(result) if isinstance(result, dict) else v1_empty()
 
     def _snapshot(self) -> Snapshot:
         assert self.cluster.view is not None
@@ -264,16 +284,12 @@ class ClusterHttpApi:
                 ext=first(args, "extend") == "true",
                 multipart=first(args, "multipart") == "true",
             )
-        if not self.cluster.leading:
-            return await self._forwarded(request, lambda s: topic in s.topics)
-        assert self.cluster.coordinator is not None
-        try:
-            await self.cluster.coordinator.create_topic(
-                topic, meta, leader_hint=first(args, "suggest_leader")
-            )
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        return v1_empty()
+        hint = first(args, "suggest_leader")
+        return await self._coordinate(
+            request,
+            lambda c: c.create_topic(topic, meta, leader_hint=hint),
+            lambda s: topic in s.topics,
+        )
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)
@@ -282,15 +298,12 @@ class ClusterHttpApi:
             raise HttpError(400, "MISSING_ARG_TOPIC")
         if first(args, "partition") not in (None, "**", "all"):
             raise HttpError(400, "REMOVE_SINGLE_PARTITION_NOT_ALLOWED")
-        if not self.cluster.leading:
-            return await self._forwarded(request, lambda s: topic not in s.topics)
-        assert self.cluster.coordinator is not None
-        try:
-            await self.cluster.coordinator.delete_topic(topic)
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        self.registry.delete_topic(topic)
-        return v1_empty()
+
+        async def delete(c: Coordinator) -> None:
+            await c.delete_topic(topic)
+            self.registry.delete_topic(topic)
+
+        return await self._coordinate(request, delete, lambda s: topic not in s.topics)
 
     async def topic_meta_update(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)
@@ -309,33 +322,24 @@ class ClusterHttpApi:
         if first(args, "replicator") is not None:
             _int_arg(args, "replicator", "TOPIC_REPLICATOR", 1, MAX_REPLICATOR, None)
             raise HttpError(400, "E_NOT_SUPPORTED")  # replica changes: cluster operations
-        if not self.cluster.leading:
-            return await self.cluster.forward(request)
-        assert self.cluster.coordinator is not None
-        try:
-            await self.cluster.coordinator.update_topic(
+        return await self._coordinate(
+            request,
+            lambda c: c.update_topic(
                 topic,
                 syncdisk=changes.get("syncdisk"),
                 retention_days=changes.get("retention_days"),
-            )
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        return v1_empty()
+            ),
+        )
 
     async def partition_expand(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)
         topic = _topic_arg(args)
         count = _int_arg(args, "partition_num", "TOPIC_PARTITION_NUM", 1, MAX_PARTITION_NUM, None)
-        if not self.cluster.leading:
-            return await self._forwarded(
-                request, lambda s: (m := s.topics.get(topic)) is None or m.partition_num >= count
-            )
-        assert self.cluster.coordinator is not None
-        try:
-            await self.cluster.coordinator.expand_topic(topic, count)
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        return v1_empty()
+        return await self._coordinate(
+            request,
+            lambda c: c.expand_topic(topic, count),
+            lambda s: (m := s.topics.get(topic)) is None or m.partition_num >= count,
+        )
 
     async def partition_move(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)
@@ -344,29 +348,22 @@ class ClusterHttpApi:
         leader_only = first(args, "move_leader") == "true"
         source = first(args, "move_from") or ""
         target = first(args, "move_to") or ""
-        if not self.cluster.leading:
-            return await self.cluster.forward(request)
-        assert self.cluster.coordinator is not None
-        try:
-            move = await self.cluster.coordinator.move_partition(
+
+        async def move(c: Coordinator) -> dict[str, Any]:
+            started = await c.move_partition(
                 topic, partition, leader_only=leader_only, source=source, target=target
             )
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        return v1_json({"move": move.to_dict()})
+            return {"move": started.to_dict()}
+
+        return await self._coordinate(request, move)
 
     async def node_remove(self, request: web.Request) -> web.StreamResponse:
         node = first(query_args(request), "remove_node")
         if not node:
             raise HttpError(400, "MISSING_ARG_REMOVE_NODE")
-        if not self.cluster.leading:
-            return await self._forwarded(request, lambda s: node in s.removing)
-        assert self.cluster.coordinator is not None
-        try:
-            await self.cluster.coordinator.remove_node(node)
-        except CoordinatorError as exc:
-            raise _refused(exc) from None
-        return v1_empty()
+        return await self._coordinate(
+            request, lambda c: c.remove_node(node), lambda s: node in s.removing
+        )
 
 
 def _replicas_json(r: Replicas) -> dict[str, Any]:
