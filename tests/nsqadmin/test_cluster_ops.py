@@ -146,7 +146,8 @@ def test_browser_creates_expands_moves_and_drains(
         )
         assert all(victim not in holders(p) for p in cluster.partitions(topic).values())
         open_page(page, f"{program.url}/nodes")
-        assert "drained" in page.locator("#nodes").inner_text()
+        listing = page.locator("#nodes").inner_text()
+        assert "drained" in listing and listing.count("msgs/s") == 3  # each node's load
         page.screenshot(path=str(cluster_shots / "ops-drained.png"), full_page=True)
 
     try:

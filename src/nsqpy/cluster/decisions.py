@@ -38,15 +38,16 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     in the ISR, a ``source`` that leads hands it the lead (``leader_epoch + 1``, the old
     leader stays in the ISR: it had everything committed, and follows from its log end);
     then ``source`` leaves and the move is done. A leadership move hands the lead to
-    ``target``, an ISR member, at once. A move whose target is not live (or, for the lead,
-    not in the ISR) is cancelled; one whose source holds the partition no more is done.
+    ``target``, an ISR member, at once. A move whose target is not live or being drained
+    (or, for the lead, not in the ISR) is cancelled, and the replica it added goes; one
+    whose source holds the partition no more is done.
     A holder of a node being drained (``Snapshot.removing``) gets a move to a spare node,
     at most ``MAX_MOVES`` moves under way in the cluster; such a node is never a spare,
     and when it is not live its replicas are replaced at once.
 
 ``rebalance`` (the coordinator calls it every ``--rebalance-interval``, only when ``plan``
 had nothing to do) starts one move when the cluster is healthy (no catch-up, every holder
-live, no move under way, no node drained) and uneven: the replica counts of two live nodes
+live, no move under way, no drain under way) and uneven: the replica counts of two live nodes
 differ by more than one (a replica of the fullest goes to the emptiest), else their leader
 counts do (a lead goes to the ISR member with the fewest). Ties go to the node reporting the
 most (for the source) or fewest (for the target) messages per second. ``imbalance`` is the
@@ -333,8 +334,8 @@ class _Partition:
                 self.hand_over(move.target)
                 self.finish(f"lead moved to {move.target}")
             return
-        if move.target not in ctx.live:
-            self.finish(f"move cancelled: {move.target} is not live")
+        if move.target not in ctx.live or move.target in ctx.removing:
+            self.finish(f"move cancelled: {move.target} is not live, or is being drained")
         elif move.source not in holders:
             done = move.target in holders
             self.finish(f"move {move.source} -> {move.target} "
@@ -388,8 +389,9 @@ class _Partition:
 
 def rebalance(snapshot: Snapshot) -> Change | None:
     """The one move that evens the cluster out, when it is healthy (module docstring)."""
-    if snapshot.removing or snapshot.moving:
-        return None
+    _, held = snapshot.counts()
+    if snapshot.moving or any(held.get(n) for n in snapshot.removing):
+        return None  # (a drained node that holds nothing any more does not stop it)
     for versioned in snapshot.replicas.values():
         r = versioned.value
         if r.catchup or any(n not in snapshot.nodes for n in r.holders):

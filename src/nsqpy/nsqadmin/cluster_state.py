@@ -79,6 +79,8 @@ def _node_entry(raw: Any) -> Json | None:
         "http_port": as_int(n.get("http_port")),
         "leaders": int(as_float(n.get("leader_load_factor"))),
         "replicas": int(as_float(n.get("node_load_factor"))),
+        "msgs_per_sec": as_float(as_dict(n.get("load")).get("msgs_per_sec")),
+        "bytes": as_int(as_dict(n.get("load")).get("bytes")),
     }
 
 
@@ -174,6 +176,8 @@ def _leased(n: Json, entry: Json | None) -> Json:
         "lease": entry is not None,
         "leaders": entry["leaders"] if entry is not None else 0,
         "replicas": entry["replicas"] if entry is not None else 0,
+        "msgs_per_sec": entry.get("msgs_per_sec", 0.0) if entry is not None else 0.0,
+        "bytes": entry.get("bytes", 0) if entry is not None else 0,
     }
 
 

@@ -16,7 +16,7 @@ import json
 from nsqpy.nsqadmin.render import NONE, Links, alert, attrs, button, commafy, esc, table
 from nsqpy.nsqadmin.stats import Json
 
-NODE_HEADERS = ["Node ID", "Lease", "Leaders", "Replicas"]
+NODE_HEADERS = ["Node ID", "Lease", "Leaders", "Replicas", "Load"]
 
 
 def node_ref(links: Links, node_id: str, address: str) -> str:
@@ -168,6 +168,7 @@ def node_cells(links: Links, n: Json, removing: dict[str, int] | None = None) ->
         lease_badge(bool(n.get("lease"))),
         commafy(n.get("leaders", 0)),
         commafy(n.get("replicas", 0)),
+        load_cell(n),
     ]
     if removing is None:
         return cells
@@ -201,6 +202,13 @@ def create_form(links: Links) -> str:
         links, links.to("api", "cluster", "topics"), {},
         "Create this topic in the cluster?", fields, "Create", form_id="cluster-create",
     )  # fmt: skip
+
+
+def load_cell(n: Json) -> str:
+    """What a node reports of its load: messages per second published, bytes held."""
+    rate = float(n.get("msgs_per_sec") or 0.0)
+    size = int(n.get("bytes") or 0)
+    return f'<span class="load">{rate:,.1f} msgs/s · {size / 1048576:,.1f} MiB</span>'
 
 
 def cluster_summary(links: Links, summary: Json) -> str:
@@ -244,6 +252,7 @@ def node_summary_cells(c: Json) -> tuple[list[str], list[str]]:
             lease_badge(bool(c["lease"])),
             commafy(c["leaders"]),
             commafy(c["replicas"]),
+            load_cell(c),
             esc(c["coordinator"] or NONE),
         ],
     )

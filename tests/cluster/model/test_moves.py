@@ -119,6 +119,12 @@ def test_a_cancelled_move_leaves_no_extra_replica_behind() -> None:
     assert len(only(s).holders) == 2 and only(s).move is None
     s = settle(snap(["a", "b"], {0: r}, replicator=2))  # d died: cancelled, trimmed
     assert only(s).holders == ("a", "b") and only(s).move is None
+    stuck = snap(["a", "b", "d"], {0: r}, replicator=2, removing=frozenset({"d"}))
+    [c] = plan(stuck, NOW, {}, REPAIR, EMERGENCY).changes  # d never caught up: draining
+    assert c.new.move is None and "cancelled" in c.reason  # it cancels the move
+    after = replace(stuck, replicas={("t", 0): Versioned(c.new, 300)})
+    [trim] = plan(after, NOW, {}, REPAIR, EMERGENCY).changes
+    assert trim.new.holders == ("a", "b")
 
 
 def test_a_drained_node_ends_up_holding_nothing_and_spares_never_pick_it() -> None:
@@ -180,4 +186,7 @@ def test_no_rebalancing_while_degraded_or_moving(parts: dict[int, Replicas]) -> 
     uneven = {**parts, 1: Replicas("a", ("a", "b"), ()), 2: Replicas("a", ("a", "b"), ())}
     s = snap(["a", "b", "c"], uneven, replicator=2)
     assert imbalance(s) is not None and rebalance(s) is None
-    assert rebalance(replace(s, removing=frozenset({"x"}))) is None
+    assert rebalance(replace(s, removing=frozenset({"b"}))) is None  # b drains
+    healthy = snap(["a", "b", "c", "x"], {p: Replicas("a", ("a", "b"), ()) for p in range(3)},
+                   replicator=2)  # fmt: skip
+    assert rebalance(replace(healthy, removing=frozenset({"x"}))) is not None  # x drained
