@@ -144,6 +144,45 @@ async def test_client_msg_timeout_drives_the_in_flight_timeout(
     assert channel.in_flight[int(default_id, 16)].attempts == 1  # 60 s: still in flight
 
 
+async def test_a_shorter_msg_timeout_after_a_longer_one_still_times_out_first(
+    nsqd: NsqdServer, clock: FakeClock
+) -> None:
+    """In flight out of deadline order (a 60 s entry before a 2 s one): the scan still finds
+    the 2 s one at its time, and the 60 s one stays."""
+    p = await publisher(nsqd.tcp_port)
+    await p.send(mpub("mt2", [b"default", b"short"]))
+    assert await p.read_frame() == (0, b"OK")
+    default = await subscriber(nsqd.tcp_port, "mt2", "c", rdy=1)  # msg_timeout 60 s
+    _, _, default_id, _ = await read_message(default)
+    short, _ = await negotiate(nsqd.tcp_port, {"msg_timeout": 2000})
+    await short.send(b"SUB mt2 c\nRDY 1\n")
+    assert await short.read_frame() == (0, b"OK")
+    _, _, short_id, _ = await read_message(short)
+    clock.advance_ms(2001)
+    _, attempts, again, _ = await read_message(short)
+    assert (again, attempts) == (short_id, 2)
+    channel = nsqd.broker.topics["mt2"].channels["c"]
+    assert channel.timeout_count == 1
+    assert channel.in_flight[int(default_id, 16)].attempts == 1
+    await short.send(b"FIN " + again + b"\n")
+    # while out of order, the heap stays proportional to what is in flight
+    from nsqpy.broker.inflight import TIMEOUT_SLACK
+
+    total = 3 * TIMEOUT_SLACK // 1000 * 1000
+    for start in range(0, total, 1000):
+        await p.send(mpub("mt2", [b"%d" % i for i in range(start, start + 1000)]))
+        assert await p.read_frame() == (0, b"OK")
+    await short.send(b"RDY 50\n")
+    for _ in range(total):
+        _, _, msg_id, _ = await read_message(short)
+        await short.send(b"FIN " + msg_id + b"\n")
+    part = channel.parts[0]
+    await eventually(lambda: part.finish_count == total + 1)
+    assert part._timeouts is not None and len(part._timeouts) <= 2 * 50 + TIMEOUT_SLACK + 1
+    await default.send(b"FIN " + default_id + b"\n")
+    await eventually(lambda: channel.in_flight_count == 0)
+
+
 async def test_touch_never_extends_beyond_max_msg_timeout(
     limited: NsqdServer, clock: FakeClock
 ) -> None:

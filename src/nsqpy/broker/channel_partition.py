@@ -76,8 +76,13 @@ class ChannelPartition:
         self.paused = False
         self.deleted = False
         self.consumers: list[Client] = []
+        # In flight, in insertion order. While every entry went in with a deadline no
+        # earlier than those before it (one msg_timeout for every client: the usual case),
+        # that is deadline order and the timeout scan reads it from the front; the first
+        # entry out of order switches to a heap of deadlines until nothing is in flight.
         self.in_flight: dict[int, InFlight] = {}
-        self._timeouts: list[tuple[int, int]] = []
+        self._timeouts: list[tuple[int, int]] | None = None  # the heap, when out of order
+        self._last_deadline = 0
         self._requeued: deque[tuple[int, int, int, bytes, bytes]] = deque()
         self._rr = 0
         self._unsaved = 0
@@ -248,7 +253,7 @@ class ChannelPartition:
                 if cutoff and (deliver_at or timestamp) < cutoff:
                     self.policy_paths.expire(offset, now)
                     continue
-                client = self._next_client(ready)
+                client = ready[0] if len(ready) == 1 else self._next_client(ready)
                 if client.sample_rate and random.randint(0, 99) > client.sample_rate:
                     self._confirm(offset)  # NSQ discards what sampling skips
                     continue
@@ -275,7 +280,10 @@ class ChannelPartition:
         self.in_flight[offset] = InFlight(
             client, attempts, deadline, now, timestamp, body, source, ext
         )
-        push_timeout(self._timeouts, self.in_flight, deadline, offset)
+        if self._timeouts is None and deadline >= self._last_deadline:
+            self._last_deadline = deadline
+        else:
+            self._track(offset, deadline)
         client.in_flight_count += 1
         client.message_count += 1
         # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
@@ -332,6 +340,34 @@ class ChannelPartition:
         if self.policy.tracer is not None:
             self.policy.tracer.channel_event(self, offset, "finished", client, item.attempts, now)
 
+    def finish_many(
+        self, client: Client, offsets: list[int], ids: list[bytes], now: int
+    ) -> list[FinFailed]:
+        """``finish`` each offset in order (``ids``: their message IDs, for the refusals);
+        the refusals. Messages from the log FINed by their owner, with no latency window
+        or tracer to tell, take a short path with the same effect."""
+        errors: list[FinFailed] = []
+        in_flight, confirm = self.in_flight, self.cursor.confirm
+        slow_only = self.e2e is not None or self.policy.tracer is not None
+        done = unsaved = 0
+        for offset, msg_id in zip(offsets, ids, strict=True):
+            item = in_flight.get(offset)
+            if slow_only or item is None or item.client is not client or item.source != FROM_LOG:
+                try:
+                    self.finish(client, offset, msg_id, now)
+                except FinFailed as err:  # kept without its traceback: no cycle via this frame
+                    errors.append(err.with_traceback(None))
+                continue
+            del in_flight[offset]
+            done += 1
+            if confirm(offset):
+                unsaved += 1
+        client.in_flight_count -= done
+        client.finish_count += done
+        self.finish_count += done
+        self._unsaved += unsaved
+        return errors
+
     def requeue(self, client: Client, offset: int, msg_id: bytes, delay_ms: int, now: int) -> None:
         item = self._owned(client, offset, ReqFailed, "REQ", msg_id)
         del self.in_flight[offset]
@@ -357,6 +393,7 @@ class ChannelPartition:
         except StorageError as exc:  # it stays in flight: delivered again at its timeout
             self.deferral.storage_failed("failed to defer a requeued message", exc)
             self.in_flight[offset] = item
+            self._track(offset, item.deadline)
             client.in_flight_count += 1
             client.requeue_count -= 1
             self.requeue_count -= 1
@@ -374,7 +411,22 @@ class ChannelPartition:
                 self.deferral.storage_failed("failed to touch a deferred message", exc)
                 raise TouchFailed(f"TOUCH {msg_id.decode(errors='replace')} failed {exc}") from exc
         item.deadline = deadline
-        push_timeout(self._timeouts, self.in_flight, deadline, offset)
+        del self.in_flight[offset]  # (to the end: in deadline order when it is the latest)
+        self.in_flight[offset] = item
+        self._track(offset, deadline)
+
+    def _track(self, offset: int, deadline: int) -> None:
+        """``offset`` went into the in-flight table last, due at ``deadline``."""
+        heap = self._timeouts
+        if heap is None:
+            if deadline >= self._last_deadline:
+                self._last_deadline = deadline
+                return
+            heap = [(item.deadline, off) for off, item in self.in_flight.items()]
+            heapq.heapify(heap)
+            self._timeouts = heap
+            return
+        push_timeout(heap, self.in_flight, deadline, offset)
 
     def _back_to_queue(
         self, offset: int, item: InFlight, now: int, in_flight_removed: bool = False
@@ -404,12 +456,7 @@ class ChannelPartition:
     def scan(self, now: int) -> int:
         """Time out expired in-flight messages and pull due deferred ones; returns work done."""
         work = 0
-        heap = self._timeouts
-        while heap and heap[0][0] <= now:
-            deadline, offset = heapq.heappop(heap)
-            item = self.in_flight.get(offset)
-            if item is None or item.deadline != deadline:
-                continue
+        for offset, item in self._expired(now):
             item.client.in_flight_count -= 1
             self.timeout_count += 1
             if self.policy.tracer is not None:
@@ -417,7 +464,7 @@ class ChannelPartition:
                     self, offset, "timed_out", item.client, item.attempts, now
                 )
             if not self._exhausted(offset, item, "timeout", now):
-                self._back_to_queue(offset, item, now)
+                self._back_to_queue(offset, item, now, in_flight_removed=True)
             work += 1
         work += self._pull_due(now)
         deferral = self.deferral
@@ -428,6 +475,28 @@ class ChannelPartition:
                 deferral.retry_stalled(now)  # no read will come to it
             work += 1  # a delayed message the store refused: the pump tries it again
         return work
+
+    def _expired(self, now: int) -> list[tuple[int, InFlight]]:
+        """The in-flight messages due by ``now``, taken out of the table."""
+        in_flight, out = self.in_flight, []
+        heap = self._timeouts
+        if heap is None:  # (deadline order: from the front, in one pass)
+            for offset, item in in_flight.items():
+                if item.deadline > now:
+                    break
+                out.append((offset, item))
+            for offset, _ in out:
+                del in_flight[offset]
+            return out
+        while heap and heap[0][0] <= now:
+            deadline, offset = heapq.heappop(heap)
+            found = in_flight.get(offset)
+            if found is not None and found.deadline == deadline:
+                del in_flight[offset]
+                out.append((offset, found))
+        if not in_flight:  # (nothing in flight: in order again)
+            self._timeouts, self._last_deadline = None, 0
+        return out
 
     def _pull_due(self, now: int) -> int:
         """Deliver the due deferred messages the consumers' RDY windows admit."""
@@ -441,6 +510,8 @@ class ChannelPartition:
         candidates = []
         if self._timeouts:
             candidates.append(self._timeouts[0][0])
+        elif self._timeouts is None and self.in_flight:
+            candidates.append(next(iter(self.in_flight.values())).deadline)
         nd = self.deferred.next_due()
         if nd is not None:
             candidates.append(nd)
@@ -517,7 +588,7 @@ class ChannelPartition:
             item.client.in_flight_count = max(0, item.client.in_flight_count - 1)
         self._adopted = None  # (a leader that steps down: its delayed store is its own)
         self.in_flight.clear()
-        self._timeouts.clear()
+        self._timeouts, self._last_deadline = None, 0
         self._requeued.clear()
         self.deferral.clear()
 
