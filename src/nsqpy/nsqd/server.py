@@ -125,6 +125,8 @@ class NsqdServer:
         self._unsynced: set[Partition] = set()
         self._cursor_writes: dict[CursorFile, asyncio.Future[bool]] = {}
         self._commit_scheduled = False
+        self._commit_handle: asyncio.Handle | None = None
+        self._group = 0  # connections the last commit answered
         self._descriptors_short = False  # nearly out of descriptors (logged once)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tcp_server: asyncio.Server | None = None
@@ -165,6 +167,7 @@ class NsqdServer:
             touch=self.touch_connection,
             expect_ack=self.expect_ack,
             cluster=self.cluster,
+            commit_now=self.commit_now,
         )
         where = self.tcp_listen
         if isinstance(where, str):
@@ -268,7 +271,17 @@ class NsqdServer:
     def _schedule_commit(self) -> None:
         if not self._commit_scheduled and self._loop is not None:
             self._commit_scheduled = True
-            self._loop.call_soon(self._commit)
+            self._commit_handle = self._loop.call_soon(self._commit)
+
+    def commit_now(self) -> None:
+        """The end of one connection's input: while publishers are few (the last commit
+        answered at most one connection) and acknowledgements wait for no fsync, commit now
+        instead of at the end of the loop turn. A round trip is then one loop turn shorter;
+        with many publishers at once, the commit stays grouped."""
+        if self._commit_scheduled and self._group <= 1 and not self.opts.sync_always:
+            assert self._commit_handle is not None
+            self._commit_handle.cancel()
+            self._commit()
 
     def expect_ack(
         self, partition: Partition, last_offset: int, failed: type[ProtocolError]
@@ -327,6 +340,7 @@ class NsqdServer:
 
     def _flush_connections(self) -> None:
         touched, self._touched = self._touched, set()
+        self._group = len(touched)
         for conn in touched:
             waiting = conn.release_replies()
             conn.flush()

@@ -128,6 +128,7 @@ class ConnectionContext:
     # ... and an acknowledgement for a publish that appended up to an offset of a partition.
     expect_ack: Callable[[Partition, int, type[ProtocolError]], Ack]
     cluster: TopicGate | None = None  # with --etcd-endpoints
+    commit_now: Callable[[], None] | None = None
 
 
 class V2Connection(BufferedConnection):
@@ -190,6 +191,8 @@ class V2Connection(BufferedConnection):
             return
         self.parser.feed(data)
         self._process()
+        if self.ctx.commit_now is not None:
+            self.ctx.commit_now()
 
     def _spend_pre_auth(self, size: int) -> bool:
         """Count input against the pre-AUTH budget (``nsqd.flow``); True when it is spent
