@@ -36,6 +36,20 @@ def test_free_ports_are_distinct() -> None:
         assert len(set(ports)) == 6
 
 
+def test_free_ports_never_come_from_what_port_0_draws_and_never_twice() -> None:
+    """A daemon binding port 0 (its own listener) while another's port was chosen but not
+    yet bound cannot take it: chosen ports lie below the ephemeral range (a CI run lost a
+    cluster's start to exactly that collision)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+        ephemeral_low = int(fh.read().split()[0])
+    seen: set[int] = set()
+    for _ in range(100):
+        ports = free_ports(5)
+        assert all(p < ephemeral_low for p in ports), ports
+        assert not seen & set(ports)
+        seen.update(ports)
+
+
 def test_a_daemon_that_cannot_bind_fails_its_start_clearly() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

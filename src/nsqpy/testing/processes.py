@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import resource
 import shutil
@@ -23,9 +24,59 @@ from pathlib import Path
 from typing import Any
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (what a bind to port 0 draws from)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PICK_LOW = 10_000
+_handed: set[int] = set()  # ports this process handed out (never twice)
+
+
 def free_ports(n: int = 1) -> list[int]:
-    """``n`` distinct loopback ports free at the time of asking: every socket is held
-    open until all are picked, so the kernel cannot hand the same port out twice."""
+    """``n`` distinct loopback ports free at the time of asking, for a daemon to bind later.
+
+    They are drawn below the kernel's ephemeral range, so that nothing bound to port 0
+    meanwhile (another daemon's own listener, a client's connection) can take one before
+    its owner binds it; and this process never hands the same port out twice. Where the
+    ephemeral range leaves no room below it, the kernel picks (bind to port 0)."""
+    high = _ephemeral_low() - 1
+    if high - _PICK_LOW < 1000:
+        return _kernel_ports(n)
+    if len(_handed) > (high - _PICK_LOW) // 2:
+        _handed.clear()  # (long gone: the tests that used them have ended)
+    socks: list[socket.socket] = []
+    picked: list[int] = []
+    try:
+        for _ in range(200 * n):
+            if len(picked) == n:
+                break
+            port = random.randint(_PICK_LOW, high)
+            if port in _handed or port in picked:
+                continue
+            sock = socket.socket()
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            socks.append(sock)
+            picked.append(port)
+    finally:
+        for sock in socks:
+            sock.close()
+    if len(picked) < n:
+        return _kernel_ports(n)
+    _handed.update(picked)
+    return picked
+
+
+def _kernel_ports(n: int) -> list[int]:
+    """``n`` distinct ports the kernel picks (every socket held until all are bound)."""
     socks = [socket.socket() for _ in range(n)]
     try:
         for sock in socks:
