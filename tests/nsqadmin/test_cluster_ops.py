@@ -148,6 +148,7 @@ def test_browser_creates_expands_moves_and_drains(
         open_page(page, f"{program.url}/nodes")
         listing = page.locator("#nodes").inner_text()
         assert "drained" in listing and listing.count("msgs/s") == 3  # each node's load
+        assert listing.count("x leads") == 2  # the fair shares (not of a drained node)
         page.screenshot(path=str(cluster_shots / "ops-drained.png"), full_page=True)
 
     try:

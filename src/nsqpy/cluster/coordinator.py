@@ -14,7 +14,7 @@ expires and another one's campaign wins). The holder
   every ``tick_s``, the pure ``nsqpy.cluster.decisions.plan`` turns the snapshot into
   Changes, each written by a txn guarded on the key's mod_revision; every
   ``rebalance_interval_ns`` (0: never), when that round had nothing to do, the one move
-  ``decisions.rebalance`` finds.
+  ``balance.rebalance`` finds.
 
 Every write is fenced: its txn also compares the ``coordinator`` key's create_revision
 with the one this lookupd created, so a coordinator that lost the lock (paused, cut off)
@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from nsqpy.cluster.decisions import plan, rebalance, track_missing
+from nsqpy.cluster.balance import rebalance
+from nsqpy.cluster.decisions import plan, track_missing
 from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.leaving import leave

@@ -45,13 +45,7 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     at most ``MAX_MOVES`` moves under way in the cluster; such a node is never a spare,
     and when it is not live its replicas are replaced at once.
 
-``rebalance`` (the coordinator calls it every ``--rebalance-interval``, only when ``plan``
-had nothing to do) starts one move when the cluster is healthy (no catch-up, every holder
-live, no move under way, no drain under way) and uneven: the replica counts of two live nodes
-differ by more than one (a replica of the fullest goes to the emptiest), else their leader
-counts do (a lead goes to the ISR member with the fewest). Ties go to the node reporting the
-most (for the source) or fewest (for the target) messages per second. ``imbalance`` is the
-same move whatever the cluster's health: None means balanced.
+The rebalancer, which starts such moves on a healthy cluster, is ``balance``.
 
 Node reports: ``NodeInfo.ends["<topic>/<p>"] = (leader_epoch, end)`` where leader_epoch is
 the epoch the node's log is in step with (a leader: the epoch it leads, once it took over;
@@ -61,17 +55,15 @@ a follower: its leader's, once its log matched) and end is its log end offset.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta
 
 __all__ = [
     "MAX_MOVES",
     "Reconciliation",
     "Stuck",
-    "imbalance",
     "plan",
-    "rebalance",
     "reconcile",
     "track_missing",
 ]
@@ -382,66 +374,3 @@ class _Partition:
         self.isr = [new, *(n for n in self.isr if n != new)]
         self.reasons.append(f"hand the lead from {old} to {new} at leader_epoch "
                             f"{self.leader_epoch} (planned)")  # fmt: skip
-
-
-# -- rebalancing -------------------------------------------------------------------------------
-
-
-def rebalance(snapshot: Snapshot) -> Change | None:
-    """The one move that evens the cluster out, when it is healthy (module docstring)."""
-    _, held = snapshot.counts()
-    if snapshot.moving or any(held.get(n) for n in snapshot.removing):
-        return None  # (a drained node that holds nothing any more does not stop it)
-    for versioned in snapshot.replicas.values():
-        r = versioned.value
-        if r.catchup or any(n not in snapshot.nodes for n in r.holders):
-            return None
-    return imbalance(snapshot)
-
-
-def imbalance(snapshot: Snapshot) -> Change | None:
-    """The move ``rebalance`` would start, whatever the cluster's health; None: balanced
-    (nodes being drained do not count)."""
-    live = {n: info for n, info in snapshot.nodes.items() if n not in snapshot.removing}
-    if len(live) < 2:
-        return None
-    leaders, held = snapshot.counts()
-    parts = [
-        (key, v) for key, v in sorted(snapshot.replicas.items())
-        if (meta := snapshot.topics.get(key[0])) is not None and key[1] < meta.partition_num
-    ]  # fmt: skip
-
-    def busy(counts: Mapping[str, int]) -> list[str]:
-        """Live nodes, the fullest first (ties: the busiest, then by id)."""
-        return sorted(live, key=lambda n: (-counts.get(n, 0), -live[n].load.msgs_per_sec, n))
-
-    by_held = busy(held)
-    for top in by_held:
-        for low in reversed(by_held):
-            if held.get(top, 0) - held.get(low, 0) <= 1:
-                break
-            movable = [(r.leader == top, key, v) for key, v in parts
-                       if top in (r := v.value).holders and low not in r.holders]  # fmt: skip
-            if movable:
-                _, (topic, p), v = min(movable, key=lambda m: (m[0], m[1]))
-                why = f"rebalance: replicas {top} {held.get(top, 0)}, {low} {held.get(low, 0)}"
-                return _moving(topic, p, v, Move(top, low), why)
-    by_leaders = busy(leaders)
-    rank = {n: i for i, n in enumerate(by_leaders)}
-    for top in by_leaders:
-        for (topic, p), v in parts:
-            r = v.value
-            if r.leader != top:
-                continue
-            candidates = [n for n in r.followers if n in live
-                          and leaders.get(top, 0) - leaders.get(n, 0) > 1]  # fmt: skip
-            if candidates:
-                low = max(candidates, key=lambda n: rank[n])
-                why = f"rebalance: leaders {top} {leaders.get(top, 0)}, {low} {leaders.get(low, 0)}"
-                return _moving(topic, p, v, Move(top, low, leader_only=True), why)
-    return None
-
-
-def _moving(topic: str, p: int, v: Versioned[Replicas], move: Move, why: str) -> Change:
-    new = replace(v.value, epoch=v.value.epoch + 1, move=move)
-    return Change(topic, p, v.mod_revision, new, why)

@@ -139,7 +139,9 @@ class NodeInfo:
     which it waits for from then on as for ISR members (so one may join the ISR).
     ``failing`` maps a partition the node leads to the leader_epoch in which it cannot
     write it (its disk is full or failing): the coordinator hands the leadership to another
-    ISR member. Not hashable."""
+    ISR member. ``loads`` maps every partition the node holds to ``(msgs_per_sec, bytes)``:
+    how fast its log grows (smoothed) and the bytes it keeps, what the rebalancer weighs.
+    Not hashable."""
 
     id: str
     hostname: str
@@ -154,9 +156,11 @@ class NodeInfo:
     lagging: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     caught_up: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     failing: Mapping[str, int] = field(default_factory=dict)
+    loads: Mapping[str, tuple[float, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
+        object.__setattr__(self, "loads", MappingProxyType(dict(self.loads)))
         object.__setattr__(self, "failing", MappingProxyType(dict(self.failing)))
         object.__setattr__(self, "lagging", MappingProxyType(dict(self.lagging)))
         object.__setattr__(self, "caught_up", MappingProxyType(dict(self.caught_up)))
@@ -188,6 +192,8 @@ class NodeInfo:
             "ends": {k: [le, end] for k, (le, end) in sorted(self.ends.items())},
             **_node_lists("lagging", self.lagging), **_node_lists("caught_up", self.caught_up),
             **({"failing": dict(sorted(self.failing.items()))} if self.failing else {}),
+            **({"loads": {k: [rate, size] for k, (rate, size) in sorted(self.loads.items())}}
+               if self.loads else {}),
         })  # fmt: skip
 
     @classmethod
@@ -207,6 +213,7 @@ class NodeInfo:
             lagging=_lagging(obj.get("lagging", {}), what, "lagging"),
             caught_up=_lagging(obj.get("caught_up", {}), what, "caught_up"),
             failing=_failing(obj.get("failing", {}), what),
+            loads=_loads(obj.get("loads", {}), what),
             id=_str(obj, "id", what), hostname=_str(obj, "hostname", what, empty=True),
             broadcast_address=_str(obj, "broadcast_address", what),
             tcp_port=_int(obj, "tcp_port", what), http_port=_int(obj, "http_port", what),
@@ -221,6 +228,23 @@ def _node_lists(name: str, lists: Mapping[str, tuple[int, tuple[str, ...]]]) -> 
     if not lists:
         return {}
     return {name: {k: [le, list(nodes)] for k, (le, nodes) in sorted(lists.items())}}
+
+
+def _loads(raw: Any, what: str) -> dict[str, tuple[float, int]]:
+    """``loads`` of a NodeInfo, checked: ``{"<topic>/<p>": [msgs_per_sec >= 0, bytes >= 0]}``."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what}: field 'loads' must be an object, got {raw!r}")
+    parsed: dict[str, tuple[float, int]] = {}
+    for key, pair in raw.items():
+        ok = isinstance(pair, list) and len(pair) == 2 and "/" in key
+        rate, size = pair if ok else (None, None)
+        if (not ok or isinstance(rate, bool) or not isinstance(rate, int | float)
+                or not rate >= 0 or isinstance(size, bool) or not isinstance(size, int)
+                or size < 0):  # fmt: skip
+            raise ValueError(f"{what}: field 'loads' entry {key!r}: {pair!r} is not "
+                             "'<topic>/<p>': [msgs_per_sec >= 0, bytes >= 0]")  # fmt: skip
+        parsed[key] = (float(rate), size)
+    return parsed
 
 
 def _failing(raw: Any, what: str) -> dict[str, int]:
@@ -445,6 +469,13 @@ class Snapshot:
     def moving(self) -> list[tuple[str, int]]:
         """The partitions with a move under way."""
         return sorted(k for k, v in self.replicas.items() if v.value.move is not None)
+
+    def partition_load(self, topic: str, partition: int) -> tuple[float, int]:
+        """``(msgs_per_sec, bytes)`` of a partition: the most any live holder reports (a new
+        replica still catching up, or a leader just taken over, reports less)."""
+        name = partition_name(topic, partition)
+        found = [load for n in self.nodes.values() if (load := n.loads.get(name)) is not None]
+        return (max(r for r, _ in found), max(b for _, b in found)) if found else (0.0, 0)
 
     def partitions(self, topic: str) -> list[tuple[int, Versioned[Replicas]]]:
         """The topic's partitions that have a replicas key, by partition number."""

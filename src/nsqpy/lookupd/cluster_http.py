@@ -23,7 +23,9 @@ below (``lookupd.http.make_app`` picks them); everything else stays NSQ's:
   coordinator, else forwarded to it.
 - ``GET /listlookup``, ``GET /cluster/stats``: Youzan's shapes; the stats add nsqpy's
   ``balanced`` (no rebalancing move left to make), ``moving_partitions`` and
-  ``removing_nodes`` (each with the replicas it still holds).
+  ``removing_nodes`` (each with the replicas it still holds), and per node
+  ``replica_load`` and ``leader_load`` (the rebalancer's weights, ``cluster.balance``,
+  relative to a node's fair share: 1.0).
 
 Booleans are on only for the exact text ``true`` (Youzan's rule). Imports aiohttp, the
 cluster package and the lookupd registry; never nsqd.
@@ -37,8 +39,8 @@ from typing import Any
 
 from aiohttp import web
 
+from nsqpy.cluster.balance import imbalance, loads
 from nsqpy.cluster.coordinator import Coordinator, CoordinatorError
-from nsqpy.cluster.decisions import imbalance
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
 from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
 from nsqpy.httpapi import Args, HttpError, first, query_args, v1_empty, v1_json
@@ -228,6 +230,7 @@ class ClusterHttpApi:
             for (t, p), v in sorted(snap.replicas.items())
             if v.value.catchup or any(n not in snap.nodes for n in v.value.isr)
         ]
+        shares = loads(snap)
         nodes = [
             {
                 "id": node.id,
@@ -238,6 +241,11 @@ class ClusterHttpApi:
                 "leader_load_factor": float(leaders.get(node.id, 0)),
                 "node_load_factor": float(held.get(node.id, 0)),
                 "load": node.load.to_dict(),
+                **(
+                    {"replica_load": shares[node.id][0], "leader_load": shares[node.id][1]}
+                    if node.id in shares
+                    else {}
+                ),
             }
             for node in sorted(snap.nodes.values(), key=lambda n: n.id)
         ]

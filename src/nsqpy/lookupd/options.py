@@ -112,8 +112,9 @@ class NsqLookupdOptions:
     rebalance_interval_ms: int = option(
         "rebalance-interval",
         300_000,
-        "nsqpy: how often the coordinator evens out leaders and replicas, one partition "
-        "at a time, when the cluster is healthy (0 never)",
+        "nsqpy: how often the coordinator evens out the load of leaders and replicas "
+        "(msgs/s, bytes, partitions), one partition at a time, when the cluster is "
+        "healthy (0 never)",
         kind="duration_ms",
     )
     log_level: str = option(

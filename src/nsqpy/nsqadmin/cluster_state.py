@@ -81,6 +81,9 @@ def _node_entry(raw: Any) -> Json | None:
         "replicas": int(as_float(n.get("node_load_factor"))),
         "msgs_per_sec": as_float(as_dict(n.get("load")).get("msgs_per_sec")),
         "bytes": as_int(as_dict(n.get("load")).get("bytes")),
+        # the rebalancer's weights, relative to a fair share (absent: not reported)
+        "replica_load": as_float(n["replica_load"]) if "replica_load" in n else None,
+        "leader_load": as_float(n["leader_load"]) if "leader_load" in n else None,
     }
 
 
@@ -178,6 +181,8 @@ def _leased(n: Json, entry: Json | None) -> Json:
         "replicas": entry["replicas"] if entry is not None else 0,
         "msgs_per_sec": entry.get("msgs_per_sec", 0.0) if entry is not None else 0.0,
         "bytes": entry.get("bytes", 0) if entry is not None else 0,
+        "replica_load": entry.get("replica_load") if entry is not None else None,
+        "leader_load": entry.get("leader_load") if entry is not None else None,
     }
 
 

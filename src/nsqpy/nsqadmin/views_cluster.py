@@ -205,10 +205,16 @@ def create_form(links: Links) -> str:
 
 
 def load_cell(n: Json) -> str:
-    """What a node reports of its load: messages per second published, bytes held."""
+    """What a node reports of its load (messages per second published, bytes held), and
+    the rebalancer's view of it: its replicas' and leads' load against a fair share."""
     rate = float(n.get("msgs_per_sec") or 0.0)
     size = int(n.get("bytes") or 0)
-    return f'<span class="load">{rate:,.1f} msgs/s · {size / 1048576:,.1f} MiB</span>'
+    shares = ""
+    if n.get("replica_load") is not None and n.get("leader_load") is not None:
+        title = "load of its replicas and of its leads, against a fair share (1.00)"
+        shares = (f' · <span class="share" title="{title}">{float(n["replica_load"]):.2f}x '
+                  f'replicas, {float(n["leader_load"]):.2f}x leads</span>')  # fmt: skip
+    return f'<span class="load">{rate:,.1f} msgs/s · {size / 1048576:,.1f} MiB{shares}</span>'
 
 
 def cluster_summary(links: Links, summary: Json) -> str:

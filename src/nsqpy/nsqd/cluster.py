@@ -44,6 +44,7 @@ from nsqpy.errors import ConfigError, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
 from nsqpy.nsqd.forward import Forwarder, Route
 from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
+from nsqpy.nsqd.load import Rates
 from nsqpy.nsqd.replicas import Replication
 from nsqpy.options import NsqdOptions
 
@@ -88,6 +89,15 @@ class BrokerPartitions:
     def held_partitions(self) -> dict[tuple[str, int], tuple[str, int, int]]:
         return {
             (topic.name, part.number): (part.role, part.leader_epoch, part.log.high_watermark)
+            for topic in self.broker.topics.values()
+            if not topic.ephemeral
+            for part in topic.partitions
+        }
+
+    def held_bytes(self) -> dict[tuple[str, int], int]:
+        """The bytes each held partition's log keeps."""
+        return {
+            (topic.name, part.number): part.log.size_bytes
             for topic in self.broker.topics.values()
             if not topic.ephemeral
             for part in topic.partitions
@@ -171,8 +181,8 @@ class NsqdCluster:
         # so NSQ's tools see this node's channels and clients through any lookupd.
         self.lookupd_tcp_addresses: list[str] = []
         self.started_ns = time.time_ns()
-        self._rate_at = (time.monotonic(), 0)  # for msgs_per_sec: (when, messages then)
-        self._rate = 0.0
+        self._node_rate = Rates()  # messages put into its topics (``Load.msgs_per_sec``)
+        self._partition_rates = Rates()  # each held partition's log end (``NodeInfo.loads``)
         host.broker.cluster_mode = True
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -247,6 +257,13 @@ class NsqdCluster:
     def node_info(self) -> NodeInfo:
         opts = self.opts
         held = self.partitions.held_partitions()
+        sizes = self.partitions.held_bytes()
+        names = {key: partition_name(*key) for key in held}
+        rates = self._partition_rates.update({
+            names[k]: end for k, (_r, _e, end) in held.items()
+            if (r := self._replicas(*k)) is not None and self.node_id in r.isr
+        })  # fmt: skip
+        put = sum(t.message_count for t in self.host.broker.topics.values())
         _host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
         if self.replication is not None and self.replication.address is not None:
             rpc_port = self.replication.address[1]  # (the bound port: 0 picks one)
@@ -262,23 +279,15 @@ class NsqdCluster:
             load=Load(
                 partitions=len(held),
                 leaders=sum(1 for role, _e, _end in held.values() if role == LEADER),
-                msgs_per_sec=self._msgs_per_sec(),
+                msgs_per_sec=self._node_rate.update({"": put})[""],
                 bytes=sum(t.message_bytes for t in self.host.broker.topics.values()),
             ),
             ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
             lagging=self.replication.lagging() if self.replication is not None else {},
             caught_up=self.replication.caught_up() if self.replication is not None else {},
             failing=self.replication.failing() if self.replication is not None else {},
+            loads={names[k]: (rates.get(names[k], 0.0), sizes.get(k, 0)) for k in held},
         )
-
-    def _msgs_per_sec(self) -> float:
-        now = time.monotonic()
-        total = sum(t.message_count for t in self.host.broker.topics.values())
-        then, before = self._rate_at
-        if now - then >= 1.0:
-            self._rate = max(0.0, (total - before) / (now - then))
-            self._rate_at = (now, total)
-        return round(self._rate, 1)
 
     def _replicas(self, topic: str, partition: int) -> Replicas | None:
         return self.member.replicas(topic, partition) if self.member is not None else None

@@ -169,6 +169,11 @@ class PartitionLog:
         return self._durable if self.policy.always else self._segments[-1].end
 
     @property
+    def size_bytes(self) -> int:
+        """What the log's segments hold, in bytes."""
+        return sum(s.size for s in self._segments)
+
+    @property
     def epoch(self) -> int:
         return self._epoch
 
@@ -799,7 +804,7 @@ class PartitionLog:
     def stats(self) -> dict[str, int]:
         return {
             "segments": len(self._segments),
-            "bytes": sum(s.size for s in self._segments),
+            "bytes": self.size_bytes,
             "quarantined": self.quarantined,
             "truncated_bytes": self.truncated_bytes,
             "low_watermark": self.low_watermark,

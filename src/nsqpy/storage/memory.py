@@ -227,10 +227,15 @@ class MemoryLog:
                 self._head = 0
         return self._low
 
+    @property
+    def size_bytes(self) -> int:
+        """The bodies it holds, in bytes."""
+        return sum(len(r.body) for r in self._records[self._head :])
+
     def stats(self) -> dict[str, int]:
         return {
             "segments": 0,
-            "bytes": sum(len(r.body) for r in self._records[self._head :]),
+            "bytes": self.size_bytes,
             "quarantined": 0,
             "low_watermark": self._low,
             "high_watermark": self._next,

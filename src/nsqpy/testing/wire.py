@@ -35,12 +35,13 @@ def pub(topic: str, body: bytes) -> bytes:
     return f"PUB {topic}\n".encode() + struct.pack(">i", len(body)) + body
 
 
-def mpub(topic: str, bodies: Sequence[bytes]) -> bytes:
-    """``MPUB <topic>\\n`` [size] [count] then [size][body] per message."""
+def mpub(topic: str, bodies: Sequence[bytes], partition: int | None = None) -> bytes:
+    """``MPUB <topic>[ <partition>]\\n`` [size] [count] then [size][body] per message."""
     payload = struct.pack(">i", len(bodies)) + b"".join(
         struct.pack(">i", len(b)) + b for b in bodies
     )
-    return f"MPUB {topic}\n".encode() + struct.pack(">i", len(payload)) + payload
+    to = topic if partition is None else f"{topic} {partition}"
+    return f"MPUB {to}\n".encode() + struct.pack(">i", len(payload)) + payload
 
 
 def dpub(topic: str, ms: int, body: bytes) -> bytes:

@@ -27,6 +27,7 @@ NODE = NodeInfo(
     load=Load(partitions=2, leaders=1, msgs_per_sec=12.5, bytes=4096),
     ends={"orders/0": (3, 1000), "orders/1": (1, 0)}, lagging={"orders/0": (3, ("n2",))},
     caught_up={"orders/1": (1, ("n3", "n4"))}, failing={"orders/0": 3},
+    loads={"orders/0": (250.5, 1 << 20), "orders/1": (0.0, 0)},
 )  # fmt: skip
 META = TopicMeta(partition_num=4, replicator=2, syncdisk=100, retention_days=3, ordered=True,
                  ext=True, multipart=True, created_ns=99)  # fmt: skip
@@ -47,6 +48,8 @@ def test_golden_bytes() -> None:
     assert json.loads(NODE.to_json())["ends"] == {"orders/0": [3, 1000], "orders/1": [1, 0]}
     assert json.loads(NODE.to_json())["lagging"] == {"orders/0": [3, ["n2"]]}
     assert json.loads(NODE.to_json())["failing"] == {"orders/0": 3}
+    assert json.loads(NODE.to_json())["loads"] == {"orders/0": [250.5, 1 << 20],
+                                                   "orders/1": [0.0, 0]}  # fmt: skip
     assert CoordinatorInfo("l1", "h:1").to_json() == b'{"http_address":"h:1","id":"l1"}'
     assert json.loads(MOVING.to_json())["move"] == {"from": "n2", "to": "n5", "leader": False}
 
@@ -62,11 +65,11 @@ def test_round_trip(record: Any) -> None:
 
 def test_unknown_fields_are_ignored_and_optional_ones_default() -> None:
     assert TopicMeta.from_json(b'{"partition_num":2,"replicator":1,"new":1}') == TopicMeta(2, 1)
-    drop = ("ends", "load", "lagging", "caught_up", "failing")
+    drop = ("ends", "load", "lagging", "caught_up", "failing", "loads")
     minimal = {k: v for k, v in json.loads(NODE.to_json()).items() if k not in drop}
     node = NodeInfo.from_json(json.dumps(minimal).encode())
     assert node.ends == {} and node.load == Load() and node.lagging == node.caught_up == {}
-    assert node.failing == {}
+    assert node.failing == {} and node.loads == {}
     assert (
         Replicas.from_json(b'{"leader":"a","isr":["a"],"epoch":1,"leader_epoch":1}').catchup == ()
     )
@@ -174,6 +177,14 @@ def test_garbage_is_a_value_error_naming_the_field(cls: Any, data: bytes, field:
         ({"failing": {"t/0": -1}}, "'failing'"),
         ({"failing": {"t0": 1}}, "'failing'"),
         ({"failing": {"t/0": True}}, "'failing'"),
+        ({"loads": []}, "'loads'"),
+        ({"loads": {"t0": [1.0, 2]}}, "'loads'"),
+        ({"loads": {"t/0": [1.0]}}, "'loads'"),
+        ({"loads": {"t/0": [-1.0, 2]}}, "'loads'"),
+        ({"loads": {"t/0": ["fast", 2]}}, "'loads'"),
+        ({"loads": {"t/0": [1.0, 2.5]}}, "'loads'"),
+        ({"loads": {"t/0": [1.0, True]}}, "'loads'"),
+        ({"loads": {"t/0": [float("nan"), 2]}}, "'loads'"),
         ({"load": []}, "'load'"),
         ({"load": {"msgs_per_sec": "fast"}}, "'msgs_per_sec'"),
         ({"load": {"leaders": -1}}, "'leaders'"),

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from nsqpy.cluster.decisions import MAX_MOVES, imbalance, plan, rebalance
+from nsqpy.cluster.balance import imbalance, loads, rebalance
+from nsqpy.cluster.decisions import MAX_MOVES, plan
 from nsqpy.cluster.model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
 from nsqpy.cluster.placement import place_topic
 
@@ -190,3 +191,85 @@ def test_no_rebalancing_while_degraded_or_moving(parts: dict[int, Replicas]) -> 
     healthy = snap(["a", "b", "c", "x"], {p: Replicas("a", ("a", "b"), ()) for p in range(3)},
                    replicator=2)  # fmt: skip
     assert rebalance(replace(healthy, removing=frozenset({"x"}))) is not None  # x drained
+
+
+# -- by load ---------------------------------------------------------------------------------
+
+
+def loaded(s: Snapshot, loads: dict[int, tuple[float, int]]) -> Snapshot:
+    """``s`` with every holder of partition p reporting ``loads[p]`` (msgs/s, bytes)."""
+    nodes = dict(s.nodes)
+    for (topic, p), v in s.replicas.items():
+        for n in v.value.holders:
+            if n in nodes and p in loads:
+                nodes[n] = replace(nodes[n], loads={**nodes[n].loads, f"{topic}/{p}": loads[p]})
+    return replace(s, nodes=nodes)
+
+
+def settle_loaded(s: Snapshot, loads: dict[int, tuple[float, int]]) -> tuple[Snapshot, int]:
+    """Rebalance rounds (holders reporting ``loads`` after each) until balanced; also the
+    number of moves it took."""
+    for moves in range(30):
+        s = loaded(settle(s), loads)
+        move = rebalance(s)
+        if move is None:
+            return s, moves
+        replicas = {**s.replicas, (move.topic, move.partition): Versioned(move.new, s.revision + 1)}
+        s = replace(s, replicas=replicas, revision=s.revision + 1)
+    raise AssertionError("did not settle")
+
+
+def holders_of(s: Snapshot, parts: list[int]) -> list[str]:
+    return [only(s, p).leader for p in parts]
+
+
+@pytest.mark.parametrize("hot", [(5000.0, 0), (0.0, 8 << 30)], ids=["msgs_per_sec", "bytes"])
+def test_equal_counts_but_two_hot_partitions_on_one_node_are_spread(hot: tuple[float, int]) -> None:
+    """Replica counts are even (2/2/2) but a holds both busy partitions (by rate, or by bytes):
+    one goes elsewhere, and an idle one makes room; then nothing more moves."""
+    parts = {p: Replicas(lead, (lead,), ()) for p, lead in enumerate("aabbcc")}
+    loads = {0: hot, 1: hot} | {p: (2.0, 1 << 20) for p in range(2, 6)}
+    s = loaded(snap(["a", "b", "c"], parts, replicator=1), loads)
+    first = imbalance(s)
+    assert first is not None and first.new.move == Move("a", "b") and first.partition in (0, 1)
+    s, moves = settle_loaded(s, loads)
+    assert len(set(holders_of(s, [0, 1]))) == 2 and imbalance(s) is None
+    assert moves == 2  # the busy one, then an idle one back the other way
+    _, held = s.counts()
+    assert sorted(held.values()) == [2, 2, 2]
+
+
+def test_leads_are_spread_by_rate_when_every_node_holds_every_partition() -> None:
+    parts = {p: Replicas(lead, (lead, *(n for n in "abc" if n != lead)), ())
+             for p, lead in enumerate("aabbcc")}  # fmt: skip
+    loads = {0: (3000.0, 0), 1: (3000.0, 0)}
+    s = loaded(snap(["a", "b", "c"], parts), loads)
+    first = imbalance(s)
+    assert first is not None and first.new.move is not None and first.new.move.leader_only
+    s, _ = settle_loaded(s, loads)
+    leaders, _ = s.counts()
+    assert len(set(holders_of(s, [0, 1]))) == 2 and imbalance(s) is None
+    assert sorted(leaders.values()) == [2, 2, 2]
+
+
+def test_small_or_noisy_differences_move_nothing() -> None:
+    """Balanced counts with a trickle on one node (under the idle allowance), or rates that
+    differ by a few percent: balanced; and a settled cluster whose rates then wobble does
+    not move back."""
+    parts = {p: Replicas(lead, (lead,), ()) for p, lead in enumerate("aabbcc")}
+    s = snap(["a", "b", "c"], parts, replicator=1)
+    assert imbalance(loaded(s, {0: (0.5, 0), 1: (0.5, 0)})) is None
+    assert imbalance(loaded(s, {p: (1000.0 + 40 * p, 1 << 30) for p in range(6)})) is None
+    loads = {0: (5000.0, 0), 1: (5000.0, 0)} | {p: (2.0, 0) for p in range(2, 6)}
+    settled, _ = settle_loaded(loaded(s, loads), loads)
+    wobble = {p: (r * (1.08 if p % 2 else 0.92), b) for p, (r, b) in loads.items()}
+    assert imbalance(loaded(settled, wobble)) is None
+
+
+def test_loads_are_relative_to_a_fair_share() -> None:
+    parts = {p: Replicas(lead, (lead,), ()) for p, lead in enumerate("aabbcc")}
+    s = snap(["a", "b", "c"], parts, replicator=1)
+    assert loads(s) == {n: (1.0, 1.0) for n in "abc"}
+    busy = loads(loaded(s, {0: (9000.0, 0), 1: (9000.0, 0)}))
+    assert busy["a"][0] > 1.5 > 1.0 > busy["b"][0] == busy["c"][0]
+    assert busy["a"][1] > 1.9 and busy["b"][1] < 0.6

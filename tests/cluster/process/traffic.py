@@ -23,13 +23,17 @@ from nsqpy.testing.cluster import LocalCluster
 
 
 class Producer(threading.Thread):
-    """MPUBs of 5 unique bodies to ``topic``, one after another, to any live nsqd."""
+    """MPUBs of 5 unique bodies to ``topic`` (to ``partition``, if given), one after another,
+    to any live nsqd."""
 
-    def __init__(self, cluster: LocalCluster, topic: str, prefix: bytes = b"r") -> None:
+    def __init__(
+        self, cluster: LocalCluster, topic: str, prefix: bytes = b"r", partition: int | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.cluster = cluster
         self.topic = topic
         self.prefix = prefix
+        self.partition = partition
         self.stop = threading.Event()
         self.acked: set[bytes] = set()
         self.sent: set[bytes] = set()
@@ -53,7 +57,7 @@ class Producer(threading.Thread):
             n += 5
             self.sent.update(bodies)
             try:
-                client.send(mpub(self.topic, bodies))
+                client.send(mpub(self.topic, bodies, self.partition))
                 answer = client.read_frame()
             except OSError as exc:  # (ConnectionError: its node was stopped)
                 client.close()
@@ -114,18 +118,23 @@ def start_traffic(cluster: LocalCluster, topic: str) -> tuple[Producer, Consumin
 
 
 def check_nothing_lost(
-    cluster: LocalCluster, producer: Producer, consumer: Consuming, timeout: float = 60
-) -> None:
-    """Stop publishing, wait until every acknowledged body is consumed, stop consuming;
-    assert at-least-once delivery."""
-    producer.stop.set()
-    producer.join(30)
-    acked = producer.acked
+    cluster: LocalCluster, producer: Producer, consumer: Consuming, timeout: float = 60,
+    others: tuple[Producer, ...] = (),
+) -> None:  # fmt: skip
+    """Stop publishing (``producer`` and the ``others``), wait until every acknowledged body
+    is consumed, stop consuming; assert at-least-once delivery."""
+    producers = (producer, *others)
+    for each in producers:
+        each.stop.set()
+    for each in producers:
+        each.join(30)
+    acked = set().union(*(each.acked for each in producers))
+    sent = set().union(*(each.sent for each in producers))
     try:
         cluster.wait_for(lambda: acked <= consumer.got, timeout, "every acknowledged body consumed")
     finally:
         consumer.stop.set()
         consumer.join(30)
-    assert acked, "nothing was acknowledged"
+    assert all(each.acked for each in producers), "nothing was acknowledged"
     assert acked - consumer.got == set(), "acknowledged and never consumed"
-    assert consumer.got <= producer.sent, "consumed what was never sent"
+    assert consumer.got <= sent, "consumed what was never sent"
