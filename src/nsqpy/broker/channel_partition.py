@@ -288,9 +288,15 @@ class ChannelPartition:
         client.message_count += 1
         # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
         msg_id = b"%016x" % (self._id_base | offset)
-        client.sink.send_message(
-            FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
-        )
+        extended = client.extended
+        if extended is None:
+            client.sink.send_message(
+                FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id)
+                + body
+            )
+        else:  # (a deferred message of an ephemeral channel keeps only its body: None)
+            stored = ext if ext or source == FROM_LOG else None
+            extended.send_extended(timestamp, attempts, msg_id, body, stored)
         tracer = self.policy.tracer
         if tracer is not None:
             tracer.channel_event(self, offset, "delivered", client, attempts, now)

@@ -23,6 +23,16 @@ class Sink(Protocol):
     def close_by_server(self) -> None: ...
 
 
+class ExtendedSink(Protocol):
+    """A client's sink for youzan's extended message frames (``extend_support``): the
+    channel hands it the parts of a message and the record's stored extension (None when
+    not at hand: the sink finds it)."""
+
+    def send_extended(
+        self, timestamp: int, attempts: int, msg_id: bytes, body: bytes, stored: bytes | None
+    ) -> None: ...
+
+
 @dataclass(eq=False)
 class Client:
     """State and counters of one client connection (the fields of /stats ClientStats)."""
@@ -55,6 +65,7 @@ class Client:
     pub_counts: dict[str, int] = field(default_factory=dict)
     channel: object | None = None  # the broker Channel it subscribed to
     write_paused: bool = False  # its connection's write buffer is full: send it nothing
+    extended: ExtendedSink | None = None  # with extend_support: where its messages go
 
     @property
     def capacity(self) -> int:

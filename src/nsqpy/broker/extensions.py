@@ -13,13 +13,17 @@ import asyncio or any server.
 from __future__ import annotations
 
 import json
+import struct
 from typing import TypeAlias
 
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client, Sink
 from nsqpy.protocol.extend import PARTITION_KEY_KEY, TRACE_ID_KEY
 from nsqpy.protocol.message import (
+    FRAME_HEAD_ID,
+    FRAME_OVERHEAD,
     JSON_HEADER_EXT_VERSION,
+    MAX_EXT_LENGTH,
     NO_EXT_VERSION,
     extend_frame,
     try_decode_message_id,
@@ -29,6 +33,7 @@ from nsqpy.storage.records import EXT_SIZE, RECORD_SIZE, parse_extension
 
 Extension: TypeAlias = tuple[int, bytes]  # (extension version, extension bytes)
 NO_EXTENSION: Extension = (NO_EXT_VERSION, b"")
+_EXT_HEAD = struct.Struct(">BH")  # an extended frame's version and extension length
 _ID_AT = 18  # a whole frame: size (4), type (4), timestamp (8), attempts (2), then the ID
 
 
@@ -64,6 +69,27 @@ class ExtendSink:
     def __init__(self, sink: Sink, client: Client) -> None:
         self.sink = sink
         self.client = client
+
+    def send_extended(
+        self, timestamp: int, attempts: int, msg_id: bytes, body: bytes, stored: bytes | None
+    ) -> None:
+        """A message straight from the channel, with its record's stored extension (None:
+        not at hand, found as ``send_message`` finds it)."""
+        if stored is None:
+            self.send_message(FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp,
+                                                 attempts, msg_id) + body)  # fmt: skip
+            return
+        if not stored:
+            head = b"\x00"
+        else:
+            version, ext = extension_from(*parse_extension(stored))
+            if len(ext) > MAX_EXT_LENGTH:
+                raise ValueError(f"extension of {len(ext)} bytes > {MAX_EXT_LENGTH}")
+            head = _EXT_HEAD.pack(version, len(ext)) + ext if version != NO_EXT_VERSION else b"\x00"
+        size = FRAME_OVERHEAD + len(head) + len(body)
+        self.sink.send_message(
+            FRAME_HEAD_ID.pack(size, 2, timestamp, attempts, msg_id) + head + body
+        )
 
     def send_message(self, frame: bytes) -> None:
         version, ext = NO_EXTENSION

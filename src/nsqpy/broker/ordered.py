@@ -108,6 +108,9 @@ class OrderedDelivery:
     def pump(self, now: int) -> int:
         sent = 0
         for part in self.channel.parts:
+            if part.in_flight:
+                continue  # (its one message is out: nothing to send; the broker counts what
+                # arrived after each flush, ``Channel.arrive``)
             number = part.number
             owner = self.owners.get(number)
             sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)

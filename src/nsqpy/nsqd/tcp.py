@@ -347,7 +347,7 @@ class V2Connection(BufferedConnection):
         self._buf_timeout_ns = neg.output_buffer_timeout_ms * 1_000_000
         self._heartbeat_ms = neg.heartbeat_interval_ms
         if neg.extend_support and not isinstance(c.sink, ExtendSink):
-            c.sink = ExtendSink(self, c)
+            c.sink = c.extended = ExtendSink(self, c)
         if not req.feature_negotiation:
             self._reply(None, OK_FRAME)
             return
