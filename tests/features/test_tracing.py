@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import aiohttp
 
+from nsqpy.broker.broker import Broker
+from nsqpy.broker.client import Client
+from nsqpy.options import NsqdOptions
+from nsqpy.protocol.message import encode_message_id
+from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage.tracestore import TraceEvent, TraceStore
 from nsqpy.testing import (
     AsyncWire,
     FakeClock,
+    FrameSink,
     NsqdServers,
     http_get,
     http_request,
@@ -131,18 +138,37 @@ async def test_nothing_is_written_while_nothing_is_traced(
 
 def test_the_store_keeps_at_most_its_bound(tmp_path: Path) -> None:
     def event(i: int) -> TraceEvent:
-        return TraceEvent(i, "t", "c", 0, i, f"{i:016x}", i % 2, "delivered", "me", 1)
+        return TraceEvent(i // 2, "t", "c", 0, i, f"0:{i:x}", i % 2, "delivered", "me", 1)
 
     store = TraceStore(tmp_path / "trace.sqlite", max_records=5)
-    for start in (0, 4, 8):
+    for start in (0, 4, 8):  # (two events of each time share a row)
         store.append([event(i) for i in range(start, start + 4)])
     assert store.count() == 5
-    assert store.by_message("t", f"{8:016x}") == [event(8)]
-    assert store.by_message("t", f"{6:016x}") == []  # the oldest went first
+    assert store.by_message("t", 0, 8) == [event(8)]
+    assert store.by_message("t", 0, 6) == []  # the oldest went first, also half a row
+    assert [e.offset for e in store.by_message("t", 0, 7)] == [7]
     store.close()
     again = TraceStore(tmp_path / "trace.sqlite", max_records=5)
+    assert again.count() == 5
     assert [e.offset for e in again.by_trace_id(1)] == [7, 9, 11]
+    assert [e.offset for e in again.by_trace_id(1, limit=2)] == [7, 9]
     again.close()
+
+
+def test_a_traced_burst_is_one_row_and_each_event_comes_back(tmp_path: Path) -> None:
+    """A burst of events of one kind, client and time (a pump, a run of FINs) is stored as
+    one row; every event of it is found by its message and by its trace ID."""
+    store = TraceStore(tmp_path / "trace.sqlite", max_records=1000)
+    events = [TraceEvent(5, "t", "c", 1, o, f"1:{o:x}", 9 if o == 12 else 0, "finished",
+                         "me", 1 + o % 3) for o in range(10, 20)]  # fmt: skip
+    store.append(events)
+    rows = store._db.execute("SELECT COUNT(*) FROM trace_batch").fetchone()[0]
+    assert rows == 1 and store.count() == 10
+    assert [store.by_message("t", 1, o) for o in (10, 12, 19)] == [[events[0]], [events[2]],
+                                                                   [events[9]]]  # fmt: skip
+    assert store.by_message("t", 0, 12) == [] and store.by_message("u", 1, 12) == []
+    assert store.by_trace_id(9) == [events[2]] and store.by_trace_id(9, "u") == []
+    store.close()
 
 
 def test_trace_records_and_switches_survive_a_real_restart(tmp_path: Path) -> None:
@@ -198,3 +224,31 @@ async def test_bad_trace_requests_are_refused(
         assert await http.call(method, path, b"body") == (status, {"message": code}), path
     assert (await http.topic("t"))["message_count"] == 0
     assert not (nsqd.broker.data_path / "features.json").exists()
+
+
+def test_every_event_of_a_busy_traced_topic_is_kept_in_few_rows(tmp_path: Path) -> None:
+    """Publishes, deliveries and FIN bursts of a traced topic while the writer thread runs
+    (taking bursts closed and open): every event is stored once, one row per burst."""
+    broker = Broker(NsqdOptions(data_path=str(tmp_path)))
+    client = Client(sink=FrameSink(), ready_count=1 << 30, state=SUBSCRIBED)
+    channel = broker.subscribe(client, "busy", "c")
+    topic = broker.topics["busy"]
+    broker.features.set_trace(topic, None, True)
+    sent = 0
+    for _ in range(60):
+        broker.publish(topic, [b"x"] * 100)
+        flushed, _ = broker.flush()
+        broker.pump(flushed)
+        ids = [encode_message_id(0, offset) for offset in range(sent, sent + 100)]
+        assert channel.finish_ids(client, ids, broker.clock()) == []
+        sent += 100
+        time.sleep(0.005)  # (the writer wakes every 100 ms meanwhile)
+    tracer = broker.features.tracer
+    assert tracer.sync(10)
+    assert tracer.store.count() == 3 * sent
+    rows = tracer.store._db.execute("SELECT COUNT(*) FROM trace_batch").fetchone()[0]
+    assert rows <= 3 * 60 + 10  # a burst per publish, pump and FIN run (and a few split)
+    for offset in (0, 2999, sent - 1):
+        got = tracer.by_message("busy", encode_message_id(0, offset).decode())
+        assert [e.event for e in got] == ["published", "delivered", "finished"]
+    broker.close()

@@ -34,7 +34,7 @@ from nsqpy.broker.channel_policy import PolicyPaths
 from nsqpy.broker.client import Client
 from nsqpy.broker.deferred import Deferred, Entry, MemoryDeferred
 from nsqpy.broker.e2e import LatencyWindow
-from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeout
+from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeout, stored_ext
 from nsqpy.broker.memqueue import MemoryQueue
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
@@ -299,7 +299,8 @@ class ChannelPartition:
             extended.send_extended(timestamp, attempts, msg_id, body, stored)
         tracer = self.policy.tracer
         if tracer is not None:
-            tracer.channel_event(self, offset, "delivered", client, attempts, now)
+            known = ext if ext or source == FROM_LOG else None
+            tracer.channel_event(self, offset, "delivered", client, attempts, now, ext=known)
 
     def _confirm(self, offset: int) -> bool:
         if self.cursor.confirm(offset):
@@ -344,7 +345,9 @@ class ChannelPartition:
         if self.e2e is not None:
             self.e2e.insert(now - item.timestamp, now)
         if self.policy.tracer is not None:
-            self.policy.tracer.channel_event(self, offset, "finished", client, item.attempts, now)
+            self.policy.tracer.channel_event(
+                self, offset, "finished", client, item.attempts, now, ext=stored_ext(item)
+            )
 
     def finish_many(
         self, client: Client, offsets: list[int], ids: list[bytes], now: int
@@ -354,7 +357,8 @@ class ChannelPartition:
         or tracer to tell, take a short path with the same effect."""
         errors: list[FinFailed] = []
         in_flight, confirm = self.in_flight, self.cursor.confirm
-        slow_only = self.e2e is not None or self.policy.tracer is not None
+        slow_only = self.e2e is not None
+        tracer = self.policy.tracer
         done = unsaved = 0
         for offset, msg_id in zip(offsets, ids, strict=True):
             item = in_flight.get(offset)
@@ -368,6 +372,10 @@ class ChannelPartition:
             done += 1
             if confirm(offset):
                 unsaved += 1
+            if tracer is not None:
+                tracer.channel_event(
+                    self, offset, "finished", client, item.attempts, now, ext=item.ext
+                )
         client.in_flight_count -= done
         client.finish_count += done
         self.finish_count += done
@@ -381,9 +389,8 @@ class ChannelPartition:
         client.requeue_count += 1
         self.requeue_count += 1
         if self.policy.tracer is not None:
-            self.policy.tracer.channel_event(
-                self, offset, "requeued", client, item.attempts, now, f"delay_ms={delay_ms}"
-            )
+            self.policy.tracer.channel_event(self, offset, "requeued", client, item.attempts,
+                                             now, f"delay_ms={delay_ms}", stored_ext(item))  # fmt: skip
         if self._exhausted(offset, item, "requeued", now):
             return
         if delay_ms <= 0:
@@ -466,9 +473,8 @@ class ChannelPartition:
             item.client.in_flight_count -= 1
             self.timeout_count += 1
             if self.policy.tracer is not None:
-                self.policy.tracer.channel_event(
-                    self, offset, "timed_out", item.client, item.attempts, now
-                )
+                self.policy.tracer.channel_event(self, offset, "timed_out", item.client,
+                                                 item.attempts, now, ext=stored_ext(item))  # fmt: skip
             if not self._exhausted(offset, item, "timeout", now):
                 self._back_to_queue(offset, item, now, in_flight_removed=True)
             work += 1

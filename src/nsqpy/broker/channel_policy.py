@@ -20,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 
 from nsqpy.broker.channel_deferral import ChannelDeferral
-from nsqpy.broker.inflight import FROM_DEFERRED, InFlight
+from nsqpy.broker.inflight import FROM_DEFERRED, InFlight, stored_ext
 from nsqpy.broker.policy import PolicedChannel
 from nsqpy.errors import StorageError
 from nsqpy.storage import CursorState, OffsetOutOfRange
@@ -78,9 +78,8 @@ class PolicyPaths:
             self.confirm(offset)
         self.dead_letter_count += 1
         if policy.tracer is not None:
-            policy.tracer.channel_event(
-                channel, offset, "dead_lettered", item.client, item.attempts, now, reason
-            )
+            policy.tracer.channel_event(channel, offset, "dead_lettered", item.client,
+                                        item.attempts, now, reason, stored_ext(item))  # fmt: skip
         return True
 
     def expire_head(self, now: int, batch: int = 64) -> int:

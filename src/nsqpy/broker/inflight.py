@@ -31,6 +31,12 @@ class InFlight:
     ext: bytes = b""  # the record's extension as stored (what extended frames carry)
 
 
+def stored_ext(item: InFlight) -> bytes | None:
+    """The record's stored extension when the in-flight entry has it (b"": none), None when
+    it is not known there (a deferred message of an ephemeral channel keeps only its body)."""
+    return item.ext if item.ext or item.source == FROM_LOG else None
+
+
 def push_timeout(
     heap: list[tuple[int, int]], in_flight: dict[int, InFlight], deadline: int, offset: int
 ) -> None:

@@ -2,12 +2,18 @@
 
 Owns ``Tracer``. A traced topic records each publish; a traced channel (or every channel
 of a traced topic) records deliveries, requeues, timeouts, finishes, dead letters and
-expiries. Recording an event appends a tuple to a list (the loop thread); a writer thread
-takes the list every ``flush_ms`` and appends it to the ``TraceStore`` in one transaction,
-so SQLite never runs on the event loop and nothing happens at all while nothing is
-traced (the channel's ``policy.tracer`` is None). The trace ID of an event is the one in
-the message's log record (read once per message and remembered in a bounded map), so a
-trace ID given at publish time and one a later reader finds in the log are the same.
+expiries. Recording an event (the loop thread) appends its offset and attempt to the open
+burst, a ``_Burst`` of the same event of one channel part, client, time and detail (a pump
+delivering to one client, a run of FINs); another event starts the next. A writer thread
+takes the bursts closed so far every ``flush_ms`` (and the open one, which it writes a
+moment later, once the loop thread cannot be half-way through adding to it) and appends
+them to the ``TraceStore`` in one transaction, one row per burst: so SQLite never runs on
+the event loop, tracing costs the loop a few list appends per event, and nothing happens
+at all while nothing is traced (the channel's ``policy.tracer`` is None). The trace ID of
+an event is the one in the message's log record: from the record's stored extension
+when the caller has it at hand (a delivery, an in-flight message), else read from the log
+once per message and remembered in a bounded map; so a trace ID given at publish time and
+one a later reader finds in the log are the same.
 Offsets are per partition: the ``topic`` an event is about is a topic's ``Partition``
 (its name, number and log: ``TracedPartition``, as the channel's is in ``TracedChannel``),
 and a message is known by (topic name, partition, offset). Must not import asyncio or any
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,9 +33,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from nsqpy.broker.health import Health
 from nsqpy.errors import StorageError
-from nsqpy.protocol.message import encode_message_id
+from nsqpy.protocol.message import encode_message_id, try_decode_message_id
 from nsqpy.storage import MemoryLog, OffsetOutOfRange, PartitionLog
-from nsqpy.storage.tracestore import TraceEvent, TraceStore
+from nsqpy.storage.records import EXT
+from nsqpy.storage.tracestore import TraceBatch, TraceEvent, TraceStore
 
 if TYPE_CHECKING:
     from nsqpy.broker.client import Client
@@ -38,6 +46,9 @@ log = logging.getLogger("nsqpy.broker")
 TRACE_FILE = "trace.sqlite"
 _TRACE_ID_CACHE = 100_000
 _READ_AHEAD = 256
+_BURST_MAX = 4096  # events in one row at most
+_SETTLE_S = 0.005  # how long the writer leaves a burst it took open before reading it
+_trace_id_in = EXT.unpack_from  # (trace id, key length) of a stored extension
 
 
 class TracedPartition(Protocol):
@@ -70,6 +81,43 @@ def client_label(client: Client | str | None) -> str:
     return f"{client.client_id}@{client.remote_address}"
 
 
+class _Burst:
+    """Events of one kind, channel part (or topic partition), client, time and detail."""
+
+    __slots__ = ("attempts", "channel", "client", "detail", "event", "offsets", "part", "tids",
+                 "ts")  # fmt: skip
+
+    def __init__(
+        self, part: TracedPartition, channel: str, event: str, client: Client | str | None,
+        ts: int, detail: str,
+    ) -> None:  # fmt: skip
+        self.part = part
+        self.channel = channel
+        self.event = event
+        self.client = client
+        self.ts = ts
+        self.detail = detail
+        self.offsets: list[int] = []
+        self.attempts: list[int] = []
+        self.tids: dict[int, int] = {}
+
+    def size(self) -> int:
+        """Events complete in it (the loop thread adds the offset, then the attempt)."""
+        return min(len(self.offsets), len(self.attempts))
+
+    def batch(self, start: int, end: int) -> TraceBatch:
+        """Its events ``start`` to ``end`` as a store batch (copies: the loop thread may
+        still be adding to a burst the writer took open)."""
+        offsets = self.offsets[start:end]
+        tids = dict(self.tids)
+        if len(tids) > 0 and (start or end < len(self.offsets)):
+            kept = set(offsets)
+            tids = {o: t for o, t in tids.items() if o in kept}
+        return TraceBatch(self.ts, self.part.name, self.channel, self.part.partition, self.event,
+                          client_label(self.client), self.detail, offsets,
+                          self.attempts[start:end], tids)  # fmt: skip
+
+
 class Tracer:
     """Buffers trace events and writes them to the store from a thread of its own."""
 
@@ -87,7 +135,11 @@ class Tracer:
         self.flush_s = flush_ms / 1000
         self._store: TraceStore | None = None
         self._opening = threading.Lock()
-        self._pending: deque[TraceEvent] = deque()
+        self._pending: deque[_Burst] = deque()  # closed bursts
+        self._open: _Burst | None = None  # the burst events are added to
+        self._taking = threading.Lock()  # closing the open burst: the loop or the writer
+        self._taken: list[tuple[_Burst, int]] = []  # the burst the writer took open, written so far
+        self._open_key: tuple[object, ...] = ()
         self._trace_ids: dict[tuple[str, int, int], int] = {}
         self._wake = threading.Condition()
         self._written = 0  # events handed to the store
@@ -102,7 +154,7 @@ class Tracer:
     def store(self) -> TraceStore:
         with self._opening:  # the loop thread and a query thread may both open it
             if self._store is None:
-                self._store = TraceStore(self.path, self.max_records)
+                self._store = TraceStore(self.path, self.max_records, _message_id)
             return self._store
 
     def _start(self) -> None:
@@ -112,7 +164,8 @@ class Tracer:
             self._thread.start()
 
     def close(self) -> None:
-        """Write what is pending and stop the writer."""
+        """Write what is pending and stop the writer (the loop thread)."""
+        self._close_burst()
         thread = self._thread
         if thread is not None:
             with self._wake:
@@ -126,11 +179,26 @@ class Tracer:
 
     # -- recording (loop thread) -----------------------------------------------------
 
-    def _add(self, event: TraceEvent) -> None:
-        if self._thread is None:
-            self._start()
-        self._pending.append(event)
-        self._queued += 1
+    def _burst(
+        self, part: TracedPartition, channel: object, name: str, event: str,
+        client: Client | str | None, now: int, detail: str,
+    ) -> _Burst:  # fmt: skip
+        """The open burst if this event belongs to it, else a new one (the open one closed)."""
+        key = (channel, event, client, now, detail)
+        burst = self._open
+        if burst is None or self._open_key != key or len(burst.offsets) >= _BURST_MAX:
+            if self._thread is None:
+                self._start()
+            self._close_burst()
+            burst = self._open = _Burst(part, name, event, client, now, detail)
+            self._open_key = key
+        return burst
+
+    def _close_burst(self) -> None:
+        with self._taking:  # (the writer may be taking it: one of the two does)
+            burst, self._open = self._open, None
+        if burst is not None:
+            self._pending.append(burst)
 
     def trace_id_of(self, topic: TracedPartition, offset: int) -> int:
         """The trace ID in the record at ``offset`` (0 when none or unreadable)."""
@@ -171,14 +239,17 @@ class Tracer:
         now: int,
     ) -> None:
         """``count`` messages from ``first`` were appended (not yet flushed) with these IDs."""
-        label = client_label(source)
+        burst = self._burst(topic, topic, "", "published", source, now, "")
         part = topic.partition
-        for i, offset in enumerate(range(first, first + count)):
-            msg_id = encode_message_id(part, offset).decode()
-            tid = trace_ids if isinstance(trace_ids, int) else trace_ids[i]
-            self._remember((topic.name, part, offset), tid)
-            self._add(TraceEvent(now, topic.name, "", part, offset, msg_id, tid,
-                                 "published", label, 0))  # fmt: skip
+        burst.offsets.extend(range(first, first + count))
+        burst.attempts.extend([0] * count)
+        if isinstance(trace_ids, int):
+            trace_ids = [trace_ids] * count if trace_ids else ()
+        for offset, tid in zip(range(first, first + count), trace_ids, strict=False):
+            if tid:
+                self._remember((topic.name, part, offset), tid)
+                burst.tids[offset] = tid
+        self._queued += count
 
     def channel_event(
         self,
@@ -189,13 +260,22 @@ class Tracer:
         attempts: int,
         now: int,
         detail: str = "",
+        ext: bytes | None = None,
     ) -> None:
+        """One event of a channel; ``ext``: the record's stored extension when at hand (b"":
+        it has none), else its trace ID is read from the log."""
         topic = channel.topic
-        part = topic.partition
-        msg_id = encode_message_id(part, offset).decode()
-        tid = self.trace_id_of(topic, offset)
-        self._add(TraceEvent(now, topic.name, channel.name, part, offset, msg_id, tid,
-                             event, client_label(client), attempts, detail))  # fmt: skip
+        tid = self.trace_id_of(topic, offset) if ext is None else _trace_id_in(ext)[0] if ext else 0
+        burst = self._open
+        if (burst is None or self._open_key[0] is not channel or self._open_key[1] != event
+                or self._open_key[2] is not client or self._open_key[3] != now
+                or self._open_key[4] != detail or len(burst.offsets) >= _BURST_MAX):  # fmt: skip
+            burst = self._burst(topic, channel, channel.name, event, client, now, detail)
+        burst.offsets.append(offset)
+        burst.attempts.append(attempts)
+        if tid:
+            burst.tids[offset] = tid
+        self._queued += 1
 
     # -- writer thread ---------------------------------------------------------------
 
@@ -212,24 +292,36 @@ class Tracer:
 
     def _write(self) -> None:
         pending = self._pending
-        batch: list[TraceEvent] = []
+        bursts: list[_Burst] = []
         while pending:  # popleft is atomic: the loop thread may append meanwhile
-            batch.append(pending.popleft())
-        if not batch:
+            bursts.append(pending.popleft())
+        with self._taking:  # the open burst: closed here; the loop thread starts another
+            taken, self._open = self._open, None
+        if taken is not None:
+            time.sleep(_SETTLE_S)  # (an event being added to it when taken lands first)
+            bursts.append(taken)
+        batches = []
+        for burst, done in self._taken:  # an event added later still to a burst taken open
+            if burst.size() > done:
+                batches.append(burst.batch(done, burst.size()))
+        self._taken = [(taken, taken.size())] if taken is not None else []
+        batches += [b.batch(0, b.size()) for b in bursts]
+        count = sum(len(b.offsets) for b in batches)
+        if not count:
             return
         try:
-            self.store.append(batch)
+            self.store.append_batches(batches)
         except StorageError as exc:
             self.errors += 1
             if self.health is not None:  # those events are lost: nothing retries them
                 self.health.failed_once("failed to write trace events", exc)
             else:
-                log.error("trace: %d events were not written: %s", len(batch), exc)
+                log.error("trace: %d events were not written: %s", count, exc)
         else:
             if self.health is not None and self.health.error:
                 self.health.ok()
         with self._wake:
-            self._written += len(batch)
+            self._written += count
             self._wake.notify_all()
 
     def sync(self, timeout: float = 5.0) -> bool:
@@ -244,7 +336,10 @@ class Tracer:
     # -- queries (any thread) --------------------------------------------------------
 
     def by_message(self, topic: str, msg_id: str, limit: int = 1000) -> list[TraceEvent]:
-        return self.store.by_message(topic, msg_id, limit) if self._store_exists() else []
+        where = try_decode_message_id(msg_id.encode())
+        if where is None or not self._store_exists():
+            return []
+        return self.store.by_message(topic, where[0], where[1], limit)
 
     def by_trace_id(
         self, trace_id: int, topic: str | None = None, limit: int = 1000
@@ -253,3 +348,7 @@ class Tracer:
 
     def _store_exists(self) -> bool:
         return self._store is not None or self.path.exists()
+
+
+def _message_id(partition: int, offset: int) -> str:
+    return encode_message_id(partition, offset).decode()
