@@ -261,8 +261,10 @@ class Channel:
         if len(parts) == 1:  # (one partition held: the burst in one go, errors in order)
             ((number, only),) = parts.items()
             values = [int(msg_id, 16) for msg_id in ids]
-            if all(v >> OFFSET_BITS == number for v in values):
-                return only.finish_many(client, [v & MAX_OFFSET for v in values], ids, now)
+            if values and min(values) >> OFFSET_BITS == number == max(values) >> OFFSET_BITS:
+                base = number << OFFSET_BITS  # (the IDs of one partition: its offsets + base)
+                offsets = values if not base else [v - base for v in values]
+                return only.finish_many(client, offsets, ids, now)
         for msg_id in ids:
             value = int(msg_id, 16)
             part = parts.get(value >> OFFSET_BITS)

@@ -38,7 +38,7 @@ from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeou
 from nsqpy.broker.memqueue import MemoryQueue
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
-from nsqpy.protocol.message import FRAME_HEAD_ID, FRAME_OVERHEAD, OFFSET_BITS
+from nsqpy.protocol.message import OFFSET_BITS, message_frame
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
 from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
 
@@ -286,16 +286,14 @@ class ChannelPartition:
             self._track(offset, deadline)
         client.in_flight_count += 1
         client.message_count += 1
-        # encode_message_frame(timestamp, attempts, encode_message_id(partition, offset), body)
-        msg_id = b"%016x" % (self._id_base | offset)
         extended = client.extended
-        if extended is None:
+        if extended is None:  # (the message ID: encode_message_id(partition, offset))
             client.sink.send_message(
-                FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id)
-                + body
+                message_frame(timestamp, attempts, self._id_base | offset, body)
             )
         else:  # (a deferred message of an ephemeral channel keeps only its body: None)
             stored = ext if ext or source == FROM_LOG else None
+            msg_id = b"%016x" % (self._id_base | offset)
             extended.send_extended(timestamp, attempts, msg_id, body, stored)
         tracer = self.policy.tracer
         if tracer is not None:

@@ -63,6 +63,7 @@ class BufferedConnection(asyncio.Protocol):
         self._out_bytes = 0  # bytes of message frames among them
         self._buffered_since = 0  # server clock when the first of them was buffered
         self._force = False  # a frame that is not a message is waiting: flush this turn
+        self._message_touched = False  # a message touched the server since its last flush
         self._timer: asyncio.TimerHandle | None = None
         self._buf_size = DEFAULT_OUTPUT_BUFFER_SIZE
         self._buf_timeout_ns = buf_timeout_ns
@@ -162,7 +163,8 @@ class BufferedConnection(asyncio.Protocol):
             self._buffered_since = self._clock()
         if self._out_bytes >= self._buf_size:
             self._write_out()  # the buffer is full: it goes now, as bufio writes through
-        else:
+        elif not self._message_touched:  # (once per loop turn: the server flushes it then)
+            self._message_touched = True
             self._touch()
 
     def close_by_server(self) -> None:
@@ -232,6 +234,7 @@ class BufferedConnection(asyncio.Protocol):
     def flush(self, force: bool = False) -> None:
         """End of a loop turn: write what is gathered unless only messages wait in a buffer
         that may still wait (see the module doc); ``force`` writes in any case."""
+        self._message_touched = False
         if self._out and not (force or self._force or self._flush_due()):
             self._arm_timer()
             return

@@ -45,6 +45,19 @@ EXT_VERSIONS = frozenset((NO_EXT_VERSION, JSON_HEADER_EXT_VERSION))
 MAX_EXT_LENGTH = 0xFFFF
 
 
+def py_message_frame(timestamp: int, attempts: int, id_value: int, body: bytes) -> bytes:
+    """A whole message frame (size, type, timestamp, attempts, the 16-hex-digit ID of
+    ``id_value``, body): the reference for the C ``message_frame``, and its fallback."""
+    msg_id = b"%016x" % id_value
+    return FRAME_HEAD_ID.pack(_FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
+
+
+try:  # (the C form is optional: a machine without a compiler installs without it)
+    from nsqpy.protocol._frames import message_frame as message_frame
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    message_frame = py_message_frame
+
+
 def encode_message_id(partition: int, offset: int) -> bytes:
     """The 16-character lowercase hex ID of ``offset`` in ``partition``."""
     if not 0 <= partition <= MAX_PARTITION:

@@ -1,0 +1,3 @@
+"""Types of the C module nsqpy.protocol._frames (see _frames.c)."""
+
+def message_frame(timestamp: int, attempts: int, id_value: int, body: bytes, /) -> bytes: ...
