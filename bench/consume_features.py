@@ -8,7 +8,7 @@ backlog of ``--messages`` 200-byte messages each, drained to the end, FIN per me
   - tracing: a channel with tracing on against the same without, filled by NSQ's own
     ``bench_writer`` and read by its ``bench_reader`` (go-nsq, RDY 2500) for ``--runfor``
     seconds when ``../shared/nsq-go`` has them, else by the Python client below;
-  - ``extend_support``: messages published with MPUB_EXT (a small JSON header each) read by
+  - ``extend_support``: messages published with MPUB_EXT (small JSON headers each) read by
     a client that IDENTIFYs with ``extend_support`` (extended frames carry the headers),
     against plain messages read with plain frames;
   - ordered: SUB_ORDERED over ``--partitions`` partitions, one connection per partition
@@ -41,31 +41,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nsqpy.protocol.extend import encode_mpub_ext
 from nsqpy.protocol.frames import FrameDecoder
 from nsqpy.testing import WireClient, http_get, http_request, nsqd_process
+from partitions import answers, publish
 from vs_go import TOOLS, cpu_seconds, run_tool
 
 BODY = b"x" * 200
 BATCH = 200
-
-
-def publish(port: int, topic: str, count: int, *, headers: bool = False) -> None:
-    """``count`` messages in MPUBs of 200 (MPUB_EXT with a header each when ``headers``)."""
-    wire = WireClient(port, timeout=60)
-    wire.send(b"  V2")
-    sent = 0
-    while sent < count:
-        n = min(BATCH, count - sent)
-        if headers:
-            wire.send(encode_mpub_ext(topic, [({"app": "bench"}, BODY)] * n))
-        else:
-            payload = struct.pack(">i", n) + (struct.pack(">i", len(BODY)) + BODY) * n
-            wire.send(f"MPUB {topic}\n".encode() + struct.pack(">i", len(payload)) + payload)
-        answer = wire.read_frame()
-        assert answer[0] == 0, answer
-        sent += n
-    wire.close()
 
 
 def drain(port: int, topic: str, count: int, *, conns: int = 1, verb: str = "SUB",
@@ -96,16 +78,11 @@ def drain(port: int, topic: str, count: int, *, conns: int = 1, verb: str = "SUB
             data = wire.sock.recv(1 << 20)
             if not data:
                 raise ConnectionError("nsqd closed the connection")
-            out = []
-            for ftype, frame in decoder.feed(data):
-                if ftype == 2:
-                    out.append(b"FIN " + frame[10:26] + b"\n")
-                elif frame == b"_heartbeat_":
-                    out.append(b"NOP\n")
-            got += len(out)
+            out, messages = answers(decoder, data)
+            got += messages
             if out:
                 wire.sock.setblocking(True)
-                wire.sock.sendall(b"".join(out))
+                wire.sock.sendall(out)
                 wire.sock.setblocking(False)
     elapsed = time.perf_counter() - start
     sel.close()
@@ -157,14 +134,14 @@ def main() -> None:
 
         for r in range(args.rounds):
             plain = topic(f"plain{r}")
-            publish(port, plain, n)
+            publish(port, plain, n, extended=False)
             timed("plain frames", partial(drain, port, plain, n), n)
             ext = topic(f"ext{r}")
-            publish(port, ext, n, headers=True)
+            publish(port, ext, n, extended=True)
             timed("extend_support frames", partial(drain, port, ext, n, extend=True), n)
             for verb in ("SUB", "SUB_ORDERED"):
                 name = topic(f"{verb.lower()}{r}", parts)
-                publish(port, name, n)
+                publish(port, name, n, extended=False)
                 timed(f"{parts} partitions x {parts} conns, {verb}",
                       partial(drain, port, name, n, conns=parts, verb=verb), n)  # fmt: skip
             for traced in (False, True):
@@ -172,7 +149,7 @@ def main() -> None:
                 if use_go:
                     rate = go_traced(port, name, args.runfor)
                 else:
-                    publish(port, name, n)
+                    publish(port, name, n, extended=False)
                     rate = drain(port, name, n)
                 record(f"tracing {'on ' if traced else 'off'}", rate)
             for _ in range(6):  # the trace writer catches up (a query waits for it, 5 s at most)

@@ -55,6 +55,20 @@ def publish(port: int, topic: str, count: int, extended: bool) -> None:
     wire.close()
 
 
+def answers(decoder: FrameDecoder, data: bytes) -> tuple[bytes, int]:
+    """What a consumer answers to ``data``: a FIN per message, a NOP per heartbeat; and how
+    many messages it held."""
+    out = []
+    messages = 0
+    for ftype, frame in decoder.feed(data):
+        if ftype == 2:
+            out.append(b"FIN " + frame[10:26] + b"\n")
+            messages += 1
+        elif frame == b"_heartbeat_":
+            out.append(b"NOP\n")
+    return b"".join(out), messages
+
+
 def drain(port: int, topic: str, channel: str, count: int, verb: str, extend: bool) -> float:
     """Seconds to receive and FIN ``count`` messages with one connection."""
     wire = WireClient(port, timeout=60)
@@ -70,16 +84,10 @@ def drain(port: int, topic: str, channel: str, count: int, verb: str, extend: bo
     wire.send(b"RDY 500\n")
     got = 0
     while got < count:
-        data = wire.sock.recv(1 << 20)
-        fins = []
-        for ftype, frame in decoder.feed(data):
-            if ftype == 2:
-                fins.append(b"FIN " + frame[10:26] + b"\n")
-            elif frame == b"_heartbeat_":
-                fins.append(b"NOP\n")
-        got += sum(1 for f in fins if f.startswith(b"FIN"))
+        fins, messages = answers(decoder, wire.sock.recv(1 << 20))
+        got += messages
         if fins:
-            wire.send(b"".join(fins))
+            wire.send(fins)
     elapsed = time.perf_counter() - start
     wire.close()
     return elapsed
