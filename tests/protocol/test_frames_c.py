@@ -44,3 +44,28 @@ def test_c_and_python_frames_are_the_same_bytes(ts: int, attempts: int, id_value
 def test_out_of_range_arguments_raise(args: tuple[object, ...], error: type[Exception]) -> None:
     with pytest.raises(error):
         _frames.message_frame(*args)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, (1 << 64) - 1), max_size=50), st.binary(max_size=30))
+def test_c_and_python_read_the_same_fin_ids(values: list[int], lead: bytes) -> None:
+    buf = bytearray(lead + b"".join(b"FIN %016x\n" % v for v in values))
+    start, end = len(lead), len(buf)
+    assert _frames.hex_ids(buf, start, end, 21) == values
+    assert message.py_hex_ids(buf, start, end, 21) == values
+
+
+@pytest.mark.parametrize(
+    ("buf", "start", "end"),
+    [
+        (b"FIN 00000000000000zz\n", 0, 21),  # not hex
+        (b"FIN 00000000000000AB\n", 0, 21),  # upper case: the parser never passes it
+        (b"FIN 0000\n", 0, 21),  # past the end of the buffer
+        (b"FIN 0000000000000000\nFIN 00", 0, 23),  # the last line is cut short
+    ],
+)
+def test_hex_ids_refuses_what_is_not_a_run_of_ids(buf: bytes, start: int, end: int) -> None:
+    with pytest.raises(ValueError):
+        _frames.hex_ids(buf, start, end, 21)
+    with pytest.raises(ValueError):  # (a step shorter than a line)
+        _frames.hex_ids(b"FIN 0000000000000000\n", 0, 21, 0)

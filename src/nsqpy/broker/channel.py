@@ -256,18 +256,21 @@ class Channel:
     def finish_ids(self, client: Client, ids: list[bytes], now: int) -> list[FinFailed]:
         """FIN a burst of IDs (16 lowercase hex characters each) in order; the refusals,
         each to be answered as ``finish`` would have answered it."""
-        errors: list[FinFailed] = []
+        return self.finish_values(client, [int(msg_id, 16) for msg_id in ids], now)
+
+    def finish_values(self, client: Client, values: list[int], now: int) -> list[FinFailed]:
+        """``finish_ids`` with the IDs as integers (``b"%016x" % value`` is the ID)."""
         parts = self._by_number
-        if len(parts) == 1:  # (one partition held: the burst in one go, errors in order)
+        if len(parts) == 1 and values:  # (one partition held: the burst in one go)
             ((number, only),) = parts.items()
-            values = [int(msg_id, 16) for msg_id in ids]
-            if values and min(values) >> OFFSET_BITS == number == max(values) >> OFFSET_BITS:
+            if min(values) >> OFFSET_BITS == number == max(values) >> OFFSET_BITS:
                 base = number << OFFSET_BITS  # (the IDs of one partition: its offsets + base)
                 offsets = values if not base else [v - base for v in values]
-                return only.finish_many(client, offsets, ids, now)
-        for msg_id in ids:
-            value = int(msg_id, 16)
+                return only.finish_many(client, offsets, values, now)
+        errors: list[FinFailed] = []
+        for value in values:
             part = parts.get(value >> OFFSET_BITS)
+            msg_id = b"%016x" % value
             try:
                 if part is None:
                     raise FinFailed(f"FIN {msg_id.decode()} failed ID not in flight")

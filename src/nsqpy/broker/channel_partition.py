@@ -348,21 +348,21 @@ class ChannelPartition:
             )
 
     def finish_many(
-        self, client: Client, offsets: list[int], ids: list[bytes], now: int
+        self, client: Client, offsets: list[int], ids: list[int], now: int
     ) -> list[FinFailed]:
-        """``finish`` each offset in order (``ids``: their message IDs, for the refusals);
-        the refusals. Messages from the log FINed by their owner, with no latency window
-        or tracer to tell, take a short path with the same effect."""
+        """``finish`` each offset in order (``ids``: their message IDs as integers, for the
+        refusals); the refusals. Messages from the log FINed by their owner, with no
+        latency window to tell, take a short path with the same effect."""
         errors: list[FinFailed] = []
         in_flight, confirm = self.in_flight, self.cursor.confirm
         slow_only = self.e2e is not None
         tracer = self.policy.tracer
         done = unsaved = 0
-        for offset, msg_id in zip(offsets, ids, strict=True):
+        for offset, value in zip(offsets, ids, strict=True):
             item = in_flight.get(offset)
             if slow_only or item is None or item.client is not client or item.source != FROM_LOG:
                 try:
-                    self.finish(client, offset, msg_id, now)
+                    self.finish(client, offset, b"%016x" % value, now)
                 except FinFailed as err:  # kept without its traceback: no cycle via this frame
                     errors.append(err.with_traceback(None))
                 continue

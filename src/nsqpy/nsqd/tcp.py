@@ -248,10 +248,10 @@ class V2Connection(BufferedConnection):
             or (self._tls_required and not client.tls)
         ):
             return False
-        ids = self.parser.take_fins(FIN_BATCH)
-        if not ids:
+        values = self.parser.take_fin_values(FIN_BATCH)
+        if not values:
             return False
-        for err in channel.finish_ids(client, ids, self.broker.clock()):
+        for err in channel.finish_values(client, values, self.broker.clock()):
             self.send_error(err)
         self._pump_due = channel
         self._cursor_moved = channel.ordered

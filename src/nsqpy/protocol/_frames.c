@@ -1,5 +1,9 @@
 /* NSQ message frames in C: what nsqd sends for each message it delivers.
  *
+ * hex_ids(buf, start, end, step) -> list[int] reads the 16 lowercase hex digits at
+ * buf[at + 4 : at + 20] for every at in range(start, end, step): the message IDs of a run of
+ * "FIN <id>\n" lines (step 21) the parser has matched, as integers.
+ *
  * message_frame(timestamp, attempts, id_value, body) -> bytes builds one whole frame:
  * size (int32, big-endian: what follows it), frame type 2, timestamp (int64 ns), attempts
  * (uint16), the message ID as 16 lowercase hex digits of id_value, then the body. The
@@ -68,7 +72,61 @@ static PyObject *message_frame(PyObject *self, PyObject *const *args, Py_ssize_t
     return out;
 }
 
+static PyObject *hex_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "hex_ids(buf, start, end, step) takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t step = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t last = step >= 20 && end > start ? start + ((end - start - 1) / step) * step : 0;
+    if (step < 20 || start < 0 || end > view.len || (end > start && last + 20 > view.len)) {
+        PyErr_SetString(PyExc_ValueError, "hex_ids: the run is out of the buffer");
+        goto done;
+    }
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    for (Py_ssize_t at = start; at < end; at += step) {
+        uint64_t v = 0;
+        for (int i = 4; i < 20; i++) {
+            unsigned char c = b[at + i];
+            unsigned d;
+            if (c >= '0' && c <= '9')
+                d = (unsigned)(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                d = (unsigned)(c - 'a' + 10);
+            else {
+                PyErr_SetString(PyExc_ValueError, "hex_ids: not a lowercase hex digit");
+                Py_CLEAR(out);
+                goto done;
+            }
+            v = (v << 4) | d;
+        }
+        PyObject *n = PyLong_FromUnsignedLongLong(v);
+        if (n == NULL || PyList_Append(out, n) < 0) {
+            Py_XDECREF(n);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(n);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"hex_ids", (PyCFunction)(void (*)(void))hex_ids, METH_FASTCALL,
+     "hex_ids(buf, start, end, step) -> list[int]: the IDs of a matched run of FIN lines."},
     {"message_frame", (PyCFunction)(void (*)(void))message_frame, METH_FASTCALL,
      "message_frame(timestamp, attempts, id_value, body) -> bytes: one whole message frame."},
     {NULL, NULL, 0, NULL},

@@ -49,7 +49,7 @@ from nsqpy.protocol.extend import (
 )
 from nsqpy.protocol.frames import MAGIC_V2
 from nsqpy.protocol.limits import DEFAULT_LIMITS, MAX_IDENTIFY_BODY_SIZE, MAX_LINE_LENGTH, Limits
-from nsqpy.protocol.message import MSG_ID_LENGTH
+from nsqpy.protocol.message import MSG_ID_LENGTH, hex_ids
 from nsqpy.protocol.names import valid_name_bytes
 from nsqpy.protocol.verbs import (
     Auth,
@@ -207,6 +207,10 @@ class CommandParser:
         bad ID, a pending error or the magic still due) is left to ``next``, so the replies
         are the same either way; the caller applies the state gate as ``next`` would.
         """
+        return [b"%016x" % value for value in self.take_fin_values(limit)]
+
+    def take_fin_values(self, limit: int = 1 << 30) -> list[int]:
+        """``take_fins`` with each ID as its integer (``b"%016x" % value`` is the ID)."""
         if self._error is not None or self._need_magic:
             return []
         buf = self._buf
@@ -215,7 +219,7 @@ class CommandParser:
             return []
         start, end = match.span()
         self._pos = end
-        return [bytes(buf[at + 4 : at + 20]) for at in range(start, end, _FIN_LINE)]
+        return hex_ids(buf, start, end, _FIN_LINE)
 
     def next(self) -> Command | None:
         """One parsed command, or None when more bytes are needed; raises ProtocolError."""

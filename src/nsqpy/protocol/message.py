@@ -52,10 +52,19 @@ def py_message_frame(timestamp: int, attempts: int, id_value: int, body: bytes) 
     return FRAME_HEAD_ID.pack(_FRAME_OVERHEAD + len(body), 2, timestamp, attempts, msg_id) + body
 
 
-try:  # (the C form is optional: a machine without a compiler installs without it)
+def py_hex_ids(buf: bytes | bytearray, start: int, end: int, step: int) -> list[int]:
+    """The 16 hex digits at ``buf[at + 4 : at + 20]`` for each ``at`` in ``range(start,
+    end, step)`` as integers (the IDs of a run of FIN lines): the reference for the C
+    ``hex_ids``, and its fallback."""
+    return [int(buf[at + 4 : at + 20], 16) for at in range(start, end, step)]
+
+
+try:  # (the C forms are optional: a machine without a compiler installs without them)
+    from nsqpy.protocol._frames import hex_ids as hex_ids
     from nsqpy.protocol._frames import message_frame as message_frame
 except ImportError:  # pragma: no cover - exercised where the extension is not built
     message_frame = py_message_frame
+    hex_ids = py_hex_ids
 
 
 def encode_message_id(partition: int, offset: int) -> bytes:
