@@ -5,29 +5,31 @@ every ``--rebalance-interval`` when a round of ``decisions.plan`` had nothing to
 writes the move it returns (a guarded Change of the partition's replicas key); the move is
 then carried out step by step by decision (e).
 
-**Weights.** Every replica of a partition weighs the mean of its shares, over the whole
-cluster, of three things: replicas (each the same), messages per second and bytes (the
-``(msgs_per_sec, bytes)`` the partition's holders report in ``NodeInfo.loads``, the most
-any live holder reports). Each partition counts as ``IDLE_RATE`` msgs/s and ``IDLE_BYTES``
-more than reported, so that an idle cluster, or a cluster of small topics, balances replica
-counts, and a few messages do not move anything. A node's replica load is the sum of the
-weights of the replicas it holds. Leading weighs again, apart: the mean of a partition's
-share of the leaders (each the same) and of the messages per second (clients publish to and
-consume from the leader). A node's leader load is the sum over the partitions it leads.
-Loads are shown relative to a node's fair share (1.0: the mean over the live nodes) in
+**Weights.** A replica of a partition has a share, over the whole cluster, of three
+things: replicas (each the same), messages per second and bytes (the ``(msgs_per_sec,
+bytes)`` the partition's holders report in ``NodeInfo.loads``, the most any live holder
+reports). Each partition counts as ``IDLE_RATE`` msgs/s and ``IDLE_BYTES`` more than
+reported, so that an idle cluster, or a cluster of small topics, balances replica counts,
+and a few messages do not move anything. A node's replica load, in each dimension, is the
+sum of the shares of the replicas it holds. Leading is weighed apart, in two dimensions:
+the partition's share of the leads (each the same) and of the messages per second
+(clients publish to and consume from the leader). Loads are shown relative to a node's
+fair share (1.0: the mean over the live nodes), averaged over the dimensions, in
 ``/cluster/stats`` (``replica_load``, ``leader_load``).
 
 **The move.** First replicas: of every move of a replica from node ``a`` to a live node
-``b`` that holds no replica of the partition, the one that lowers the sum of squares of the
-nodes' replica loads the most, provided ``load(a) - load(b) - weight >= HYSTERESIS *
-fair share``; ties go to a replica ``a`` does not lead, then by topic and partition. With
-plain counts, that is a move when two nodes' replica counts differ by more than one. Then,
-when no replica move qualifies, leaders the same way: a lead goes to an ISR member.
+``b`` that holds no replica of the partition, the one that lowers the sum, over the
+dimensions and nodes, of the squared loads the most; it qualifies only if it evens its pair
+out by at least the margin ``HYSTERESIS / live nodes`` (a part of a fair share), the
+evening ``load(a) - load(b) - share`` averaged over the dimensions, each weighted by the
+partition's share in it. Ties go to a replica ``a`` does not lead, then by topic and
+partition. With plain counts, that is a move when two nodes' replica counts differ by more
+than one. Then, when no replica move qualifies, leads the same way: a lead goes to an ISR
+member.
 
-**Hysteresis.** After a move from ``a`` to ``b`` with weight ``w``, the pair differs by
-``load(a) - load(b) - 2w``, which is at least ``h - w`` where ``h`` is the margin; moving it
-back would need ``load(b) - load(a) - w >= h``, so the loads must shift by ``2h`` before a
-move is undone. A move is never its own reverse.
+**Hysteresis.** A move from ``a`` to ``b`` turns its pair's evening ``e`` into ``-e`` for
+the move back, in every dimension: the reverse of a move that qualified never qualifies
+until the loads shift by twice the margin. A move is never its own reverse.
 
 Nodes being drained (``Snapshot.removing``) take part in neither. ``rebalance`` starts
 nothing unless the cluster is healthy: no catch-up member, every holder live, no move under
