@@ -221,7 +221,7 @@ class ChannelPartition:
         sent = 0
         deferral = self.deferral
         deferral.stalled = False
-        plain = self.policy.tracer is None
+        tracer = self.policy.tracer
         in_flight, id_base = self.in_flight, self._id_base
         while ready and cursor.next_read < end:
             if cursor.ranges:
@@ -262,21 +262,25 @@ class ChannelPartition:
                 if client.sample_rate and random.randint(0, 99) > client.sample_rate:
                     self._confirm(offset)  # NSQ discards what sampling skips
                     continue
-                if plain and client.extended is None:
-                    # ``_deliver``'s plain case, inline on purpose: the call was a tenth of
-                    # a delivery's cost (bench/vs_go.py: SUB 0.97x -> 1.06x of Go)
-                    deadline = now + client.msg_timeout_ns
-                    in_flight[offset] = InFlight(client, 1, deadline, now, timestamp, body,
-                                                 FROM_LOG, ext)  # fmt: skip
-                    if self._timeouts is None and deadline >= self._last_deadline:
-                        self._last_deadline = deadline
-                    else:
-                        self._track(offset, deadline)
-                    client.in_flight_count += 1
-                    client.message_count += 1
+                # ``_deliver`` for a message from the log, inline on purpose: the call was a
+                # tenth of a delivery's cost (bench/vs_go.py: SUB 0.97x -> 1.06x of Go)
+                deadline = now + client.msg_timeout_ns
+                in_flight[offset] = InFlight(client, 1, deadline, now, timestamp, body,
+                                             FROM_LOG, ext)  # fmt: skip
+                if self._timeouts is None and deadline >= self._last_deadline:
+                    self._last_deadline = deadline
+                else:
+                    self._track(offset, deadline)
+                client.in_flight_count += 1
+                client.message_count += 1
+                extended = client.extended
+                if extended is None:
                     client.sink.send_message(message_frame(timestamp, 1, id_base | offset, body))
                 else:
-                    self._deliver(client, offset, 1, timestamp, body, FROM_LOG, now, ext)
+                    msg_id = b"%016x" % (id_base | offset)
+                    extended.send_extended(timestamp, 1, msg_id, body, ext)
+                if tracer is not None:
+                    tracer.channel_event(self, offset, "delivered", client, 1, now, ext=ext)
                 sent += 1
                 if client.write_paused or client.in_flight_count >= client.ready_count:
                     # (Client.capacity <= 0, without the call)
