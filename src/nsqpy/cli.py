@@ -156,6 +156,7 @@ def _print_addresses(
 
 async def _run_stack(opts: RunOptions) -> None:
     """Start the three daemons, wait for SIGINT/SIGTERM, stop them in reverse order."""
+    from nsqpy.daemon import settle_gc
     from nsqpy.lookupd.app import NsqLookupd, NsqLookupdOptions
     from nsqpy.nsqadmin.app import NsqAdmin, NsqAdminOptions
     from nsqpy.nsqd.server import NsqdServer
@@ -196,6 +197,7 @@ async def _run_stack(opts: RunOptions) -> None:
         await _start("nsqadmin", admin.start, "--nsqadmin-http-port")
         stoppers.append(admin.stop)
         _print_addresses(host, lookupd, nsqd, admin, opts.data_path)
+        settle_gc()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -14,6 +14,7 @@ daemon (each hands its service in).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import resource
 import signal
@@ -117,9 +118,30 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
         pass
 
 
+# The collector's first-generation threshold in a running daemon (Python's default: 700).
+# nsqd allocates a tracked object or two per message it delivers (the in-flight entry, the
+# frames' parts), so at the default it ran a collection every few hundred messages, each
+# walking what the previous ones left young: about a fifth of its CPU per message under
+# NSQ's bench_reader (bench/vs_go.py --phase sub: 1.8 -> 1.4 us/msg). Almost nothing a
+# daemon allocates is in a cycle (reference counting frees it), so collecting rarely costs
+# no memory.
+GC_THRESHOLDS = (20_000, 50, 100)
+
+
+def settle_gc() -> None:
+    """After start-up: collect once, move every object that exists now (modules, options,
+    the service) out of the collector's sight for good (``gc.freeze``), and collect the
+    young generation far less often (``GC_THRESHOLDS``)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def serve_until_signal(service: Service) -> None:
-    """Start ``service``, wait for SIGINT or SIGTERM, then stop it cleanly."""
+    """Start ``service`` (then ``settle_gc``), wait for SIGINT or SIGTERM, then stop it
+    cleanly."""
     await service.start()
+    settle_gc()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -277,8 +277,7 @@ class ChannelPartition:
                 if extended is None:
                     client.sink.send_message(message_frame(timestamp, 1, id_base | offset, body))
                 else:
-                    msg_id = b"%016x" % (id_base | offset)
-                    extended.send_extended(timestamp, 1, msg_id, body, ext)
+                    extended.send_extended(timestamp, 1, id_base | offset, body, ext)
                 if tracer is not None:
                     tracer.channel_event(self, offset, "delivered", client, 1, now, ext=ext)
                 sent += 1
@@ -317,8 +316,7 @@ class ChannelPartition:
             )
         else:  # (a deferred message of an ephemeral channel keeps only its body: None)
             stored = ext if ext or source == FROM_LOG else None
-            msg_id = b"%016x" % (self._id_base | offset)
-            extended.send_extended(timestamp, attempts, msg_id, body, stored)
+            extended.send_extended(timestamp, attempts, self._id_base | offset, body, stored)
         tracer = self.policy.tracer
         if tracer is not None:
             known = ext if ext or source == FROM_LOG else None

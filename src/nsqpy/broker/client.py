@@ -26,10 +26,10 @@ class Sink(Protocol):
 class ExtendedSink(Protocol):
     """A client's sink for youzan's extended message frames (``extend_support``): the
     channel hands it the parts of a message and the record's stored extension (None when
-    not at hand: the sink finds it)."""
+    not at hand: the sink finds it); the message ID as an integer."""
 
     def send_extended(
-        self, timestamp: int, attempts: int, msg_id: bytes, body: bytes, stored: bytes | None
+        self, timestamp: int, attempts: int, id_value: int, body: bytes, stored: bytes | None
     ) -> None: ...
 
 

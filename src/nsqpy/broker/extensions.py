@@ -26,10 +26,11 @@ from nsqpy.protocol.message import (
     MAX_EXT_LENGTH,
     NO_EXT_VERSION,
     extend_frame,
+    message_frame,
     try_decode_message_id,
 )
 from nsqpy.storage import Entry, Record
-from nsqpy.storage.records import EXT_SIZE, RECORD_SIZE, parse_extension
+from nsqpy.storage.records import EXT, EXT_SIZE, RECORD_SIZE, parse_extension
 
 Extension: TypeAlias = tuple[int, bytes]  # (extension version, extension bytes)
 NO_EXTENSION: Extension = (NO_EXT_VERSION, b"")
@@ -56,6 +57,35 @@ def extension_from(trace_id: int, partition_key: bytes, headers: bytes) -> Exten
     return JSON_HEADER_EXT_VERSION, json.dumps(doc, separators=(",", ":")).encode()
 
 
+def py_stored_ext_frame(
+    timestamp: int, attempts: int, id_value: int, body: bytes, stored: bytes
+) -> bytes | None:
+    """The extended frame of a record from its stored extension: version 0 for none,
+    version 4 with its headers when it has any; None for a trace id or key without headers
+    (``extension_from`` builds that header object). The reference for the C
+    ``stored_ext_frame``, and its fallback."""
+    if not stored:
+        head = b"\x00"
+    else:
+        if len(stored) < EXT_SIZE:
+            return None
+        headers = stored[EXT_SIZE + EXT.unpack_from(stored)[1] :]
+        if not headers:
+            return None
+        if len(headers) > MAX_EXT_LENGTH:
+            raise ValueError(f"extension of {len(headers)} bytes > {MAX_EXT_LENGTH}")
+        head = _EXT_HEAD.pack(JSON_HEADER_EXT_VERSION, len(headers)) + headers
+    msg_id = b"%016x" % id_value
+    return FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(head) + len(body), 2, timestamp, attempts,
+                              msg_id) + head + body  # fmt: skip
+
+
+try:  # (optional, like the other C frames: see nsqpy.protocol.message)
+    from nsqpy.protocol._frames import stored_ext_frame as stored_ext_frame
+except ImportError:  # pragma: no cover - exercised where the extension is not built
+    stored_ext_frame = py_stored_ext_frame
+
+
 def stored_size(entry: Entry) -> int:
     """The bytes ``entry`` takes in the log (the size youzan's traced reply reports)."""
     ext = entry.trace_id or entry.partition_key or entry.headers
@@ -71,25 +101,19 @@ class ExtendSink:
         self.client = client
 
     def send_extended(
-        self, timestamp: int, attempts: int, msg_id: bytes, body: bytes, stored: bytes | None
+        self, timestamp: int, attempts: int, id_value: int, body: bytes, stored: bytes | None
     ) -> None:
-        """A message straight from the channel, with its record's stored extension (None:
-        not at hand, found as ``send_message`` finds it)."""
+        """A message straight from the channel (``id_value``: its message ID as an integer),
+        with its record's stored extension (None: not at hand, found as ``send_message``
+        finds it)."""
         if stored is None:
-            self.send_message(FRAME_HEAD_ID.pack(FRAME_OVERHEAD + len(body), 2, timestamp,
-                                                 attempts, msg_id) + body)  # fmt: skip
+            self.send_message(message_frame(timestamp, attempts, id_value, body))
             return
-        if not stored:
-            head = b"\x00"
-        else:
+        frame = stored_ext_frame(timestamp, attempts, id_value, body, stored)
+        if frame is None:  # a trace id or partition key without headers: a header object
             version, ext = extension_from(*parse_extension(stored))
-            if len(ext) > MAX_EXT_LENGTH:
-                raise ValueError(f"extension of {len(ext)} bytes > {MAX_EXT_LENGTH}")
-            head = _EXT_HEAD.pack(version, len(ext)) + ext if version != NO_EXT_VERSION else b"\x00"
-        size = FRAME_OVERHEAD + len(head) + len(body)
-        self.sink.send_message(
-            FRAME_HEAD_ID.pack(size, 2, timestamp, attempts, msg_id) + head + body
-        )
+            frame = extend_frame(message_frame(timestamp, attempts, id_value, body), version, ext)
+        self.sink.send_message(frame)
 
     def send_message(self, frame: bytes) -> None:
         version, ext = NO_EXTENSION

@@ -9,6 +9,13 @@
  * (uint16), the message ID as 16 lowercase hex digits of id_value, then the body. The
  * pure-Python form is nsqpy.protocol.message.message_frame, which this must equal; it is
  * the fallback when this module is not built.
+ *
+ * stored_ext_frame(timestamp, attempts, id_value, body, stored) -> bytes | None builds the
+ * extended frame (youzan's, for extend_support clients) of a record from its stored
+ * extension (nsqpy.storage.records: trace id, key length, key, headers): version 0 when
+ * stored is empty, version 4 with the headers when it holds any; None when it holds a trace
+ * id or key but no headers (the caller builds that header object). The pure-Python form
+ * is nsqpy.broker.extensions.py_stored_ext_frame.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,6 +34,57 @@ static void put_be(unsigned char *p, uint64_t v, int bytes)
     }
 }
 
+/* One frame: size, type 2, timestamp, attempts, the 16 hex digits of id, then pre and ext
+ * (an extended frame's version, extension length and extension; or nothing), then body.
+ * NULL (error set) on failure. */
+static PyObject *build_frame(long long ts, long attempts, unsigned long long id,
+                             const unsigned char *pre, Py_ssize_t pre_len,
+                             const unsigned char *ext, Py_ssize_t ext_len, const Py_buffer *body)
+{
+    Py_ssize_t head_len = pre_len + ext_len;
+    if (body->len > 0x7FFFFFFF - (HEAD - 4) - head_len) {
+        PyErr_SetString(PyExc_ValueError, "body too large for a frame");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, HEAD + head_len + body->len);
+    if (out == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    put_be(p, (uint64_t)(HEAD - 4 + head_len + body->len), 4);
+    put_be(p + 4, 2, 4);
+    put_be(p + 8, (uint64_t)ts, 8);
+    put_be(p + 16, (uint64_t)attempts, 2);
+    for (int i = 15; i >= 0; i--) {
+        p[18 + i] = (unsigned char)HEX[id & 0xF];
+        id >>= 4;
+    }
+    if (pre_len > 0)
+        memcpy(p + HEAD, pre, (size_t)pre_len);
+    if (ext_len > 0)
+        memcpy(p + HEAD + pre_len, ext, (size_t)ext_len);
+    memcpy(p + HEAD + head_len, body->buf, (size_t)body->len);
+    return out;
+}
+
+/* The timestamp, attempts and ID arguments of both frame builders; 0, or -1 with an error. */
+static int frame_args(PyObject *const *args, long long *ts, long *attempts, unsigned long long *id)
+{
+    *ts = PyLong_AsLongLong(args[0]);
+    if (*ts == -1 && PyErr_Occurred())
+        return -1;
+    *attempts = PyLong_AsLong(args[1]);
+    if (*attempts == -1 && PyErr_Occurred())
+        return -1;
+    if (*attempts < 0 || *attempts > 0xFFFF) {
+        PyErr_SetString(PyExc_OverflowError, "attempts out of range for an unsigned 16-bit field");
+        return -1;
+    }
+    *id = PyLong_AsUnsignedLongLong(args[2]);
+    if (*id == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
 static PyObject *message_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4) {
@@ -34,40 +92,68 @@ static PyObject *message_frame(PyObject *self, PyObject *const *args, Py_ssize_t
                         "message_frame(timestamp, attempts, id_value, body) takes 4 arguments");
         return NULL;
     }
-    long long ts = PyLong_AsLongLong(args[0]);
-    if (ts == -1 && PyErr_Occurred())
-        return NULL;
-    long attempts = PyLong_AsLong(args[1]);
-    if (attempts == -1 && PyErr_Occurred())
-        return NULL;
-    if (attempts < 0 || attempts > 0xFFFF) {
-        PyErr_SetString(PyExc_OverflowError, "attempts out of range for an unsigned 16-bit field");
-        return NULL;
-    }
-    unsigned long long id = PyLong_AsUnsignedLongLong(args[2]);
-    if (id == (unsigned long long)-1 && PyErr_Occurred())
+    long long ts;
+    long attempts;
+    unsigned long long id;
+    if (frame_args(args, &ts, &attempts, &id) < 0)
         return NULL;
     Py_buffer body;
     if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0)
         return NULL;
-    if (body.len > 0x7FFFFFFF - (HEAD - 4)) {
-        PyBuffer_Release(&body);
-        PyErr_SetString(PyExc_ValueError, "body too large for a frame");
+    PyObject *out = build_frame(ts, attempts, id, NULL, 0, NULL, 0, &body);
+    PyBuffer_Release(&body);
+    return out;
+}
+
+#define EXT_FIXED 10        /* a stored extension: trace id (uint64 LE), key length (uint16 LE) */
+#define JSON_HEADER_EXT 4   /* youzan's extension version of JSON headers */
+
+static PyObject *stored_ext_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "stored_ext_frame(timestamp, attempts, id_value, body, "
+                                         "stored) takes 5 arguments");
         return NULL;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, HEAD + body.len);
-    if (out != NULL) {
-        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-        put_be(p, (uint64_t)(HEAD - 4 + body.len), 4);
-        put_be(p + 4, 2, 4);
-        put_be(p + 8, (uint64_t)ts, 8);
-        put_be(p + 16, (uint64_t)attempts, 2);
-        for (int i = 15; i >= 0; i--) {
-            p[18 + i] = (unsigned char)HEX[id & 0xF];
-            id >>= 4;
-        }
-        memcpy(p + HEAD, body.buf, (size_t)body.len);
+    long long ts;
+    long attempts;
+    unsigned long long id;
+    if (frame_args(args, &ts, &attempts, &id) < 0)
+        return NULL;
+    Py_buffer body, stored;
+    if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[4], &stored, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
     }
+    PyObject *out = NULL;
+    const unsigned char *ext = (const unsigned char *)stored.buf;
+    if (stored.len == 0) {
+        static const unsigned char none = 0; /* version 0: no extension */
+        out = build_frame(ts, attempts, id, &none, 1, NULL, 0, &body);
+        goto done;
+    }
+    if (stored.len < EXT_FIXED)
+        goto none_here;
+    Py_ssize_t key_len = (Py_ssize_t)ext[8] | ((Py_ssize_t)ext[9] << 8);
+    Py_ssize_t at = EXT_FIXED + key_len;
+    if (at >= stored.len)
+        goto none_here; /* no headers: the caller builds the header object */
+    Py_ssize_t headers = stored.len - at;
+    if (headers > 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "extension of %zd bytes > 65535", headers);
+        goto done;
+    }
+    unsigned char pre[3] = {JSON_HEADER_EXT, (unsigned char)(headers >> 8),
+                            (unsigned char)(headers & 0xFF)};
+    out = build_frame(ts, attempts, id, pre, 3, ext + at, headers, &body);
+    goto done;
+none_here:
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    PyBuffer_Release(&stored);
     PyBuffer_Release(&body);
     return out;
 }
@@ -129,6 +215,9 @@ static PyMethodDef methods[] = {
      "hex_ids(buf, start, end, step) -> list[int]: the IDs of a matched run of FIN lines."},
     {"message_frame", (PyCFunction)(void (*)(void))message_frame, METH_FASTCALL,
      "message_frame(timestamp, attempts, id_value, body) -> bytes: one whole message frame."},
+    {"stored_ext_frame", (PyCFunction)(void (*)(void))stored_ext_frame, METH_FASTCALL,
+     "stored_ext_frame(timestamp, attempts, id_value, body, stored) -> bytes | None: one "
+     "extended message frame from a record's stored extension (None: no headers in it)."},
     {NULL, NULL, 0, NULL},
 };
 
