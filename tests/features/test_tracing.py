@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 from pathlib import Path
 
 import aiohttp
@@ -169,6 +170,48 @@ def test_a_traced_burst_is_one_row_and_each_event_comes_back(tmp_path: Path) -> 
     assert store.by_message("t", 0, 12) == [] and store.by_message("u", 1, 12) == []
     assert store.by_trace_id(9) == [events[2]] and store.by_trace_id(9, "u") == []
     store.close()
+
+
+def test_a_run_of_consecutive_offsets_at_one_attempt_count_packs_to_no_offsets(
+    tmp_path: Path,
+) -> None:
+    """The usual burst (a pump, a run of FINs) stores no offsets and one attempt count; an
+    out-of-order or mixed burst stores each; both come back event by event, also after the
+    bound cuts a run in half, and a row of the older full form still reads."""
+    store = TraceStore(tmp_path / "trace.sqlite", max_records=1000)
+
+    def ev(o: int, attempts: int = 1, tid: int = 0) -> TraceEvent:
+        return TraceEvent(5, "t", "c", 0, o, f"0:{o:x}", tid, "delivered", "me", attempts)
+
+    run = [ev(o, tid=7 if o == 103 else 0) for o in range(100, 110)]
+    mixed = [ev(o, attempts=1 + o % 2) for o in (200, 202, 201, 205)]
+    store.append(run)
+    store.append(mixed)
+    rows = store._db.execute(
+        "SELECT first, last, count, length(offsets), length(attempts) FROM trace_batch ORDER BY seq"
+    ).fetchall()
+    assert rows == [(100, 109, 10, 0, 4), (200, 205, 4, 32, 16)]
+    assert [store.by_message("t", 0, e.offset) for e in run + mixed] == [[e] for e in run + mixed]
+    assert store.by_trace_id(7) == [run[3]]
+    assert store.by_message("t", 0, 203) == [] and store.by_message("t", 0, 110) == []
+    # a row as the full form stores it: every offset and attempt count
+    store._db.execute(
+        "INSERT INTO trace_batch (ts, topic, channel, partition, event, client, detail, first, "
+        "last, count, offsets, attempts) VALUES (6, 't', 'c', 0, 'finished', 'me', '', 300, "
+        "301, 2, ?, ?)",
+        (array("q", [300, 301]).tobytes(), array("I", [1, 1]).tobytes()),
+    )
+    store._count += 2
+    old = TraceEvent(6, "t", "c", 0, 301, "0:12d", 0, "finished", "me", 1)
+    assert store.by_message("t", 0, 301) == [old]
+    store.close()
+    small = TraceStore(tmp_path / "small.sqlite", max_records=4)
+    small.append(run)  # 6 of the run's 10 go; the row left holds 106-109, still packed
+    assert small.count() == 4
+    assert small._db.execute("SELECT first, count, length(offsets) FROM trace_batch").fetchall() \
+        == [(106, 4, 0)]  # fmt: skip
+    assert [small.by_message("t", 0, o) for o in (105, 106, 109)] == [[], [run[6]], [run[9]]]
+    small.close()
 
 
 def test_trace_records_and_switches_survive_a_real_restart(tmp_path: Path) -> None:

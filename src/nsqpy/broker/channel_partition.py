@@ -213,6 +213,38 @@ class ChannelPartition:
         return sent
 
     def _pump_log(self, ready: list[Client], now: int) -> int:
+        traced: list[int] = []  # delivered, for the tracer at the end: offsets, clients, exts
+        traced_to: list[Client] = []
+        traced_exts: list[bytes] = []
+        try:
+            return self._pump_log_loop(ready, now, traced, traced_to, traced_exts)
+        finally:
+            if traced:
+                self._trace_deliveries(now, traced, traced_to, traced_exts)
+
+    def _trace_deliveries(
+        self, now: int, offsets: list[int], clients: list[Client], exts: list[bytes]
+    ) -> None:
+        """The tracer's "delivered" events of one pump, a call per run of one client."""
+        tracer = self.policy.tracer
+        assert tracer is not None
+        first = clients[0]
+        if clients.count(first) == len(clients):
+            tracer.channel_events(self, "delivered", first, now, offsets, 1, exts)
+            return
+        start = 0
+        for i in range(1, len(clients) + 1):
+            if i == len(clients) or clients[i] is not clients[start]:
+                tracer.channel_events(self, "delivered", clients[start], now, offsets[start:i], 1,
+                                      exts[start:i])  # fmt: skip
+                start = i
+
+    def _pump_log_loop(
+        self, ready: list[Client], now: int, traced: list[int], traced_to: list[Client],
+        traced_exts: list[bytes],
+    ) -> int:  # fmt: skip
+        """``_pump_log``'s loop; with tracing on, the deliveries are added to ``traced``,
+        ``traced_to`` and ``traced_exts``."""
         read_frames = self.topic.log.read_frames if self.queue is None else self.queue.read_frames
         cursor = self.cursor
         end = self.topic.readable_end
@@ -279,7 +311,9 @@ class ChannelPartition:
                 else:
                     extended.send_extended(timestamp, 1, id_base | offset, body, ext)
                 if tracer is not None:
-                    tracer.channel_event(self, offset, "delivered", client, 1, now, ext=ext)
+                    traced.append(offset)
+                    traced_to.append(client)
+                    traced_exts.append(ext)
                 sent += 1
                 if client.write_paused or client.in_flight_count >= client.ready_count:
                     # (Client.capacity <= 0, without the call)
@@ -379,10 +413,17 @@ class ChannelPartition:
         in_flight, confirm = self.in_flight, self.cursor.confirm
         slow_only = self.e2e is not None
         tracer = self.policy.tracer
+        traced: list[int] = []  # the short path's FINs, for the tracer at once
+        traced_attempts: list[int] = []
+        traced_exts: list[bytes] = []
         done = unsaved = 0
         for offset, value in zip(offsets, ids, strict=True):
             item = in_flight.get(offset)
             if slow_only or item is None or item.client is not client or item.source != FROM_LOG:
+                if traced:  # (the tracer's events stay in order)
+                    tracer.channel_events(self, "finished", client, now, traced,  # type: ignore[union-attr]
+                                          traced_attempts, traced_exts)  # fmt: skip
+                    traced, traced_attempts, traced_exts = [], [], []
                 try:
                     self.finish(client, offset, b"%016x" % value, now)
                 except FinFailed as err:  # kept without its traceback: no cycle via this frame
@@ -393,9 +434,12 @@ class ChannelPartition:
             if confirm(offset):
                 unsaved += 1
             if tracer is not None:
-                tracer.channel_event(
-                    self, offset, "finished", client, item.attempts, now, ext=item.ext
-                )
+                traced.append(offset)
+                traced_attempts.append(item.attempts)
+                traced_exts.append(item.ext)
+        if traced:
+            tracer.channel_events(self, "finished", client, now, traced,  # type: ignore[union-attr]
+                                  traced_attempts, traced_exts)  # fmt: skip
         client.in_flight_count -= done
         client.finish_count += done
         self.finish_count += done

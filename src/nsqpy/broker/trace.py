@@ -277,6 +277,35 @@ class Tracer:
             burst.tids[offset] = tid
         self._queued += 1
 
+    def channel_events(
+        self,
+        channel: TracedChannel,
+        event: str,
+        client: Client,
+        now: int,
+        offsets: list[int],
+        attempts: list[int] | int,
+        exts: list[bytes],
+    ) -> None:
+        """``channel_event`` for many messages at once, of one client and time (a pump's
+        deliveries to it, a run of its FINs): ``attempts`` per message or one for all,
+        ``exts`` their records' stored extensions (at hand, as for delivery and FIN)."""
+        burst = self._open
+        key = self._open_key
+        if (burst is None or key[0] is not channel or key[1] != event or key[2] is not client
+                or key[3] != now or key[4] != "" or len(burst.offsets) >= _BURST_MAX):  # fmt: skip
+            burst = self._burst(channel.topic, channel, channel.name, event, client, now, "")
+        burst.offsets.extend(offsets)
+        burst.attempts.extend([attempts] * len(offsets) if isinstance(attempts, int) else attempts)
+        if any(exts):  # (the usual message carries no extension: no trace id to look for)
+            tids = burst.tids
+            for offset, ext in zip(offsets, exts, strict=True):
+                if ext:
+                    tid = _trace_id_in(ext)[0]
+                    if tid:
+                        tids[offset] = tid
+        self._queued += len(offsets)
+
     # -- writer thread ---------------------------------------------------------------
 
     def _run(self) -> None:

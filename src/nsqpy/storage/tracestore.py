@@ -5,7 +5,9 @@ events in batches (``TraceBatch``), in arrival order: one row per burst of the s
 (published, delivered, requeued, timed_out, finished, dead_lettered, expired) of one
 topic partition and channel, to or from one client, at one time and with one detail, with
 the burst's offsets and attempts packed in blobs and the trace IDs of the messages that
-carry one. A row per burst rather than per event keeps the writer's cost (and its hold on
+carry one. The usual burst, a run of consecutive offsets at one attempt count, packs to
+almost nothing: no offsets blob (the row's ``first`` and ``count`` say them) and a single
+attempt count; other bursts keep one entry per event. A row per burst rather than per event keeps the writer's cost (and its hold on
 the GIL) per burst: a traced channel drains nearly as fast as an untraced one. A side
 table maps each trace ID to the rows that hold it. A message is known by (topic,
 partition, offset); the caller formats message IDs (``msg_id``). It keeps at most
@@ -49,7 +51,10 @@ CREATE INDEX IF NOT EXISTS trace_batch_by_offset ON trace_batch (topic, partitio
 CREATE TABLE IF NOT EXISTS trace_id (trace_id TEXT NOT NULL, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS trace_id_by_id ON trace_id (trace_id);
 """
-_COLUMNS = "seq, ts, topic, channel, partition, event, client, detail, offsets, attempts, tids"
+_COLUMNS = (
+    "seq, ts, topic, channel, partition, event, client, detail, first, count, offsets, "
+    "attempts, tids"
+)
 _INSERT = (
     "INSERT INTO trace_batch (ts, topic, channel, partition, event, client, detail, first, "
     "last, count, offsets, attempts, tids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -105,6 +110,36 @@ def batches_of(events: Sequence[TraceEvent]) -> list[TraceBatch]:
         if e.trace_id:
             last.trace_ids[e.offset] = e.trace_id  # type: ignore[index]
     return out
+
+
+def _pack_offsets(offsets: Sequence[int]) -> bytes:
+    """b"" for a run of consecutive offsets (the row's first and count are enough), else
+    every offset."""
+    first, n = offsets[0], len(offsets)
+    if offsets[-1] - first == n - 1 and list(offsets) == list(range(first, first + n)):
+        return b""
+    return array("q", offsets).tobytes()
+
+
+def _pack_attempts(attempts: Sequence[int]) -> bytes:
+    """One count when every event has the same, else one per event."""
+    if attempts.count(attempts[0]) == len(attempts):  # type: ignore[attr-defined]
+        return array("I", attempts[:1]).tobytes()
+    return array("I", attempts).tobytes()
+
+
+def _unpack(raw_o: bytes, raw_a: bytes, first: int, count: int) -> tuple[array[int], array[int]]:
+    """A row's offsets and attempts, one each per event (see ``_pack_offsets``,
+    ``_pack_attempts``)."""
+    offsets, attempts = array("q"), array("I")
+    if raw_o:
+        offsets.frombytes(raw_o)
+    else:
+        offsets.extend(range(first, first + count))
+    attempts.frombytes(raw_a)
+    if len(attempts) == 1 and count > 1:
+        attempts *= count
+    return offsets, attempts
 
 
 def _pack_tids(trace_ids: Mapping[int, int]) -> bytes | None:
@@ -179,11 +214,13 @@ class TraceStore:
     def _insert(self, batches: Sequence[TraceBatch]) -> None:
         added = 0
         for b in batches:
-            offsets = array("q", b.offsets)
+            offsets = b.offsets
+            raw_o = _pack_offsets(offsets)
+            low, high = (offsets[0], offsets[-1]) if not raw_o else (min(offsets), max(offsets))
             cur = self._db.execute(_INSERT, (
                 b.ts, b.topic, b.channel, b.partition, b.event, b.client, b.detail,
-                min(offsets), max(offsets), len(offsets), offsets.tobytes(),
-                array("I", b.attempts).tobytes(), _pack_tids(b.trace_ids),
+                low, high, len(offsets), raw_o, _pack_attempts(b.attempts),
+                _pack_tids(b.trace_ids),
             ))  # fmt: skip
             if b.trace_ids:
                 self._db.executemany(
@@ -197,28 +234,30 @@ class TraceStore:
         """Drop the ``excess`` oldest events: whole rows, then the head of the next."""
         while excess > 0:
             row = self._db.execute(
-                "SELECT seq, count, offsets, attempts, tids FROM trace_batch ORDER BY seq LIMIT 1"
+                "SELECT seq, first, count, offsets, attempts, tids FROM trace_batch "
+                "ORDER BY seq LIMIT 1"
             ).fetchone()
             if row is None:
                 return
-            seq, count, raw_offsets, raw_attempts, raw_tids = row
+            seq, first, count, raw_offsets, raw_attempts, raw_tids = row
             if count <= excess:
                 self._db.execute("DELETE FROM trace_batch WHERE seq = ?", (seq,))
                 self._db.execute("DELETE FROM trace_id WHERE seq = ?", (seq,))
                 excess -= count
                 self._count -= count
                 continue
-            offsets, attempts = array("q"), array("I")
-            offsets.frombytes(raw_offsets)
-            attempts.frombytes(raw_attempts)
+            offsets, attempts = _unpack(raw_offsets, raw_attempts, first, count)
             offsets, attempts = offsets[excess:], attempts[excess:]
-            kept = set(offsets)
-            tids = {o: t for o, t in _unpack_tids(raw_tids).items() if o in kept}
+            tids = _unpack_tids(raw_tids)
+            if tids:
+                kept = set(offsets)
+                tids = {o: t for o, t in tids.items() if o in kept}
+            raw_o = _pack_offsets(offsets)
             self._db.execute(
                 "UPDATE trace_batch SET first = ?, last = ?, count = ?, offsets = ?, "
                 "attempts = ?, tids = ? WHERE seq = ?",
-                (min(offsets), max(offsets), len(offsets), offsets.tobytes(),
-                 attempts.tobytes(), _pack_tids(tids), seq),
+                (offsets[0] if not raw_o else min(offsets), max(offsets), len(offsets), raw_o,
+                 _pack_attempts(attempts), _pack_tids(tids), seq),
             )  # fmt: skip
             self._count -= excess
             return
@@ -227,10 +266,9 @@ class TraceStore:
         self, rows: list[tuple[object, ...]], want: Callable[[int, int], bool], limit: int
     ) -> Iterator[TraceEvent]:
         for row in rows:
-            _seq, ts, topic, channel, partition, event, client, detail, raw_o, raw_a, raw_t = row
-            offsets, attempts = array("q"), array("I")
-            offsets.frombytes(raw_o)  # type: ignore[arg-type]
-            attempts.frombytes(raw_a)  # type: ignore[arg-type]
+            (_seq, ts, topic, channel, partition, event, client, detail, first, count, raw_o,
+             raw_a, raw_t) = row  # fmt: skip
+            offsets, attempts = _unpack(raw_o, raw_a, first, count)  # type: ignore[arg-type]
             tids = _unpack_tids(raw_t)  # type: ignore[arg-type]
             p = int(partition)  # type: ignore[call-overload]
             for offset, attempt in zip(offsets, attempts, strict=True):
