@@ -349,3 +349,75 @@ def test_take_fins_returns_nothing_after_an_error() -> None:
     with pytest.raises(ProtocolError):
         parser.next()
     assert parser.take_fins() == []
+
+
+# -- take_publish: a whole PUB or MPUB in one read (the server's publish lane) -------------
+
+
+def _warm(topic: str = "t") -> CommandParser:
+    """A parser past the magic that has read one command naming ``topic``."""
+    parser = CommandParser(Limits(max_msg_size=100, max_body_size=1000))
+    parser.feed(encode_magic() + encode_pub(topic, b"x"))
+    assert parser.next() == Pub(topic, b"x")
+    return parser
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["t", "other"]),
+    st.booleans(),
+    st.lists(st.binary(min_size=1, max_size=120), min_size=1, max_size=7),
+    st.binary(max_size=3),
+)
+def test_take_publish_is_next_or_nothing(
+    topic: str, multi: bool, bodies: list[bytes], tail: bytes
+) -> None:
+    """Whatever it takes, ``next`` would have parsed the same from the same bytes; what it
+    refuses it leaves untouched (sizes over the limits, a name not read yet, bytes past the
+    command, a partial command)."""
+    data = (encode_mpub(topic, bodies) if multi else encode_pub(topic, bodies[0])) + tail
+    parser = _warm()
+    taken = parser.take_publish(data)
+    assert parser.buffered == 0
+    reference = _warm()
+    reference.feed(data)
+    try:
+        expected: object = reference.next()
+    except ProtocolError as err:
+        expected = err
+    if taken is None:
+        return
+    assert not tail and topic == "t"
+    is_mpub, name, got = taken
+    assert expected == (Mpub(name, got) if is_mpub else Pub(name, got[0]))
+    assert reference.buffered == 0
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        encode_pub("t", b"x")[:-1],  # partial
+        b"PUB t\r\n\x00\x00\x00\x01x",  # a CR
+        b"PUB t 0\n\x00\x00\x00\x01x",  # a partition
+        b"PUB t\n\x00\x00\x00\x00",  # an empty body
+        encode_mpub("t", [b"a", b"b"])[:-1] + b"bb",  # the last size runs past the end
+        b"MPUB t\n\x00\x00\x00\x0d\x00\x00\x00\x01\x00\x00\x00\x01ab",  # size != messages
+        encode_mpub("t", [b"a"] * 250),  # over max_body_size
+        encode_pub("t", b"x" * 101),  # over max_msg_size
+        encode_nop(),
+    ],
+)
+def test_take_publish_leaves_anything_unusual_to_next(data: bytes) -> None:
+    parser = _warm()
+    assert parser.take_publish(data) is None
+    assert parser.buffered == 0
+
+
+def test_take_publish_waits_for_what_is_buffered_and_the_magic() -> None:
+    parser = _warm()
+    parser.feed(b"NO")
+    assert parser.take_publish(encode_pub("t", b"x")) is None  # behind a partial command
+    fresh = CommandParser()
+    assert fresh.take_publish(encode_pub("t", b"x")) is None  # the magic is still due
+    assert _warm().take_publish(encode_pub("t", b"x")) == (False, "t", [b"x"])
+    assert _warm().take_publish(encode_mpub("t", [b"a", b"bc"])) == (True, "t", [b"a", b"bc"])

@@ -531,7 +531,9 @@ class Broker:
             raise NotWritable()  # (youzan's frame: the code alone; the cause is logged)
         count = len(entries) if entries else len(bodies)
         features = self.features
-        features.before_publish(topic, part, count)
+        settled = topic.name in features.settings.topics  # (a depth bound, tracing: settings)
+        if settled:
+            features.before_publish(topic, part, count)
         now = self.clock()
         if not entries and trace_id and not topic.ephemeral:
             entries = [Entry(b, now, deliver_at, trace_id=trace_id) for b in bodies]
@@ -541,8 +543,9 @@ class Broker:
         if deliver_at and last >= first:  # DPUB: each channel defers it as it arrives
             part.dpubs.note(first, last, deliver_at)
         stored = last - first + 1  # fewer than count when a full ephemeral topic drops some
-        traces: Sequence[int] | int = [e.trace_id for e in entries] if entries else trace_id
-        features.after_publish(topic, part, first, stored, source, traces, now)
+        if settled:
+            traces: Sequence[int] | int = [e.trace_id for e in entries] if entries else trace_id
+            features.after_publish(topic, part, first, stored, source, traces, now)
         return Placement(part, first, last)
 
     def append_entries(

@@ -51,6 +51,7 @@ from nsqpy.nsqd.lookup import LookupClient
 from nsqpy.nsqd.tcp import ConnectionContext, V2Connection, failed_verb
 from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.options import NsqdOptions, listen_address
+from nsqpy.protocol.frames import OK_FRAME
 from nsqpy.protocol.limits import Limits
 from nsqpy.storage import Entry
 from nsqpy.storage.budget import OPEN_FILES
@@ -168,6 +169,7 @@ class NsqdServer:
             expect_ack=self.expect_ack,
             cluster=self.cluster,
             commit_now=self.commit_now,
+            publish_now=self.publish_now,
         )
         where = self.tcp_listen
         if isinstance(where, str):
@@ -282,6 +284,34 @@ class NsqdServer:
             assert self._commit_handle is not None
             self._commit_handle.cancel()
             self._commit()
+
+    def publish_now(
+        self, conn: V2Connection, topic: Topic, bodies: list[bytes], failed: type[ProtocolError]
+    ) -> bool:
+        """A connection's publish that was its whole input (``V2Connection._publish_lane``):
+        appended, acknowledged and committed at once, as ``commit_now`` would commit it.
+        False, with nothing done, when the commit must wait or group (another append waits
+        for this turn's commit, the last commit answered several connections,
+        ``--sync-always``), or the topic has settings (a depth bound, tracing) or cannot
+        take it: the ordinary path then runs and answers."""
+        if (
+            self._commit_scheduled
+            or self._group > 1
+            or self.opts.sync_always
+            or topic.deleted
+            or topic.name in self.broker.features.settings.topics
+        ):
+            return False
+        part = topic.partition_for()
+        if not part.writable:
+            return False
+        placed = self.broker.append(topic, bodies, 0, partition=part.number, source=conn.client)
+        ack = Ack(placed.last, failed)
+        self._acks.setdefault(placed.partition, deque()).append(ack)
+        conn.respond_after(ack, OK_FRAME)
+        self._touched.add(conn)
+        self._commit()
+        return True
 
     def expect_ack(
         self, partition: Partition, last_offset: int, failed: type[ProtocolError]

@@ -41,6 +41,7 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import ExtendSink
 from nsqpy.broker.partition import Partition
+from nsqpy.broker.topic import Topic
 from nsqpy.errors import (
     AuthDisabled,
     AuthFirst,
@@ -129,6 +130,10 @@ class ConnectionContext:
     expect_ack: Callable[[Partition, int, type[ProtocolError]], Ack]
     cluster: TopicGate | None = None  # with --etcd-endpoints
     commit_now: Callable[[], None] | None = None
+    # A publish that is a whole read, appended and committed at once (``publish_now``)
+    publish_now: Callable[[V2Connection, Topic, list[bytes], type[ProtocolError]], bool] | None = (
+        None
+    )
 
 
 class V2Connection(BufferedConnection):
@@ -155,6 +160,7 @@ class V2Connection(BufferedConnection):
         self._pump_due: Channel | None = None
         self._cursor_moved = False  # a FIN or REQ on an ordered channel since the last pump
         self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
+        self._lane = ctx.publish_now if ctx.auth is None and ctx.cluster is None else None
         self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
         if self.auth is not None:  # the read deadline until AUTH (``heartbeat``)
             self._pre_auth_ns = ctx.opts.client_timeout_ms * 500_000
@@ -189,10 +195,43 @@ class V2Connection(BufferedConnection):
         self.last_recv = self.ctx.clock()
         if self._pre_auth_left >= 0 and self._spend_pre_auth(len(data)):
             return
+        if self._lane is not None and self._publish_lane(data):
+            return
         self.parser.feed(data)
         self._process()
         if self.ctx.commit_now is not None:
             self.ctx.commit_now()
+
+    def _publish_lane(self, data: bytes) -> bool:
+        """A publisher's round trip in a few steps: when ``data`` is exactly one ``PUB`` or
+        ``MPUB`` to an existing topic and the connection has nothing else going (no input
+        buffered, no reply or output waiting, not held, not throttled, TLS as required),
+        the server appends and commits it at once (``publish_now``: the same append,
+        acknowledgement and commit the ordinary path makes, without parsing, dispatching
+        and scheduling). False, with nothing done, for anything else: the ordinary path
+        runs (and answers whatever is wrong). Not used with AUTH or in a cluster."""
+        if (
+            type(data) is not bytes
+            or self._held
+            or self._throttled
+            or self._replies
+            or self._out
+            or (self._tls_required and not self.client.tls)
+        ):
+            return False
+        taken = self.parser.take_publish(data)
+        if taken is None:
+            return False
+        is_mpub, name, bodies = taken
+        topic = self.broker.get_topic(name)
+        if topic is None or not self._lane(
+            self, topic, bodies, MpubFailed if is_mpub else PubFailed
+        ):  # type: ignore[misc]
+            return False
+        counts = self.client.pub_counts
+        counts[name] = counts.get(name, 0) + len(bodies)
+        self._read_since = self.last_recv
+        return True
 
     def _spend_pre_auth(self, size: int) -> bool:
         """Count input against the pre-AUTH budget (``nsqd.flow``); True when it is spent
@@ -213,9 +252,10 @@ class V2Connection(BufferedConnection):
         """Run every complete command buffered, unless held (AUTH query, stream upgrade) or
         throttled (its replies are not being read: see ``nsqd.flow``)."""
         ran = False
+        client = self.client
         try:
             while not self._fatal and not self._held and not self._throttled:
-                if self._fin_burst():
+                if client.state == SUBSCRIBED and self._fin_burst():  # (FINs need a SUB)
                     ran = True
                     continue
                 command = self.parser.next()

@@ -227,6 +227,10 @@ class BufferedConnection(asyncio.Protocol):
         """The acknowledgements queued replies still wait for (a stream upgrade waits too)."""
         return [ack for ack, _, _ in self._replies if ack is not None and not ack.done]
 
+    def respond_after(self, ack: Ack, frame: bytes) -> None:
+        """Answer ``frame`` once ``ack`` is resolved, in order behind the replies queued."""
+        self._reply(ack, frame)
+
     def respond(self, frame: bytes) -> None:
         """Answer ``frame``, in order behind the replies already queued."""
         self._reply(None, frame)

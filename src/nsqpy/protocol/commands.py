@@ -221,6 +221,50 @@ class CommandParser:
         self._pos = end
         return hex_ids(buf, start, end, _FIN_LINE)
 
+    def take_publish(self, data: bytes) -> tuple[bool, str, list[bytes]] | None:
+        """(is MPUB, topic, bodies) when ``data`` is exactly one whole, valid ``PUB <topic>``
+        or ``MPUB <topic>`` (no partition) and nothing is buffered: what a publisher waiting
+        for each OK sends. None, with nothing consumed, for anything else (``feed`` and
+        ``next`` then parse it, with their errors). A topic name must be one already
+        checked (``read_topic``'s cache)."""
+        if self._pos < len(self._buf) or self._need_magic or self._error is not None:
+            return None
+        newline = data.find(b"\n", 0, 64 + 6)
+        if newline < 0 or len(data) < newline + 5:
+            return None
+        verb, _, raw = data[:newline].partition(b" ")
+        topic = self._names.get(raw)
+        if topic is None:
+            return None
+        size: int = _I32.unpack_from(data, newline + 1)[0]
+        start = newline + 5
+        if len(data) != start + size or size <= 0:
+            return None
+        if verb == b"PUB":
+            if size > self._max_msg:
+                return None
+            return False, topic, [data[start:]]
+        if verb != b"MPUB" or size > self._max_body or size < 8:
+            return None
+        count: int = _I32.unpack_from(data, start)[0]
+        if count <= 0 or count > self.limits.max_mpub_count:
+            return None
+        bodies = []
+        at = start + 4
+        unpack, max_msg, end = _I32.unpack_from, self._max_msg, len(data)
+        for _ in range(count):
+            if end - at < 4:
+                return None
+            msg_size: int = unpack(data, at)[0]
+            stop = at + 4 + msg_size
+            if msg_size <= 0 or msg_size > max_msg or stop > end:
+                return None
+            bodies.append(data[at + 4 : stop])
+            at = stop
+        if at != end:  # (nsqd ignores what the size declares beyond the messages: not here)
+            return None
+        return True, topic, bodies
+
     def next(self) -> Command | None:
         """One parsed command, or None when more bytes are needed; raises ProtocolError."""
         if self._error is not None:

@@ -1,0 +1,129 @@
+"""The publish lane (``V2Connection._publish_lane``, ``NsqdServer.publish_now``): a read that
+is exactly one PUB or MPUB to an existing topic is appended and committed without the
+parse-and-dispatch path. It must answer and store exactly what the ordinary path does, and
+step aside whenever the ordinary path has something to decide."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from nsqpy.nsqd.server import NsqdServer
+from nsqpy.nsqd.tcp import V2Connection
+from nsqpy.testing import (
+    FakeClock,
+    eventually,
+    mpub,
+    nsqd_options,
+    pub,
+    publisher,
+    read_message,
+    subscriber,
+)
+
+ERR = 1
+Step = tuple[bytes, int]  # what one write sends, how many frames answer it (-1: closed after)
+
+
+def steps(topic: str) -> list[list[Step]]:
+    """Connections, each a list of writes; a topic name is what the two runs differ in."""
+    t = topic
+    return [
+        [
+            (pub(t, b"creates the topic"), 1),  # a new topic: the ordinary path
+            (pub(t, b"a"), 1),
+            (mpub(t, [b"b", b"c", b"d" * 300]), 1),
+            (pub(t, b"e") + pub(t, b"f"), 2),  # two in one read: the ordinary path
+            (mpub(t, [b"g"]), 1),
+            (f"PUB {t}\r\n".encode() + struct.pack(">i", 1) + b"h", 1),  # a CR
+            (f"PUB {t} 0\n".encode() + struct.pack(">i", 1) + b"i", 1),  # a partition
+            (pub(t + "_other", b"j"), 1),
+            (pub(t, b"k"), 1),
+        ],
+        [(pub(t, b"x" * 2000), -1)],  # over --max-msg-size: E_BAD_MESSAGE, closed
+        [(f"MPUB {t}\n".encode() + struct.pack(">ii", 4, 0), -1)],  # no messages
+        [(f"MPUB {t}\n".encode() + struct.pack(">ii", 12, 1) + struct.pack(">i", -3), -1)],
+        [(f"PUB {t}\n".encode() + struct.pack(">i", 0), -1)],  # an empty body
+    ]
+
+
+async def server_side(nsqd: NsqdServer, before: set[V2Connection]) -> V2Connection:
+    await eventually(lambda: len(nsqd.connections - before) == 1)
+    (conn,) = nsqd.connections - before
+    return conn
+
+
+async def transcript(nsqd: NsqdServer, topic: str, lane: bool) -> tuple[list[object], int]:
+    """The frames every write of ``steps`` got, and how many publishes the lane took."""
+    taken = 0
+    frames: list[object] = []
+    for connection in steps(topic):
+        before = set(nsqd.connections)
+        wire = await publisher(nsqd.tcp_port)
+        conn = await server_side(nsqd, before)
+        inner = conn._lane
+        if not lane:
+            conn._lane = None
+        elif inner is not None:
+
+            def counted(*args: object, _inner: Callable[..., bool] = inner) -> bool:
+                nonlocal taken
+                took = _inner(*args)
+                taken += took
+                return took
+
+            conn._lane = counted
+        for data, answers in connection:
+            await wire.send(data)
+            if answers < 0:
+                frames.append(await wire.read_frame())
+                await wire.expect_closed()
+                continue
+            frames.extend([await wire.read_frame() for _ in range(answers)])
+        await wire.close()
+    return [repr(f).replace(topic, "T") for f in frames], taken
+
+
+async def bodies(nsqd: NsqdServer, topic: str, count: int) -> list[bytes]:
+    wire = await subscriber(nsqd.tcp_port, topic, "c", rdy=100)
+    got = [(await read_message(wire)).body for _ in range(count)]
+    await wire.close()
+    return got
+
+
+async def test_the_lane_answers_and_stores_what_the_ordinary_path_does(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    nsqd = NsqdServer(nsqd_options(tmp_path, max_msg_size=1024), clock=clock)
+    await nsqd.start()
+    try:
+        with_lane, taken = await transcript(nsqd, "lane", lane=True)
+        without, not_taken = await transcript(nsqd, "plain", lane=False)
+        assert with_lane == without
+        assert repr((0, b"OK")) in with_lane
+        assert sum(f.startswith(f"({ERR},") for f in with_lane) == 4  # type: ignore[attr-defined]
+        assert taken == 4 and not_taken == 0  # a, b-d, g and k went by the lane
+        topics = nsqd.broker.topics
+        assert topics["lane"].depth == topics["plain"].depth == 11
+        assert await bodies(nsqd, "lane", 11) == await bodies(nsqd, "plain", 11)
+    finally:
+        await nsqd.stop()
+
+
+async def test_the_lane_steps_aside_while_another_commit_is_due(nsqd: NsqdServer) -> None:
+    """A publish that arrives while this turn's commit is already scheduled (another
+    connection's append waits for it) is grouped into that commit, not committed alone."""
+    first = await publisher(nsqd.tcp_port)
+    await first.send(pub("t", b"0"))
+    assert await first.read_frame() == (0, b"OK")
+    before = set(nsqd.connections)
+    wire = await publisher(nsqd.tcp_port)
+    conn = await server_side(nsqd, before)
+    nsqd._schedule_commit()  # what an append of another connection in this turn leaves
+    assert not nsqd.publish_now(conn, nsqd.broker.topics["t"], [b"1"], Exception)  # type: ignore[arg-type]
+    await wire.send(pub("t", b"1"))
+    assert await wire.read_frame() == (0, b"OK")
+    assert nsqd.broker.topics["t"].depth == 2
+    await asyncio.sleep(0)
