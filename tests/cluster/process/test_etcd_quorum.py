@@ -8,7 +8,6 @@ import time
 
 from .conftest import OwnCluster, create
 
-
 # Longer than the shared clusters' 2 s: on a loaded 2-core machine an etcd election has
 # taken over 5 s (seen once in a full run), and a lease that runs out meanwhile is lost
 # by design. What this test checks is that an election shorter than the lease costs none.
