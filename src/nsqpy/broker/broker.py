@@ -548,6 +548,14 @@ class Broker:
             features.after_publish(topic, part, first, stored, source, traces, now)
         return Placement(part, first, last)
 
+    def append_plain(self, topic: Topic, part: Partition, bodies: Sequence[bytes]) -> int:
+        """``append`` for the publish lane (``NsqdServer.publish_now``): plain bodies, no
+        delay, to ``part``, which the caller checked is writable, of a topic without
+        settings (nothing to bound or trace); the last offset."""
+        last = part.publish(bodies, self.clock(), 0)
+        self._dirty[part] = topic
+        return last
+
     def append_entries(
         self,
         topic: Topic,

@@ -305,9 +305,8 @@ class NsqdServer:
         part = topic.partition_for()
         if not part.writable:
             return False
-        placed = self.broker.append(topic, bodies, 0, partition=part.number, source=conn.client)
-        ack = Ack(placed.last, failed)
-        self._acks.setdefault(placed.partition, deque()).append(ack)
+        ack = Ack(self.broker.append_plain(topic, part, bodies), failed)
+        self._acks.setdefault(part, deque()).append(ack)
         conn.respond_after(ack, OK_FRAME)
         self._touched.add(conn)
         self._commit()
