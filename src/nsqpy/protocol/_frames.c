@@ -66,9 +66,15 @@ static PyObject *build_frame(long long ts, long attempts, unsigned long long id,
     return out;
 }
 
-/* The timestamp, attempts and ID arguments of both frame builders; 0, or -1 with an error. */
-static int frame_args(PyObject *const *args, long long *ts, long *attempts, unsigned long long *id)
+/* The argument count (want, else TypeError with usage) and the timestamp, attempts and ID
+ * arguments of both frame builders; 0, or -1 with an error set. */
+static int frame_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage,
+                      long long *ts, long *attempts, unsigned long long *id)
 {
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
     *ts = PyLong_AsLongLong(args[0]);
     if (*ts == -1 && PyErr_Occurred())
         return -1;
@@ -87,15 +93,12 @@ static int frame_args(PyObject *const *args, long long *ts, long *attempts, unsi
 
 static PyObject *message_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError,
-                        "message_frame(timestamp, attempts, id_value, body) takes 4 arguments");
-        return NULL;
-    }
     long long ts;
     long attempts;
     unsigned long long id;
-    if (frame_args(args, &ts, &attempts, &id) < 0)
+    if (frame_args(args, nargs, 4,
+                   "message_frame(timestamp, attempts, id_value, body) takes 4 arguments", &ts,
+                   &attempts, &id) < 0)
         return NULL;
     Py_buffer body;
     if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0)
@@ -110,15 +113,12 @@ static PyObject *message_frame(PyObject *self, PyObject *const *args, Py_ssize_t
 
 static PyObject *stored_ext_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "stored_ext_frame(timestamp, attempts, id_value, body, "
-                                         "stored) takes 5 arguments");
-        return NULL;
-    }
     long long ts;
     long attempts;
     unsigned long long id;
-    if (frame_args(args, &ts, &attempts, &id) < 0)
+    if (frame_args(args, nargs, 5,
+                   "stored_ext_frame(timestamp, attempts, id_value, body, stored) takes 5 "
+                   "arguments", &ts, &attempts, &id) < 0)
         return NULL;
     Py_buffer body, stored;
     if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0)
