@@ -113,8 +113,9 @@ async def test_the_lane_answers_and_stores_what_the_ordinary_path_does(
 
 
 async def test_the_lane_steps_aside_while_another_commit_is_due(nsqd: NsqdServer) -> None:
-    """A publish that arrives while this turn's commit is already scheduled (another
-    connection's append waits for it) is grouped into that commit, not committed alone."""
+    """While this turn's commit is already scheduled (another connection's append waits
+    for it), the lane appends nothing: the ordinary path takes the publish and it joins
+    that commit. The publish is answered and stored all the same."""
     first = await publisher(nsqd.tcp_port)
     await first.send(pub("t", b"0"))
     assert await first.read_frame() == (0, b"OK")
@@ -123,6 +124,7 @@ async def test_the_lane_steps_aside_while_another_commit_is_due(nsqd: NsqdServer
     conn = await server_side(nsqd, before)
     nsqd._schedule_commit()  # what an append of another connection in this turn leaves
     assert not nsqd.publish_now(conn, nsqd.broker.topics["t"], [b"1"], Exception)  # type: ignore[arg-type]
+    assert nsqd.broker.topics["t"].depth == 1 and not nsqd.broker.has_dirty()
     await wire.send(pub("t", b"1"))
     assert await wire.read_frame() == (0, b"OK")
     assert nsqd.broker.topics["t"].depth == 2
