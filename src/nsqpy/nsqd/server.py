@@ -305,8 +305,7 @@ class NsqdServer:
         part = topic.partition_for()
         if not part.writable:
             return False
-        ack = Ack(self.broker.append_plain(topic, part, bodies), failed)
-        self._acks.setdefault(part, deque()).append(ack)
+        ack = self._queue_ack(part, self.broker.append_plain(topic, part, bodies), failed)
         conn.respond_after(ack, OK_FRAME)
         self._touched.add(conn)
         self._commit()
@@ -315,9 +314,17 @@ class NsqdServer:
     def expect_ack(
         self, partition: Partition, last_offset: int, failed: type[ProtocolError]
     ) -> Ack:
+        ack = self._queue_ack(partition, last_offset, failed)
+        self._schedule_commit()
+        return ack
+
+    def _queue_ack(
+        self, partition: Partition, last_offset: int, failed: type[ProtocolError]
+    ) -> Ack:
+        """An acknowledgement for a publish up to ``last_offset`` of ``partition``, answered
+        by the commit (``_release``) that writes it."""
         ack = Ack(last_offset, failed)
         self._acks.setdefault(partition, deque()).append(ack)
-        self._schedule_commit()
         return ack
 
     async def publish_and_wait(
