@@ -2,15 +2,23 @@
 
     nsqpy jepsen [--profile short|long] [--seed N] [--nodes 3|5] [--out DIR]
                  [--unsafe-ack-before-replication]
-    nsqpy jepsen check DIR            the checker and report again on DIR/history.jsonl
+    nsqpy jepsen check PATH [--out DIR]   the checker and report again on a history
+    nsqpy jepsen publish RUN PREFIX       a run stored as PREFIX.png, PREFIX.history.jsonl.xz,
+                                          PREFIX.result.json.xz, PREFIX.run.json
+
+``check`` takes a run's directory (its ``history.jsonl``, also compressed) or a history
+file (``.jsonl``, ``.jsonl.gz``, ``.jsonl.xz``). It prints the summary, writes the report
+into ``--out`` (default: into the directory it was given; nowhere for a file) and, when a
+result is stored with the history (``archive.stored_result``), says whether the new check
+agrees with it; its status is 1 when the history is invalid or disagrees.
 
 A run needs root: it makes the network namespaces (``netns.Network``), runs
 ``jepsen.harness`` inside the clients' namespace, and always tears the namespaces down at
 the end, also after Ctrl-C, SIGTERM or a crash of the harness (a harness killed with
 SIGKILL leaves them for the next run's ``netns.clean_stale``). Results go to ``--out``
 (default ``jepsen-results/<profile>-seed<N>``): ``summary.txt``, ``timeline.png``,
-``result.json``, ``history.jsonl``, ``schedule.json``, and every daemon's and client's log
-under ``logs/``. Exit status: 0 valid, 1 the checker found a violation, 2 no run was made
+``result.json``, ``history.jsonl``, ``schedule.json``, ``run.json`` (the commit and the wall
+time), and every daemon's and client's log under ``logs/``. Exit status: 0 valid, 1 the checker found a violation, 2 no run was made
 (the message says why).
 
 ``--unsafe-ack-before-replication`` starts nsqd with a test-only switch that answers a
@@ -28,7 +36,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nsqpy.jepsen.harness import RunConfig, hosts_for
+from nsqpy.jepsen.harness import RunConfig
+from nsqpy.jepsen.layout import hosts_for
 from nsqpy.jepsen.netns import Network, clean_stale, preflight
 from nsqpy.jepsen.schedule import KINDS, PROFILES, schedule_length
 from nsqpy.testing.processes import die_with_parent
@@ -54,21 +63,58 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_again(directory: str) -> int:
+def check_again(argv: Sequence[str]) -> int:
+    """``nsqpy jepsen check PATH [--out DIR]`` (see the module docstring)."""
+    from nsqpy.jepsen.archive import differences, find_history, read_result, stored_result
     from nsqpy.jepsen.checker import check
     from nsqpy.jepsen.clients import CHANNELS
     from nsqpy.jepsen.history import read_history
     from nsqpy.jepsen.report import summary_text, write_report
 
-    path = Path(directory) / "history.jsonl"
-    if not path.exists():
-        print(f"nsqpy jepsen check: no {path}", file=sys.stderr)
+    p = argparse.ArgumentParser(prog="nsqpy jepsen check")
+    p.add_argument("path", help="a run's directory, or a history file (.jsonl, .gz, .xz)")
+    p.add_argument("--out", default=None, help="write the report here")
+    args = p.parse_args(argv)
+    history = find_history(args.path)
+    if history is None:
+        print(f"nsqpy jepsen check: no history at {args.path}", file=sys.stderr)
         return 2
-    events = read_history([path])
+    stored_path = stored_result(history)
+    stored = read_result(stored_path) if stored_path is not None else None
+    events = read_history([history])
     result = check(events, CHANNELS)
-    write_report(Path(directory), events, result, title=f"nsqpy jepsen, {directory}")
-    print(summary_text(result, f"nsqpy jepsen, {directory}"))
-    return 0 if result.valid else 1
+    title = f"nsqpy jepsen, {args.path}"
+    out = args.out or (args.path if Path(args.path).is_dir() else None)
+    if out is not None:
+        write_report(Path(out), events, result, title=title)
+    print(summary_text(result, title), end="")
+    if stored is None:
+        return 0 if result.valid else 1
+    found = differences(stored, result.to_json())
+    if found:
+        print(f"DIFFERS from the stored result {stored_path}:")
+        print("\n".join(f"  {line}" for line in found))
+    else:
+        print(f"the same as the stored result {stored_path}")
+    return 0 if result.valid and not found else 1
+
+
+def publish(argv: Sequence[str]) -> int:
+    """``nsqpy jepsen publish RUN PREFIX`` (see the module docstring)."""
+    from nsqpy.jepsen.archive import publish as store
+
+    p = argparse.ArgumentParser(prog="nsqpy jepsen publish")
+    p.add_argument("run", help="a finished run's directory (--out of the run)")
+    p.add_argument("prefix", help="where to store it, e.g. docs/jepsen/long-seed20261126")
+    args = p.parse_args(argv)
+    try:
+        written = store(args.run, args.prefix)
+    except FileNotFoundError as exc:
+        print(f"nsqpy jepsen publish: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"{path} ({path.stat().st_size} bytes)")
+    return 0
 
 
 def _budget(config: RunConfig) -> float:
@@ -86,10 +132,9 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:
-        if len(argv) != 2:
-            print("usage: nsqpy jepsen check DIR", file=sys.stderr)
-            return 2
-        return check_again(argv[1])
+        return check_again(argv[1:])
+    if argv[:1] == ["publish"]:
+        return publish(argv[1:])
     args = _parser().parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))

@@ -2,9 +2,11 @@
 history file under ``histories/``, and the final drain that gives the consumers time to
 read every acknowledged value.
 
-Channels: ``nsqpy`` (nsqpy's Consumer) and ``plain`` (the plain protocol). Producers:
-nsqpy's Producer with PUB and with MPUB of 5, and two plain-protocol producers, each at
-``Profile.producer_rate`` values a second.
+Channels: ``nsqpy`` (nsqpy's Consumer) and ``plain`` (the plain protocol), each consumer
+on both topics (``layout.TOPICS``). Producers on topic ``jepsen``: nsqpy's Producer with
+PUB and with MPUB of 5, and two plain-protocol producers; on ``jepsen-r2``, nsqpy's
+Producer with PUB (producer ``layout.R2_PRODUCER``); each at ``Profile.producer_rate``
+values a second.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from nsqpy.jepsen.history import read_history
+from nsqpy.jepsen.layout import R2_PRODUCER, R2_TOPIC, TOPIC, TOPICS
 from nsqpy.jepsen.schedule import Profile
-from nsqpy.jepsen.servers import TOPIC, Cluster
+from nsqpy.jepsen.servers import Cluster
 from nsqpy.testing.processes import die_with_parent
 
 CHANNELS = ("nsqpy", "plain")
@@ -39,11 +42,12 @@ class Workers:
     def history_path(self, name: str) -> Path:
         return self.out / "histories" / f"{name}.jsonl"
 
-    def start(self, name: str, kind: str, ident: int, *extra: str) -> None:
+    def start(self, name: str, kind: str, ident: int, *extra: str,
+              topics: Sequence[str] = (TOPIC,)) -> None:  # fmt: skip
         (self.out / "histories").mkdir(parents=True, exist_ok=True)
         lookupds = [f"--lookupd={a}" for a in self.cluster.lookupd_http()]
         argv = [sys.executable, "-m", "nsqpy.jepsen.worker", kind, f"--id={ident}",
-                f"--name={name}", *lookupds, f"--topic={TOPIC}",
+                f"--name={name}", *lookupds, *(f"--topic={t}" for t in topics),
                 f"--history={self.history_path(name)}", f"--origin={self.origin}", *extra]  # fmt: skip
         log = open(self.out / "logs" / f"{name}.log", "ab")  # noqa: SIM115 (the child keeps it)
         self.procs[name] = subprocess.Popen(die_with_parent(argv), stdout=log, stderr=log)
@@ -51,8 +55,8 @@ class Workers:
         self.kinds[name] = kind
 
     def start_consumers(self) -> None:
-        self.start("nsqpy-consumer", "nsqpy-consumer", 0, "--channel=nsqpy")
-        self.start("plain-consumer", "plain-consumer", 0, "--channel=plain")
+        self.start("nsqpy-consumer", "nsqpy-consumer", 0, "--channel=nsqpy", topics=TOPICS)
+        self.start("plain-consumer", "plain-consumer", 0, "--channel=plain", topics=TOPICS)
 
     def start_producers(self) -> None:
         rate = f"--rate={self.profile.producer_rate}"
@@ -60,6 +64,7 @@ class Workers:
         self.start("nsqpy-mpub", "nsqpy-producer", 2, rate, "--batch=5")
         self.start("plain-pub-1", "plain-producer", 3, rate)
         self.start("plain-pub-2", "plain-producer", 4, rate)
+        self.start("r2-pub", "nsqpy-producer", R2_PRODUCER, rate, topics=(R2_TOPIC,))
 
     def stop(self, names: Sequence[str]) -> None:
         for name in names:

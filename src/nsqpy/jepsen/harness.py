@@ -4,15 +4,18 @@
 inside host ``c``'s namespace, so that every socket it and its workers open reaches the
 hosts at their 10.77.0.x addresses and nothing of this machine's own network. Here:
 
-1. the servers (``servers.Cluster``: etcd, two nsqlookupd, the nsqd, every flag at its
-   default, each nsqd's data on a tmpfs of its own), logs under the run directory;
-2. the topic, ``partition_num`` and 3 replicas, made through lookupd; then the consumers
-   (``clients``), and once they are subscribed on every leader, the producers;
+1. the servers (``servers.Cluster``: three etcd members, two nsqlookupd, the nsqd, every
+   flag at its default, each nsqd's data on a tmpfs of its own), logs under the run
+   directory;
+2. the topics (``layout``): ``jepsen``, ``partition_num`` and 3 replicas, and
+   ``jepsen-r2``, 2 replicas, made through lookupd; then the consumers (``clients``), and
+   once they are subscribed on every leader, the producers;
 3. the nemesis schedule (``schedule.make_schedule``, done by ``nemesis.Nemesis``), each
-   step written to the history;
+   step's start, moves and stop written to the history;
 4. everything healed, a quiet while, the producers stopped, the consumers given
    ``profile.drain`` seconds to read what was acknowledged;
-5. the histories merged, checked (``checker.check``) and reported (``report``).
+5. the histories merged, checked (``checker.check``) and reported (``report``); beside
+   them ``run.json``: the run's config, the commit it ran on and its wall time.
 
 Exit status 0 when the check is valid, 1 when it is not, 2 when the run could not be made.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,13 +33,14 @@ from pathlib import Path
 
 from nsqpy.jepsen.clients import CHANNELS, Workers, drain
 from nsqpy.jepsen.history import HistoryWriter, read_history, write_history
+from nsqpy.jepsen.layout import R2_PARTITIONS, R2_REPLICAS, R2_TOPIC, TOPIC, TOPIC_REPLICAS, TOPICS
 from nsqpy.jepsen.nemesis import Nemesis
 from nsqpy.jepsen.netns import Network
 from nsqpy.jepsen.schedule import PROFILES, Profile, Step, make_schedule
 from nsqpy.jepsen.servers import Cluster, wait_for
 
 SUBSCRIBE_TIMEOUT = 30.0  # seconds for the consumers to subscribe on every leader
-QUIET_AFTER = 10.0  # seconds of traffic after the last heal, before the producers stop
+QUIET_AFTER = 6.0  # seconds of traffic after the last heal, before the producers stop
 
 
 @dataclass
@@ -71,10 +76,6 @@ class RunConfig:
         return cls(**json.loads(text))
 
 
-def hosts_for(nodes: int) -> list[str]:
-    return [*(f"n{i + 1}" for i in range(nodes)), "l1", "l2", "e1", "c"]
-
-
 def run(config: RunConfig) -> int:
     """One run (see the module docstring); its exit status."""
     profile = config.run_profile()
@@ -103,16 +104,20 @@ def run(config: RunConfig) -> int:
         workers.kill()
         cluster.close()
         nemesis_history.close()
-    return _verdict(config, profile, out, workers)
+    status = _verdict(config, profile, out, workers)
+    _write_run(config, out, time.monotonic() - origin)
+    return status
 
 
 def _play(cluster: Cluster, workers: Workers, nemesis: Nemesis, steps: Sequence[Step],
           history: HistoryWriter, say: Callable[[str], None]) -> None:  # fmt: skip
     """Start, run the schedule, heal, stop the producers, drain."""
     cluster.start()
-    cluster.create_topic(workers.profile.partitions)
+    cluster.create_topic(TOPIC, workers.profile.partitions, TOPIC_REPLICAS)
+    cluster.create_topic(R2_TOPIC, R2_PARTITIONS, R2_REPLICAS)
     workers.start_consumers()
-    wait_for(lambda: cluster.subscribed(CHANNELS), SUBSCRIBE_TIMEOUT, "consumers on every leader")
+    wait_for(lambda: cluster.subscribed(TOPICS, CHANNELS), SUBSCRIBE_TIMEOUT,
+             "consumers on every leader")  # fmt: skip
     workers.start_producers()
     say("cluster up, topic made, clients running")
     begun = time.monotonic()  # the schedule's times count from here (warmup first)
@@ -121,6 +126,11 @@ def _play(cluster: Cluster, workers: Workers, nemesis: Nemesis, steps: Sequence[
         detail, state = nemesis.start(step)
         history.nemesis("start", step.kind, step.index, detail)
         say(f"step {step.index}: {step.kind}: {detail} for {step.duration:.1f}s")
+        for offset, move in nemesis.moves(step):
+            _sleep_until(begun + step.at + offset)
+            done = nemesis.move(step, state, move)
+            history.nemesis("move", step.kind, step.index, done)
+            say(f"step {step.index}: {step.kind}: {done}")
         _sleep_until(begun + step.at + step.duration)
         nemesis.stop(step, state)
         history.nemesis("stop", step.kind, step.index, detail)
@@ -148,6 +158,38 @@ def _verdict(config: RunConfig, profile: Profile, out: Path, workers: Workers) -
     write_report(out, events, result, title=title)
     print(summary_text(result, title), flush=True)
     return 0 if result.valid else 1
+
+
+def _commit() -> str:
+    """The commit of the checkout this code runs from, with ``-dirty`` when its tracked
+    files differ from it; ``unknown`` outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10, check=True).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
+def _write_run(config: RunConfig, out: Path, wall: float) -> None:
+    """``run.json``: what ran (profile, seed, nemeses, hosts), on which commit, how long."""
+    doc = {
+        "profile": config.profile,
+        "seed": config.seed,
+        "kinds": config.kinds or list(config.run_profile().kinds),
+        "cycles": config.run_profile().cycles,
+        "hosts": config.hosts,
+        "unsafe_ack": config.unsafe_ack,
+        "netem": config.netem,
+        "commit": _commit(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)),
+        "wall_seconds": round(wall, 1),
+    }
+    (out / "run.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def _sleep_until(when: float) -> None:

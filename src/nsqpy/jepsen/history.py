@@ -13,19 +13,26 @@ Events (``op``):
   says which). Only ``ok`` is an acknowledgement; ``fail`` and ``info`` may still have
   been written.
 - ``recv``: a consumer was handed value ``v`` on channel ``ch`` (then finished it).
-- ``nemesis``: a fault began (``phase`` ``start``) or was healed (``phase`` ``stop``):
-  ``kind`` (``halves``, ``isolate-leader``, ...), ``step`` (its index in the schedule),
-  ``detail`` (what it did, for the report: which nodes, which halves).
+- ``nemesis``: a fault began (``phase`` ``start``), took a step in between (``move``: the
+  second replica of ``leader-and-follower-down`` down, one back) or was healed
+  (``phase`` ``stop``): ``kind`` (``halves``, ``isolate-leader``, ...), ``step`` (its
+  index in the schedule), ``detail`` (what it did, for the report: which nodes, which
+  halves, who led).
 - ``log``: a note of the harness (``msg``), such as the start of the final drain.
 
 Values are non-negative integers, unique per run: a producer ``k`` publishes
 ``k * 1_000_000_000 + n``.
+
+A history file may be compressed (``.gz`` or ``.xz``, by its name): ``read_history``
+reads it the same, so a published run's history is checked again as it is stored.
 """
 
 from __future__ import annotations
 
+import gzip
 import heapq
 import json
+import lzma
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -89,8 +96,18 @@ class HistoryWriter:
             self._file.close()
 
 
+def open_text(path: str | Path) -> IO[str]:
+    """``path`` opened for reading text, decompressed when its name ends ``.gz`` or ``.xz``."""
+    name = str(path)
+    if name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    if name.endswith(".xz"):
+        return lzma.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
 def _events(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open_text(path) as f:
         for line in f:
             try:
                 event = json.loads(line)

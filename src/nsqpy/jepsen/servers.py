@@ -1,12 +1,13 @@
-"""The servers of a Jepsen run, each in its host's namespace (``netns.Network``): etcd on
-``e1``, nsqlookupd on ``l1`` and ``l2``, nsqd on ``n1``.. with every flag at its default
-and its data on a tmpfs of its own (``SmallDisk``, mounted in the harness's mount namespace,
-so it goes away with the run's processes), logs under the run's ``logs/``.
+"""The servers of a Jepsen run, each in its host's namespace (``netns.Network``): three
+etcd members on ``e1`` ``e2`` ``e3`` (``jepsen.etcd``), nsqlookupd on ``l1`` and ``l2``,
+nsqd on ``n1``.. with every flag at its default (``--etcd-endpoints`` lists all three
+members) and its data on a tmpfs of its own (``SmallDisk``, mounted in the harness's mount
+namespace, so it goes away with the run's processes), logs under the run's ``logs/``.
 
-``Cluster`` starts them, answers what the nemesis needs to know now (which node leads a
-partition, which lookupd coordinates), and kills, restarts, pauses and resumes an nsqd.
-The daemons are the test kit's ``DaemonProcess`` and ``EtcdCluster`` with a command prefix
-that runs them inside a namespace.
+``Cluster`` starts them, makes the topics, answers what the nemesis needs to know now
+(which node leads a partition and which replicate it, which lookupd coordinates), and
+kills, restarts, pauses and resumes an nsqd. The nsq daemons are the test kit's
+``DaemonProcess`` with a command prefix that runs them inside a namespace.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ import signal
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsqpy.jepsen.etcd import EtcdMembers
+from nsqpy.jepsen.layout import ETCD_HOSTS, LOOKUPD_HOSTS, TOPIC
 from nsqpy.jepsen.netns import Network
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.disks import SmallDisk
-from nsqpy.testing.etcd import EtcdCluster
 from nsqpy.testing.processes import DaemonProcess
 
-TOPIC = "jepsen"
 CLUSTER_ID = "jepsen"
 DISK_BYTES = 512 << 20
 UNSAFE_ENV = "NSQPY_UNSAFE_ACK_BEFORE_REPLICATION"  # the test-only broken build (nsqd)
@@ -51,8 +53,26 @@ def _post(address: str, path: str) -> tuple[int, bytes]:
 wait_for = LocalCluster.wait_for  # (OSError, ValueError, KeyError: not yet; TimeoutError)
 
 
+@dataclass(frozen=True)
+class PartitionHosts:
+    """A partition as lookupd says now, by host: its leader, its ISR and those catching up."""
+
+    leader: str
+    isr: tuple[str, ...]
+    catchup: tuple[str, ...]
+
+    @property
+    def replicas(self) -> tuple[str, ...]:
+        return (*self.isr, *(h for h in self.catchup if h not in self.isr))
+
+    def describe(self) -> str:
+        catchup = f", catching up [{' '.join(self.catchup)}]" if self.catchup else ""
+        return f"leader {self.leader}, ISR [{' '.join(self.isr)}]{catchup}"
+
+
 class Cluster:
-    """etcd, two nsqlookupd and the nsqd of a run, each in its host's namespace."""
+    """Three etcd members, two nsqlookupd and the nsqd of a run, each in its host's
+    namespace."""
 
     def __init__(
         self, hosts: Sequence[str], net: Network, out: Path, unsafe_ack: bool = False
@@ -61,11 +81,8 @@ class Cluster:
         self.net = net
         self.out = out
         self.nodes = [h for h in hosts if h.startswith("n")]
-        self.lookupd_hosts = ["l1", "l2"]
-        self.etcd = EtcdCluster(
-            1, out / "etcd", heartbeat_ms=100, election_ms=1000,
-            host=net.address("e1"), prefix=net.exec_prefix("e1"),
-        )  # fmt: skip
+        self.lookupd_hosts = list(LOOKUPD_HOSTS)
+        self.etcd = EtcdMembers(ETCD_HOSTS, net.address, net.exec_prefix, out / "etcd")
         self.disks = {
             h: SmallDisk(Path(f"/tmp/{net.prefix}disks/{h}"), DISK_BYTES) for h in self.nodes
         }
@@ -74,8 +91,9 @@ class Cluster:
         self.paused: set[str] = set()
 
     @property
-    def etcd_endpoint(self) -> str:
-        return self.etcd.endpoints[0]
+    def etcd_endpoints(self) -> str:
+        """``--etcd-endpoints`` of every nsqd and nsqlookupd: all three members."""
+        return ",".join(self.etcd.endpoints)
 
     def lookupd_http(self) -> list[str]:
         return [f"{self.net.address(h)}:4161" for h in self.lookupd_hosts]
@@ -85,7 +103,7 @@ class Cluster:
         return DaemonProcess(
             "nsqlookupd",
             [f"--tcp-address={addr}:4160", f"--http-address={addr}:4161",
-             f"--broadcast-address={addr}", f"--etcd-endpoints={self.etcd_endpoint}",
+             f"--broadcast-address={addr}", f"--etcd-endpoints={self.etcd_endpoints}",
              f"--cluster-id={CLUSTER_ID}"],
             prefix=self.net.exec_prefix(host), log_path=self.out / "logs" / f"{host}.log",
         )  # fmt: skip
@@ -97,7 +115,7 @@ class Cluster:
             "nsqd",
             [f"--tcp-address={addr}:4150", f"--http-address={addr}:4151",
              f"--rpc-address={addr}:4250", f"--broadcast-address={addr}",
-             f"--data-path={self.disks[host].path}", f"--etcd-endpoints={self.etcd_endpoint}",
+             f"--data-path={self.disks[host].path}", f"--etcd-endpoints={self.etcd_endpoints}",
              f"--cluster-id={CLUSTER_ID}", f"--node-id={self.nodes.index(host) + 1}"],
             env=env, prefix=self.net.exec_prefix(host),
             log_path=self.out / "logs" / f"{host}.log",
@@ -130,9 +148,12 @@ class Cluster:
                 last = exc
         raise OSError(f"no lookupd answered {path}: {last}")
 
-    def create_topic(self, partitions: int) -> None:
+    def create_topic(self, topic: str, partitions: int, replicas: int) -> None:
+        """Make ``topic`` through lookupd and wait until every partition has ``replicas``
+        in sync."""
         query = (
-            f"/topic/create?topic={TOPIC}&partition_num={partitions}&replicator=3&multipart=true"
+            f"/topic/create?topic={topic}&partition_num={partitions}"
+            f"&replicator={replicas}&multipart=true"
         )
         answers: list[tuple[int, bytes]] = []
 
@@ -141,30 +162,33 @@ class Cluster:
             return answers[-1][0] == 200
 
         try:
-            wait_for(created, 30, "topic created")
+            wait_for(created, 30, f"topic {topic} created")
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}; lookupd answered {answers[-1:]}") from None
 
         def placed() -> bool:
-            doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
+            doc = self.lookupd_json(f"/lookup?topic={topic}&metainfo=true&access=r")
             parts = doc.get("partitions") or {}
             return len(parts) == partitions and all(
-                len(p.get("isr") or []) == 3 for p in parts.values()
+                len(p.get("isr") or []) == replicas for p in parts.values()
             )
 
-        wait_for(placed, 30, f"{partitions} partitions with 3 replicas in sync")
+        wait_for(placed, 30, f"{topic}: {partitions} partitions with {replicas} replicas in sync")
 
-    def subscribed(self, channels: Sequence[str]) -> bool:
-        """Whether every partition's leader has a consumer on each of ``channels`` (so that
-        nothing published from now on is before a channel's start)."""
-        doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
+    def subscribed(self, topics: Sequence[str], channels: Sequence[str]) -> bool:
+        """Whether every partition's leader of each of ``topics`` has a consumer on each of
+        ``channels`` (so that nothing published from now on is before a channel's start)."""
+        return all(self._subscribed(topic, channels) for topic in topics)
+
+    def _subscribed(self, topic: str, channels: Sequence[str]) -> bool:
+        doc = self.lookupd_json(f"/lookup?topic={topic}&metainfo=true&access=r")
         for info in (doc.get("partitions") or {}).values():
             stats = _get(f"{info['broadcast_address']}:{info['http_port']}",
-                         f"/stats?format=json&topic={TOPIC}")  # fmt: skip
+                         f"/stats?format=json&topic={topic}")  # fmt: skip
             names = {
                 c["channel_name"]
                 for t in stats.get("topics") or []
-                if t["topic_name"] == TOPIC
+                if t["topic_name"] == topic
                 for c in t["channels"]
                 if c.get("client_count")
             }
@@ -172,14 +196,30 @@ class Cluster:
                 return False
         return bool(doc.get("partitions"))
 
-    def leader_of(self, partition: int) -> str | None:
-        """The host leading ``partition`` as lookupd says now (None when none answers)."""
+    def _host(self, node_id: object) -> str | None:
+        """The host of a node id (``address:...``)."""
+        return self.net.host_of(str(node_id).split(":")[0])
+
+    def partition(self, topic: str, partition: int) -> PartitionHosts | None:
+        """``topic``'s ``partition`` as lookupd says now (None when none answers, or it
+        names no leader or a node that is no host of the run)."""
         try:
-            doc = self.lookupd_json(f"/lookup?topic={TOPIC}&metainfo=true&access=r")
-            node_id = str(doc["partitions"][str(partition)]["id"])
-        except (OSError, ValueError, KeyError, TypeError):
+            doc = self.lookupd_json(f"/lookup?topic={topic}&metainfo=true&access=r")
+            info = doc["partitions"][str(partition)]
+            leader = self._host(info["id"])
+            isr = [self._host(n) for n in info.get("isr") or []]
+            catchup = [self._host(n) for n in info.get("catchup") or []]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        return self.net.host_of(node_id.split(":")[0])
+        if leader is None:
+            return None
+        return PartitionHosts(leader, tuple(h for h in isr if h), tuple(h for h in catchup if h))
+
+    def leader_of(self, partition: int, topic: str = TOPIC) -> str | None:
+        """The host leading ``partition`` of ``topic`` as lookupd says now (None when none
+        answers)."""
+        found = self.partition(topic, partition)
+        return found.leader if found is not None else None
 
     def coordinator(self) -> str | None:
         try:

@@ -13,6 +13,9 @@ Four kinds, all finding the cluster through nsqlookupd only:
   topic gets a connection with SUB, RDY and a FIN per message; lookupd is asked again
   every second and a lost connection is made again.
 
+A producer publishes to its ``--topic``; a consumer reads every ``--topic`` given (one
+subscription per topic, all on ``--channel``).
+
 Every publish and every message received is written to the worker's history
 (``history.HistoryWriter``). Producer ``k`` publishes ``k * 1e9 + n`` for n = 0, 1, ...,
 at most ``--rate`` values a second. SIGTERM ends a worker cleanly (its history flushed).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import signal
@@ -108,15 +112,16 @@ async def nsqpy_producer(
     try:
         while not stop.is_set():
             await pacer.wait()
+            topic = args.topic[0]
             values = [value_of(args.id, n + i) for i in range(args.batch)]
             n += args.batch
             bodies = [str(v).encode() for v in values]
             t0 = history.now()
             try:
                 if len(bodies) == 1:
-                    await asyncio.wait_for(producer.pub(args.topic, bodies[0]), PUBLISH_TIMEOUT)
+                    await asyncio.wait_for(producer.pub(topic, bodies[0]), PUBLISH_TIMEOUT)
                 else:
-                    await asyncio.wait_for(producer.mpub(args.topic, bodies), PUBLISH_TIMEOUT)
+                    await asyncio.wait_for(producer.mpub(topic, bodies), PUBLISH_TIMEOUT)
             except (ProtocolError, NoConnectionsError) as exc:  # refused, or never sent
                 history.pub(values, t0, "fail", _error_code(exc))
             except Exception as exc:  # timeout, connection lost: indeterminate
@@ -185,7 +190,7 @@ async def plain_producer(
             t0 = history.now()
             try:
                 conn.writer.write(
-                    f"PUB {args.topic}\n".encode() + struct.pack(">I", len(body)) + body
+                    f"PUB {args.topic[0]}\n".encode() + struct.pack(">I", len(body)) + body
                 )
                 kind, data = await asyncio.wait_for(conn.frame(), PUBLISH_TIMEOUT)
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
@@ -215,24 +220,30 @@ async def nsqpy_consumer(
     async def handle(msg: Message) -> None:
         history.recv(int(msg.body), args.channel)
 
-    consumer = Consumer(
-        args.topic,
-        args.channel,
-        handle,
-        lookupd_http_addresses=list(args.lookupd),
-        max_in_flight=100,
-        lookupd_poll_interval=2.0,
-    )
-    async with consumer:
+    consumers = [
+        Consumer(
+            topic,
+            args.channel,
+            handle,
+            lookupd_http_addresses=list(args.lookupd),
+            max_in_flight=100,
+            lookupd_poll_interval=2.0,
+        )
+        for topic in args.topic
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for consumer in consumers:
+            await stack.enter_async_context(consumer)
         await stop.wait()
 
 
 async def _plain_subscription(
-    address: str, args: argparse.Namespace, history: HistoryWriter, stop: asyncio.Event
-) -> None:
+    address: str, topic: str, args: argparse.Namespace, history: HistoryWriter,
+    stop: asyncio.Event,
+) -> None:  # fmt: skip
     conn = await PlainConnection.open(address)
     try:
-        conn.writer.write(f"SUB {args.topic} {args.channel}\n".encode())
+        conn.writer.write(f"SUB {topic} {args.channel}\n".encode())
         kind, data = await asyncio.wait_for(conn.frame(), 5.0)
         if kind != 0:
             raise ConnectionError(f"SUB: {data[:80]!r}")
@@ -254,17 +265,18 @@ async def _plain_subscription(
 async def plain_consumer(
     args: argparse.Namespace, history: HistoryWriter, stop: asyncio.Event
 ) -> None:
-    running: dict[str, asyncio.Task[None]] = {}
+    running: dict[tuple[str, str], asyncio.Task[None]] = {}
     try:
         while not stop.is_set():
-            for address, task in list(running.items()):
+            for key, task in list(running.items()):
                 if task.done():
-                    del running[address]
-            for address in await find_topic(args.lookupd, args.topic):
-                if address not in running:
-                    running[address] = asyncio.create_task(
-                        _quiet(_plain_subscription(address, args, history, stop))
-                    )
+                    del running[key]
+            for topic in args.topic:
+                for address in await find_topic(args.lookupd, topic):
+                    if (topic, address) not in running:
+                        running[topic, address] = asyncio.create_task(
+                            _quiet(_plain_subscription(address, topic, args, history, stop))
+                        )
             try:
                 await asyncio.wait_for(stop.wait(), LOOKUP_EVERY)
             except TimeoutError:
@@ -297,7 +309,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--id", type=int, required=True, help="producer number (values k*1e9+n)")
     p.add_argument("--name", required=True, help="the process's name in the history")
     p.add_argument("--lookupd", action="append", required=True, help="host:port (HTTP)")
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", action="append", required=True,
+                   help="a producer's topic; a consumer's topics (repeated)")  # fmt: skip
     p.add_argument("--channel", default="")
     p.add_argument("--rate", type=float, default=100.0, help="values a second (producers)")
     p.add_argument("--batch", type=int, default=1, help="values per publish (MPUB when > 1)")
