@@ -27,6 +27,7 @@ from pathlib import Path
 
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_state import FOLLOWER, LEADER, ReplicaState
 from nsqpy.storage import PartitionLog
 
 SEGMENT = 64 * 1024 * 1024
@@ -48,21 +49,16 @@ async def replicated(root: Path, bodies: list[bytes], batches: int, inflight: in
     log = PartitionLog(root / "leader", segment_bytes=SEGMENT)
     log.begin_epoch(1)
     moved = asyncio.Event()
-    feed = LeaderFeed(
-        "L",
-        "bench",
-        lambda t, p: log,
-        lambda t, p: 1,
-        lambda t, p: ("L", "F"),
-        on_progress=lambda t, p, c: moved.set(),
-    )
+    state = ReplicaState("L", "t", 0, log, clock=time.monotonic, on_change=lambda s: moved.set())
+    state.assign(LEADER, 1, ("L", "F"), (), 2)
+    feed = LeaderFeed("L", "bench", lambda t, p: state)
     host, port = await feed.start()
     child = subprocess.Popen(
         [sys.executable, __file__, "--follow", f"{host}:{port}", "--dir", str(root / "f")],
         stdin=subprocess.PIPE,
     )
     try:
-        while not (f := feed.followers("t", 0).get("F")) or not f.connected:
+        while not (f := state.peers.get("F")) or not f.connected:
             await asyncio.sleep(0.01)  # the child's start is not part of the figure
         ends: list[int] = []
         t0 = time.perf_counter()
@@ -71,10 +67,10 @@ async def replicated(root: Path, bodies: list[bytes], batches: int, inflight: in
             ends.append(log.flush())
             feed.notify("t", 0)
             if i >= inflight:
-                await _committed(feed, moved, ends[i - inflight])
+                await _committed(state, moved, ends[i - inflight])
             else:
                 await asyncio.sleep(0)
-        await _committed(feed, moved, ends[-1])
+        await _committed(state, moved, ends[-1])
         return time.perf_counter() - t0
     finally:
         assert child.stdin is not None
@@ -84,8 +80,8 @@ async def replicated(root: Path, bodies: list[bytes], batches: int, inflight: in
         log.close()
 
 
-async def _committed(feed: LeaderFeed, moved: asyncio.Event, offset: int) -> None:
-    while feed.committed_offset("t", 0) < offset:
+async def _committed(state: ReplicaState, moved: asyncio.Event, offset: int) -> None:
+    while state.committed < offset:
         moved.clear()
         await moved.wait()
 
@@ -93,10 +89,9 @@ async def _committed(feed: LeaderFeed, moved: asyncio.Event, offset: int) -> Non
 async def follow(address: str, directory: str) -> None:
     """The child: follow until stdin closes."""
     log = PartitionLog(directory, segment_bytes=SEGMENT)
-    f = FollowerFetch(
-        log, node_id="F", cluster_id="bench", topic="t", partition=0, leader=address,
-        leader_epoch=1,
-    )  # fmt: skip
+    state = ReplicaState("F", "t", 0, log, clock=time.monotonic)
+    state.assign(FOLLOWER, 1)
+    f = FollowerFetch(state, cluster_id="bench", leader=address, leader_epoch=1)
     f.start()
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     await f.stop()

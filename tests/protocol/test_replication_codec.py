@@ -118,13 +118,14 @@ ACK_BYTES = (
     b"\x00\x00\x00\x00\x00\x00\x00\x66"  # end_offset u64 102
     b"\x00\x00\x00\x00\x00\x00\x00\x65"  # durable_offset u64 101 (fsynced)
 )
-FETCH = Fetch(7, 100, 1 << 20)
+FETCH = Fetch(7, 100, 1 << 20, 5)
 FETCH_BYTES = (
-    b"\x00\x00\x00\x11"  # size 17
+    b"\x00\x00\x00\x15"  # size 21
     b"\x04"  # type 4 = FETCH
     b"\x00\x00\x00\x07"  # leader_epoch u32 7
     b"\x00\x00\x00\x00\x00\x00\x00\x64"  # from_offset u64 100
     b"\x00\x10\x00\x00"  # max_bytes u32 1 MiB
+    b"\x00\x00\x00\x05"  # last_epoch u32 5 (the epoch of the follower's last record)
 )
 EPOCH_QUERY = EpochQuery(6)
 EPOCH_QUERY_BYTES = b"\x00\x00\x00\x05\x05\x00\x00\x00\x06"  # size 5, type 5, epoch u32 6
@@ -203,7 +204,7 @@ def test_each_encoder_gives_the_golden_bytes() -> None:
     assert encode_hello("n1", "nsqpy", "t", 3, 7) == HELLO_BYTES
     assert encode_append(7, 100, 90, 2, b"BATCHES!") == [APPEND_HEADER, b"BATCHES!"]
     assert encode_ack(7, 102, 101) == ACK_BYTES
-    assert encode_fetch(7, 100, 1 << 20) == FETCH_BYTES
+    assert encode_fetch(7, 100, 1 << 20, 5) == FETCH_BYTES
     assert encode_epoch_query(6) == EPOCH_QUERY_BYTES
     assert encode_epoch_end(6, 95) == EPOCH_END_BYTES
     assert encode_cursors(7, "t", 3, CURSORS.channels, full=True, seq=5) == CURSORS_BYTES
@@ -356,7 +357,7 @@ def frame_of(frame_type: int, payload: bytes) -> bytes:
             "start_offset=18446744073709551615 + count=1 overflows u64",
         ),
         (FrameType.ACK, ACK_BYTES[5:] + b"\x00", "ACK payload is 21 bytes, expected 20"),
-        (FrameType.FETCH, FETCH_BYTES[5:-1], "FETCH payload is 15 bytes, expected 16"),
+        (FrameType.FETCH, FETCH_BYTES[5:-1], "FETCH payload is 19 bytes, expected 20"),
         (FrameType.EPOCH_QUERY, b"", "EPOCH_QUERY payload is 0 bytes, expected 4"),
         (FrameType.EPOCH_END, EPOCH_END_BYTES[5:9], "EPOCH_END payload is 4 bytes, expected 12"),
         (FrameType.HEARTBEAT, b"\x00", "HEARTBEAT payload is 1 bytes, expected 0"),
@@ -464,7 +465,7 @@ ANY_FRAME: st.SearchStrategy[ReplicationFrame] = st.one_of(
     st.builds(Hello, TEXT, TEXT, TEXT, U16, U32),
     APPENDS,
     st.builds(Ack, U32, U64, U64),
-    st.builds(Fetch, U32, U64, U32),
+    st.builds(Fetch, U32, U64, U32, U32),
     st.builds(EpochQuery, U32),
     st.builds(EpochEnd, st.integers(-1, 2**32 - 2), st.integers(-1, 2**64 - 2)),
     st.builds(Cursors, U32, TEXT, U16, CHANNELS, st.booleans()),

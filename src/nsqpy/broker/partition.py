@@ -116,15 +116,18 @@ class Partition:
         self.number = number
         # Cluster mode: a follower takes no write and its channels deliver nothing.
         self.leading = leading
-        # Replication bounds what consumers read by this (None: by the log's readable end).
-        self.commit_bound: int | None = None
+        # Replication bounds what consumers read by this (None: by the log's readable end,
+        # as on a single node). A partition held in a cluster (created following) starts
+        # closed, bound at 0 and not writable: only its replica state opens it
+        # (``nsqd.replicas.Replication._publish`` is the one writer of both in a cluster).
+        self.commit_bound: int | None = None if leading else 0
         # Replication: the confirmed offset of a channel (by name) that every ISR follower
         # has taken; an ordered channel delivers its next message only once it reaches
         # the channel's own (None: no followers to wait for, as on a single node).
         self.cursor_bound: Callable[[str], int] | None = None
         # Cluster: False while the partition's ISR is not more than half its replicas
         # (writes get E_FAILED_ON_NOT_WRITABLE); always True on a single node.
-        self.writable = True
+        self.writable = leading
         # The last write or fsync of its log failed (a full or failing disk) and none has
         # succeeded since; a cluster leader reports it (``NodeInfo.failing``).
         self.write_failing = False

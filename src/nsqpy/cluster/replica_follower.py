@@ -1,17 +1,17 @@
 """The follower's end of replication: ``FollowerFetch`` keeps one followed partition's log
-equal to its leader's (CLUSTER.md "Epochs and the commit log", "Write path", issue 19).
+equal to its leader's (CLUSTER.md "Epochs and the commit log", "Write path").
 
-Owns one link's life: dial the leader's rpc address, HELLO, the catch-up loop of
-``nsqpy.storage.epochs`` (EPOCH_QUERY, ``match_leader`` until it agrees: a divergent tail is
-truncated), FETCH from the log's end, then every APPEND taken as it is (``advance_to`` where
-the leader's log skips offsets, ``append_raw``; all frames that arrive together under one
-``flush``; ``sync`` when the log's policy says so) and ACKed with (end, durable). It keeps
-the leader's committed offset: nothing above it may be exposed (``readable_offset``). The
-leader's channel cursors (CURSORS) go to ``on_cursors`` once the records that came with
-them are flushed. A
-dropped link is redialled with capped exponential backoff; ``E_STALE_EPOCH`` (and a cluster
-mismatch) parks it until the owner gives a new (leader address, epoch) with
-``set_leader``. Imports asyncio, the codec and the storage log; never the broker or nsqd.
+An I/O shell over ``nsqpy.cluster.replica_state.ReplicaState``, which owns the rules: one
+link's life is dial the leader's rpc address, HELLO, the catch-up loop (EPOCH_QUERY, the
+state's ``on_epoch_end`` until the logs agree: a divergent tail is truncated), FETCH from
+the log's end with its last epoch, then every APPEND handed to the state (all frames that
+arrive together under one ``flush``; ``sync`` when the log's policy says so) and ACKed with
+(end, durable). The state keeps the leader's committed offset: nothing above it may be
+exposed (``readable_offset``). The leader's channel cursors (CURSORS) go to ``on_cursors``
+once the records that came with them are flushed. A dropped link is redialled with capped
+exponential backoff; ``E_STALE_EPOCH`` (and a cluster mismatch) parks it until the owner
+gives a new (leader address, epoch) with ``set_leader``. Time comes from the injected
+clocks. Imports asyncio, the codec and the replica state; never the broker or nsqd.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from nsqpy.cluster.replica import Link
+from nsqpy.cluster.replica_state import ReplicaState
 from nsqpy.errors import StorageError
 from nsqpy.protocol.replication import (
     E_CLUSTER_MISMATCH,
@@ -39,13 +40,9 @@ from nsqpy.protocol.replication import (
     MalformedFrame,
     ReplicationFrame,
     ReplicationProtocolError,
-    encode_ack,
     encode_cursors_ack,
-    encode_epoch_query,
-    encode_fetch,
     encode_hello,
 )
-from nsqpy.storage.log import PartitionLog
 
 REPEAT_LOG = 30.0  # seconds before the same replication failure is logged again
 
@@ -62,7 +59,7 @@ class RemoteError(ConnectionError):
 
 
 class FollowerFetch:
-    """Follows (topic, partition) into ``log``; ``start()``, ``set_leader()``, ``stop()``.
+    """Follows ``state``'s partition into its log; ``start()``, ``set_leader()``, ``stop()``.
 
     ``state``: "waiting" (no usable assignment: none yet, stale epoch, gave up),
     "connecting", "catching-up", "streaming", "stopped". ``sessions`` counts links that
@@ -71,12 +68,9 @@ class FollowerFetch:
 
     def __init__(
         self,
-        log: PartitionLog,
+        state: ReplicaState,
         *,
-        node_id: str,
         cluster_id: str,
-        topic: str,
-        partition: int,
         leader: str | None = None,
         leader_epoch: int = 0,
         on_progress: Progress | None = None,
@@ -86,18 +80,21 @@ class FollowerFetch:
         backoff: float = 0.05,
         max_backoff: float = 2.0,
         max_attempts: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ns: Callable[[], int] = time.time_ns,
         logger: logging.Logger | None = None,
     ) -> None:
-        self.plog = log
-        self.node_id, self.cluster_id = node_id, cluster_id
-        self.topic, self.partition = topic, partition
+        self.replica = state
+        self.plog = state.log
+        self.node_id, self.cluster_id = state.node_id, cluster_id
+        self.topic, self.partition = state.topic, state.partition
+        self.clock, self.wall_ns = clock, wall_ns
         self.leader, self.leader_epoch = leader, leader_epoch
         self.on_progress = on_progress
         self.on_cursors = on_cursors
         self.max_bytes, self.timeout = max_bytes, timeout
         self.backoff, self.max_backoff, self.max_attempts = backoff, max_backoff, max_attempts
         self.logger = logger or logging.getLogger("nsqpy.cluster.replica")
-        self.committed_offset = 0
         self.state = "waiting"
         self.sessions = 0
         self._last_failure: tuple[str, float] = ("", 0.0)  # what was logged last, and when
@@ -108,9 +105,14 @@ class FollowerFetch:
         self._task: asyncio.Task[None] | None = None
 
     @property
+    def committed_offset(self) -> int:
+        """The leader's committed offset, as last told (the state's)."""
+        return self.replica.committed
+
+    @property
     def readable_offset(self) -> int:
         """What may be exposed here: below the leader's committed offset and flushed."""
-        return min(self.plog.flushed_offset, self.committed_offset)
+        return self.replica.readable_offset
 
     def start(self) -> None:
         if self._task is None:
@@ -188,7 +190,7 @@ class FollowerFetch:
     def _log_failure(self, text: str) -> None:
         """One line per failure, but the same failure again only every ``REPEAT_LOG``
         seconds (a full disk fails every retry for as long as it lasts)."""
-        now = time.monotonic()
+        now = self.clock()
         last_text, last_at = self._last_failure
         if text != last_text or now - last_at >= REPEAT_LOG:
             self.logger.info("%s", text)
@@ -208,7 +210,7 @@ class FollowerFetch:
             self.sessions += 1
             self.state = "catching-up"
             await self._catch_up(link)
-            link.send([encode_fetch(epoch, self.plog.high_watermark, self.max_bytes)])
+            link.send([self.replica.fetch_frame(epoch, self.max_bytes)])
             self.state = "streaming"
             await self._stream(link, epoch)
         finally:
@@ -242,12 +244,12 @@ class FollowerFetch:
     async def _catch_up(self, link: Link) -> None:
         """EPOCH_QUERY and match_leader until the logs agree up to this log's end."""
         while True:
-            asked = self.plog.last_epoch
-            link.send([encode_epoch_query(asked)])
+            asked, query = self.replica.epoch_query()
+            link.send([query])
             frame = await self._next(link)
             if not isinstance(frame, EpochEnd):
                 raise MalformedFrame(f"expected EPOCH_END, got {type(frame).__name__}")
-            if self.plog.match_leader(asked, (frame.epoch, frame.end_offset)):
+            if self.replica.on_epoch_end(asked, frame):
                 return
 
     async def _stream(self, link: Link, epoch: int) -> None:
@@ -259,7 +261,7 @@ class FollowerFetch:
             cursors: list[Cursors] = []
             for frame in frames:
                 if isinstance(frame, Append):
-                    self._take(frame, epoch)
+                    self.replica.take_append(frame, epoch)
                 elif isinstance(frame, Heartbeat):
                     heartbeat = True
                 elif isinstance(frame, Cursors) and frame.leader_epoch == epoch:
@@ -274,31 +276,17 @@ class FollowerFetch:
                 if self.on_cursors is not None:  # (after the records they cover)
                     self.on_cursors(cursors[-1])
                 link.send([encode_cursors_ack(epoch, cursors[-1].seq)])
-            if log.sync_due(time.time_ns()):
+            if log.sync_due(self.wall_ns()):
                 await asyncio.to_thread(log.sync)
-            now = (log.flushed_offset, log.durable_offset)
+            now, ack = self.replica.ack_frame(epoch)
             if now != acked:
-                link.send([encode_ack(epoch, *now)])
+                link.send([ack])
                 acked = now
             elif heartbeat:
                 link.send([HEARTBEAT_FRAME])
             await link.drain()
             if self.on_progress is not None:
                 self.on_progress(now[0], now[1], self.committed_offset)
-
-    def _take(self, frame: Append, epoch: int) -> None:
-        if frame.leader_epoch != epoch:
-            raise MalformedFrame(f"APPEND in epoch {frame.leader_epoch} on a link in {epoch}")
-        if frame.committed_offset > self.committed_offset:
-            self.committed_offset = frame.committed_offset
-        log = self.plog
-        end = log.high_watermark
-        if frame.start_offset > end:  # the leader's log skips offsets here (an empty
-            log.advance_to(frame.start_offset)  # APPEND: up to its end, a reboot's jump)
-        elif frame.start_offset < end and frame.count:
-            raise MalformedFrame(f"APPEND from {frame.start_offset}, the log ends at {end}")
-        if frame.count:
-            log.append_raw(frame.data, frame.start_offset)
 
 
 __all__ = ["FollowerFetch", "RemoteError"]

@@ -152,12 +152,10 @@ class NsqdCluster:
 
     def committed_end(self, part: Partition) -> int:
         """How far a log reader (``/log/read``, Spark) may read a partition held here: to
-        its committed offset when leading, to the leader's committed offset it has when
-        following (nothing a failover could take back is ever read)."""
-        if part.leading:
-            return part.committed_offset
-        fetch = self.replication.fetches.get((part.name, part.number)) if self.replication else None
-        return fetch.readable_offset if fetch is not None else part.log.low_watermark
+        its committed offset, as its replica state knows it whether leading or following
+        (nothing a failover could take back is ever read)."""
+        state = self.replication.state(part) if self.replication is not None else None
+        return state.readable_offset if state is not None else part.log.low_watermark
 
     def __init__(self, host: ClusterHost) -> None:
         self.host = host

@@ -1,23 +1,29 @@
-"""nsqd's replication in a cluster: the leader's feed and the followers' fetches, wired to
-the broker's partitions (issue 19; the links are ``nsqpy.cluster.replica_leader`` and
-``replica_follower``).
+"""nsqd's replication in a cluster: one ``ReplicaState`` per partition held, the leader's
+feed and the followers' fetches, wired to the broker's partitions.
 
-``Replication`` listens on ``--rpc-address`` (``LeaderFeed``) and keeps one
-``FollowerFetch`` per partition this node follows, pointed at the leader etcd names
-(re-pointed when the leader or its epoch changes, stopped before this node leads). For a
-partition this node leads with other ISR members, consumers see and producers are
-answered only up to the **committed offset**: the smallest end every ISR member has
-acknowledged (``Partition.commit_bound``); the server is told when it moves
-(``on_committed``) and answers the publishes it covers. A partition whose ISR is this
-node alone commits at its own flushed end, as a single node does. A follower that becomes
-leader starts from the committed offset it learned from the old leader, and its channels
-from the cursors the old leader sent every second (``_adopt_cursors``). Imports asyncio,
-the cluster links and the broker; never the TCP or HTTP handlers.
+``Replication`` keeps a ``nsqpy.cluster.replica_state.ReplicaState`` for every durable
+partition held here: the single owner of its committed offset and of whether it takes
+writes. The state tells ``_publish`` of every change, and only there are the partition's
+``commit_bound`` and ``writable`` written, together: consumers see and producers are
+answered only up to the committed offset (the smallest end every ISR member holds; the
+flushed end for a partition that is its own whole ISR). A partition held in a cluster is
+created closed (bound 0, not writable: ``Partition``), so nothing is read or acknowledged
+before its state has said so; a follower keeps the committed offset its leader sent, and
+when it becomes leader its consumers read up to that offset at once, and no further until
+its ISR holds more, whether or not the ISR is a majority (writes wait for one).
+
+It listens on ``--rpc-address`` (``LeaderFeed``) and keeps one ``FollowerFetch`` per
+partition this node follows, pointed at the leader etcd names (re-pointed when the leader
+or its epoch changes, stopped before this node leads), and sends the channels' cursors to
+followers; a follower that becomes leader starts its channels from the cursors the old
+leader sent (``_adopt_cursors``). Imports asyncio, the cluster links and the broker; never
+the TCP or HTTP handlers.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
@@ -26,6 +32,7 @@ from nsqpy.broker.partition import Partition
 from nsqpy.cluster.model import Replicas, Snapshot, partition_name
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_state import FOLLOWER, LEADER, ReplicaState
 from nsqpy.errors import StorageError
 from nsqpy.protocol.replication import CHANNEL_PAUSED, ChannelCursor, Cursors
 from nsqpy.storage import PartitionLog
@@ -45,28 +52,30 @@ class Replication:
         cluster_id: str,
         replicas: ReplicasOf,
         on_committed: Callable[[Partition], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        timeout: float = 5.0,
     ) -> None:
         self.broker = broker
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.replicas = replicas
         self.on_committed = on_committed
+        self.clock = clock
+        self.timeout = timeout
         self.feed = LeaderFeed(
             node_id,
             cluster_id,
-            self._log_of,
-            self._epoch_of,
-            self._isr_of,
-            on_progress=self._progress,
+            self.state_of,
             cursors=self._cursors_of,
             on_cursors_acked=self._cursors_acked,
+            timeout=timeout,
+            clock=clock,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
-        self._led: dict[tuple[str, int], int] = {}  # leader epoch of each partition led
-        # catch-up members reported caught up, waited for as ISR members (``caught_up``):
-        # as the last report written to etcd says, and as the one being written says
-        self._joining: dict[tuple[str, int], set[str]] = {}
-        self._joining_next: dict[tuple[str, int], set[str]] = {}
+        # one state per durable partition held, and the partition it belongs to
+        self.states: dict[tuple[str, int], ReplicaState] = {}
+        self._held: dict[tuple[str, int], Partition] = {}
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -79,40 +88,64 @@ class Replication:
         self.fetches.clear()
         await self.feed.close()
 
-    # -- lookups the feed uses ---------------------------------------------------------
+    # -- the states ----------------------------------------------------------------------
 
     def _part(self, topic: str, partition: int) -> Partition | None:
         found = self.broker.get_topic(topic)
         return found.partition(partition) if found is not None else None
 
-    def _log_of(self, topic: str, partition: int) -> PartitionLog | None:
+    def state_of(self, topic: str, partition: int) -> ReplicaState | None:
+        """The state of a durable partition held here (made on first use)."""
         part = self._part(topic, partition)
-        if part is None or part.ephemeral or not isinstance(part.log, PartitionLog):
+        return self.state(part) if part is not None else None
+
+    def state(self, part: Partition) -> ReplicaState | None:
+        if part.ephemeral or not isinstance(part.log, PartitionLog):
             return None
-        return part.log
+        key = (part.name, part.number)
+        state = self.states.get(key)
+        if state is None or self._held.get(key) is not part:  # (held anew: a new log)
+            state = ReplicaState(
+                self.node_id,
+                part.name,
+                part.number,
+                part.log,
+                clock=self.clock,
+                timeout=self.timeout,
+                on_change=self._publish,
+            )
+            self.states[key], self._held[key] = state, part
+            self._publish(state)
+        return state
 
-    def _epoch_of(self, topic: str, partition: int) -> int | None:
-        part = self._part(topic, partition)
-        return part.leader_epoch if part is not None and part.leading else None
-
-    def _isr_of(self, topic: str, partition: int) -> tuple[str, ...]:
-        """Whom the committed offset waits for: the ISR, and the catch-up members this
-        node reported caught up (``caught_up``)."""
-        r = self.replicas(topic, partition)
-        if r is None:
-            return ()
-        key = (topic, partition)
-        joining = self._joining.get(key, set()) | self._joining_next.get(key, set())
-        if not joining:
-            return r.isr
-        return r.isr + tuple(n for n in sorted(joining) if n in r.catchup)
+    def _publish(self, state: ReplicaState) -> None:
+        """The one place a partition's ``commit_bound`` and ``writable`` are written: as
+        its state says, both at once; a led partition's publishes and channels are told
+        when its bound rose."""
+        key = (state.topic, state.partition)
+        part = self._held.get(key)
+        if part is None:
+            return
+        before = part.commit_bound
+        part.commit_bound = state.committed
+        if state.writable != part.writable:
+            part.writable = state.writable
+            if state.role == LEADER:
+                log.log(
+                    logging.INFO if state.writable else logging.WARNING,
+                    "REPLICATION(%s/%d): %s (ISR %d of %d replicas)",
+                    *key,
+                    "writable again" if state.writable else "not writable",
+                    len(state.isr),
+                    state.replicator,
+                )
+        if part.leading and (before is None or state.committed > before or state.writable):
+            self.on_committed(part)
 
     def reported(self) -> None:
-        """The NodeInfo built last is in etcd: its ``caught_up`` is what the coordinator
-        may act on now. Only from here does the committed offset stop waiting for a member
-        the new report leaves out (the coordinator's join is guarded by this report's
-        revision, so a join decided on the older one cannot land any more)."""
-        self._joining = {k: set(v) for k, v in self._joining_next.items()}
+        """The NodeInfo built last is in etcd (``ReplicaState.reported``)."""
+        for state in self.states.values():
+            state.reported()
 
     def _cursors_of(self, topic: str, partition: int) -> list[ChannelCursor]:
         """The cursor of every durable channel over a led partition (sent to followers)."""
@@ -174,33 +207,27 @@ class Replication:
         if part is not None and part.leading and part.cursor_bound is not None:
             self.on_committed(part)
 
-    def _progress(self, topic: str, partition: int, committed: int) -> None:
-        """The feed's committed offset moved. Publishes are acknowledged up to it only
-        while the ISR is a majority of the replicas (``writable``): what only a minority
-        holds waits until a member that joins has it too (the join waits for that)."""
-        part = self._part(topic, partition)
-        if part is None or not part.leading or part.commit_bound is None or not part.writable:
-            return
-        if committed > part.commit_bound:
-            part.commit_bound = committed
-            self.on_committed(part)
+    def _led_states(self) -> list[tuple[Partition, ReplicaState]]:
+        out = []
+        for key, state in self.states.items():
+            part = self._held.get(key)
+            if part is not None and part.leading and state.role == LEADER:
+                out.append((part, state))
+        return out
 
     def lagging(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """(``NodeInfo.lagging``) Per partition led here, in its leader epoch, the other
-        holders that have not kept up for the feed's timeout (``LeaderFeed.lagging``): the
+        holders that have not kept up for the timeout (``ReplicaState.lagging``): the
         coordinator moves such ISR members to catch-up and keeps such catch-up members out
         of the ISR, so one stuck follower never holds the partition's writes."""
         out: dict[str, tuple[int, tuple[str, ...]]] = {}
-        for topic in list(self.broker.topics.values()):
-            if topic.ephemeral:
+        for part, state in self._led_states():
+            r = self.replicas(part.name, part.number)
+            if r is None or r.leader != self.node_id:
                 continue
-            for part in topic.partitions:
-                r = self.replicas(topic.name, part.number) if part.leading else None
-                if r is None or r.leader != self.node_id:
-                    continue
-                late = self.feed.lagging(part.name, part.number, r.holders)
-                if late:
-                    out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
+            late = state.lagging(r.holders)
+            if late:
+                out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
         return out
 
     def failing(self) -> dict[str, int]:
@@ -215,42 +242,26 @@ class Replication:
 
     def caught_up(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """(``NodeInfo.caught_up``) Per partition led here, in its leader epoch, the
-        catch-up members that have acknowledged everything committed (durably under
-        ``always``) and do not lag. From the moment one is reported, the committed offset
-        waits for it too (``_isr_of``), and goes on waiting until a report without it is
-        in etcd (``reported``): the coordinator's join is guarded by the revision of the
-        report it read, so when it makes the member an ISR member no record acknowledged
-        before is missing on it (a leader that only compared log ends could commit more,
-        without it, between its report and the join)."""
+        catch-up members that hold everything committed (``ReplicaState.caught_up``):
+        from the moment one is reported the committed offset waits for it too, until a
+        report without it is in etcd (``reported``), so when the coordinator (its join
+        guarded by the revision of the report it read) makes it an ISR member, no record
+        acknowledged before is missing on it."""
         out: dict[str, tuple[int, tuple[str, ...]]] = {}
-        nxt: dict[tuple[str, int], set[str]] = {}
-        for topic in list(self.broker.topics.values()):
-            if topic.ephemeral:
+        for part, state in self._led_states():
+            r = self.replicas(part.name, part.number)
+            if r is None or r.leader != self.node_id:
                 continue
-            for part in topic.partitions:
-                r = self.replicas(topic.name, part.number) if part.leading else None
-                if r is None or r.leader != self.node_id or not r.catchup:
-                    continue
-                key = (part.name, part.number)
-                late = set(self.feed.lagging(*key, r.holders))
-                joining = self._joining.get(key, set()) & (set(r.catchup) - late)
-                always = isinstance(part.log, PartitionLog) and part.log.policy.always
-                committed = part.committed_offset
-                for node, f in self.feed.followers(*key).items():
-                    has = f.durable if always else f.end
-                    if node in r.catchup and node not in late and f.connected and has >= committed:
-                        joining.add(node)
-                if joining:
-                    nxt[key] = joining
-                    out[partition_name(*key)] = (part.leader_epoch, tuple(sorted(joining)))
-        self._joining_next = nxt
+            joining = state.caught_up()
+            if joining:
+                out[partition_name(part.name, part.number)] = (part.leader_epoch, joining)
         return out
 
     # -- the server's hooks ------------------------------------------------------------
 
     def flushed(self, part: Partition) -> None:
-        """A led partition's log was flushed or synced: ship it, and commit what a
-        partition without other ISR members now holds."""
+        """A led partition's log was flushed or synced: commit what that allows (a
+        partition that is its own whole ISR commits it at once) and ship it."""
         if not part.leading or part.ephemeral:
             return
         self.feed.notify(part.name, part.number)
@@ -258,95 +269,79 @@ class Replication:
     # -- following what etcd says ------------------------------------------------------
 
     def apply(self, snap: Snapshot) -> None:
-        """Fetches for the partitions followed, commit bounds for those led."""
+        """Every held partition's state assigned as etcd says; fetches for those followed."""
         wanted: set[tuple[str, int]] = set()
+        held: set[tuple[str, int]] = set()
         for topic in list(self.broker.topics.values()):
             if topic.ephemeral:
                 continue
+            meta = snap.topics.get(topic.name)
+            replicator = meta.replicator if meta is not None else 1
             for part in topic.partitions:
+                state = self.state(part)
+                if state is None:
+                    continue
                 key = (topic.name, part.number)
-                if not part.leading:
-                    self._led.pop(key, None)
+                held.add(key)
                 versioned = snap.replicas.get(key)
                 r = versioned.value if versioned is not None else None
                 if part.leading:
-                    meta = snap.topics.get(topic.name)
-                    self._lead(part, r, meta.replicator if meta is not None else 1)
-                elif r is not None and r.leader != self.node_id:
-                    leader = snap.nodes.get(r.leader)
-                    if leader is not None:
+                    self._lead(part, state, r, replicator)
+                else:
+                    part.cursor_bound = None
+                    epoch = r.leader_epoch if r is not None else part.leader_epoch
+                    isr, catchup = (r.isr, r.catchup) if r is not None else ((), ())
+                    state.assign(FOLLOWER, epoch, isr, catchup, replicator)
+                    leader = snap.nodes.get(r.leader) if r is not None else None
+                    if r is not None and r.leader != self.node_id and leader is not None:
                         wanted.add(key)
-                        self._follow(part, leader.rpc_address, r.leader_epoch)
+                        self._follow(state, leader.rpc_address, r.leader_epoch)
         for key in set(self.fetches) - wanted:
             self._drop_fetch(key)
+        for key in set(self.states) - held:
+            del self.states[key]
+            self._held.pop(key, None)
 
-    def _lead(self, part: Partition, r: Replicas | None, replicator: int) -> None:
+    def _lead(
+        self, part: Partition, state: ReplicaState, r: Replicas | None, replicator: int
+    ) -> None:
         key = (part.name, part.number)
-        if self._led.get(key) != part.leader_epoch:
-            self._led[key] = part.leader_epoch
-            self.feed.begin_leading(*key)
+        self._drop_fetch(key)  # (promoted: nothing more is taken from the old leader)
         isr = r.isr if r is not None else (self.node_id,)
-        writable = len(isr) * 2 > replicator  # the ISR must stay a majority of the replicas
-        if writable != part.writable:
-            part.writable = writable
-            log.log(
-                logging.INFO if writable else logging.WARNING,
-                "REPLICATION(%s/%d): %s (ISR %d of %d replicas)",
-                part.name,
-                part.number,
-                "writable again" if writable else "not writable",
-                len(isr),
-                replicator,
-            )
-        fetch = self.fetches.get(key)
-        if fetch is not None:  # promoted: start from what the old leader had committed
-            self._drop_fetch(key)
-            self.feed.set_committed(part.name, part.number, fetch.committed_offset)
-        others = tuple(n for n in (r.isr if r is not None else ()) if n != self.node_id)
-        if not others and writable:  # one replica in all: committed when flushed
-            part.commit_bound = None
-            part.cursor_bound = None
-            return
-        if not others:  # the only ISR member left of several: what waits goes on waiting
-            if part.commit_bound is None:
-                part.commit_bound = self.feed.committed_offset(part.name, part.number)
-            part.cursor_bound = None
-            return
-        feed, number = self.feed, part.number
-        part.cursor_bound = lambda channel: feed.replicated_confirmed(
-            key[0], number, channel, others
-        )
-        committed = self.feed.committed_offset(part.name, part.number)
-        if part.commit_bound is None or (writable and committed > part.commit_bound):
-            part.commit_bound = committed
+        catchup = r.catchup if r is not None else ()
+        new = (state.role, state.epoch) != (LEADER, part.leader_epoch)
+        state.assign(LEADER, part.leader_epoch, isr, catchup, replicator)
+        others = tuple(n for n in isr if n != self.node_id)
+        if new:
             log.info(
-                "REPLICATION(%s/%d): leading with ISR %s from committed offset %d",
-                part.name,
-                part.number,
-                ",".join(others),
-                part.commit_bound,
+                "REPLICATION(%s/%d): leading in epoch %d with ISR %s from committed offset %d",
+                *key,
+                part.leader_epoch,
+                ",".join(isr),
+                state.committed,
             )
-            self.on_committed(part)  # (publishes that waited for a member that joined)
-        self.feed.notify(part.name, part.number)
+        if others:
+            feed, topic, number = self.feed, part.name, part.number
+            part.cursor_bound = lambda channel: feed.replicated_confirmed(
+                topic, number, channel, others
+            )
+        else:
+            part.cursor_bound = None
+        self.feed.notify(*key)
 
-    def _follow(self, part: Partition, address: str, epoch: int) -> None:
-        key = (part.name, part.number)
-        part.commit_bound = None
-        part.cursor_bound = None
+    def _follow(self, state: ReplicaState, address: str, epoch: int) -> None:
+        key = (state.topic, state.partition)
         fetch = self.fetches.get(key)
-        if fetch is None:
-            plog = self._log_of(part.name, part.number)
-            if plog is None:
-                return
+        if fetch is None or fetch.replica is not state:
+            if fetch is not None:
+                fetch.halt()
             fetch = FollowerFetch(
-                plog,
-                node_id=self.node_id,
+                state,
                 cluster_id=self.cluster_id,
-                topic=part.name,
-                partition=part.number,
                 leader=address,
                 leader_epoch=epoch,
                 on_cursors=self._adopt_cursors,
+                timeout=self.timeout,
             )
             self.fetches[key] = fetch
             fetch.start()

@@ -172,9 +172,14 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
+    """A follower's pull from ``from_offset``, its log's end; ``last_epoch``: the epoch of
+    its last record there (its ``last_epoch``, 0 for none), which the leader checks
+    against its own history before it counts the follower as holding ``from_offset``."""
+
     leader_epoch: int
     from_offset: int
     max_bytes: int
+    last_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +262,7 @@ _U64 = struct.Struct(">Q")
 _APPEND = struct.Struct(">IBIQQI")  # frame header + APPEND's fixed fields
 _APPEND_FIELDS = struct.Struct(">IQQI")
 _ACK = struct.Struct(">IQQ")
-_FETCH = struct.Struct(">IQI")
+_FETCH = struct.Struct(">IQII")
 _EPOCH_END = struct.Struct(">IQ")
 _HELLO_TAIL = struct.Struct(">HI")
 _CURSORS_MID = struct.Struct(">HBI")
@@ -345,8 +350,8 @@ def encode_ack(leader_epoch: int, end_offset: int, durable_offset: int) -> bytes
     return _encode_fixed(FrameType.ACK, leader_epoch, end_offset, durable_offset)
 
 
-def encode_fetch(leader_epoch: int, from_offset: int, max_bytes: int) -> bytes:
-    return _encode_fixed(FrameType.FETCH, leader_epoch, from_offset, max_bytes)
+def encode_fetch(leader_epoch: int, from_offset: int, max_bytes: int, last_epoch: int = 0) -> bytes:
+    return _encode_fixed(FrameType.FETCH, leader_epoch, from_offset, max_bytes, last_epoch)
 
 
 def encode_epoch_query(epoch: int) -> bytes:
@@ -423,8 +428,8 @@ def encode(frame: ReplicationFrame) -> list[Buffer]:
             return [encode_hello(node_id, cluster_id, topic, partition, epoch)]
         case Ack(epoch, end, durable):
             return [encode_ack(epoch, end, durable)]
-        case Fetch(epoch, start, max_bytes):
-            return [encode_fetch(epoch, start, max_bytes)]
+        case Fetch(epoch, start, max_bytes, last_epoch):
+            return [encode_fetch(epoch, start, max_bytes, last_epoch)]
         case EpochQuery(epoch):
             return [encode_epoch_query(epoch)]
         case EpochEnd(epoch, end):

@@ -1,23 +1,31 @@
-"""A deterministic simulation of the data plane: one partition, three nodes, real logs.
+"""A deterministic simulation of the data plane: one partition, three nodes, real logs, and
+the real replica state machine (FoundationDB's way: the code that runs is the code
+simulated).
 
-Each node has a real ``PartitionLog`` (in a temporary folder) and plays the rules of
-``cluster/replica_leader.py``, ``replica_follower.py`` and ``nsqd/replicas.py`` as messages:
-a follower asks where its last epoch ends (EPOCH_QUERY), cuts its log to match
-(``match_leader``), FETCHes from its end and takes APPENDs with ``append_raw``, ACKing its
-durable end; the leader commits the smallest durable end of the ISR and of the catch-up
-members it reported caught up (as under ``--sync-always``), and acknowledges a publish
-only below it. The coordinator is the real ``decisions.plan`` over the nodes' reports, its
-Changes applied as guarded txns. A seeded schedule publishes, delivers messages late, out of
-order, twice or never, fsyncs, crashes nodes (a power loss: the log keeps only what was
-fsynced) and restarts them. After every step the checker asserts:
+Each node has a real ``PartitionLog`` (in a temporary folder, ``--sync-always``) and the
+real ``nsqpy.cluster.replica_state.ReplicaState`` that nsqd runs; only the I/O shells are
+replaced by this world, which moves the frames those states emit, encoded and decoded by the
+real codec (``nsqpy.protocol.replication``), as messages. A follower says HELLO, asks where
+its last epoch ends (EPOCH_QUERY), cuts its log to match, FETCHes with its last epoch and
+takes APPENDs, ACKing its ends; the leader's state commits and refuses what it must. The
+world plays only what nsqd's ``Member.apply`` and ``Replication.apply`` do around them (the
+assignment from etcd, a new epoch for a leader that did not see its election), and the
+coordinator is the real ``decisions.plan`` over the nodes' reports, its Changes applied as
+guarded txns. A seeded schedule publishes, delivers messages late, out of order or never
+(a lost message breaks its link), fsyncs, crashes nodes (a power loss: the log keeps only
+what was fsynced) and restarts them, and makes a peer lie: an ACK beyond what its link was
+sent, a frame of a stale epoch, a FETCH whose last epoch its log cannot have, a HELLO from
+a node holding no replica. After every step the checker asserts:
 
-- every acknowledged record, and every record a consumer was shown, is on every ISR
-  member, at its offset, the same (so it survives any failover the coordinator makes);
-- a consumer is shown only what is below the leader's committed offset;
+- every acknowledged record, and every record a consumer was shown (below a node's
+  ``readable_offset``, leader or follower: a log reader may read a follower), is on every
+  ISR member, at its offset, the same (so it survives any failover the coordinator makes);
+- an offset once shown never shows other content;
+- every lie was refused (its link closed);
 - at the end, after the faults stop, every node holds the same log up to the leader's end.
 
-The network is a list of messages; a node is a small state machine. A schedule costs tens
-of milliseconds.
+A schedule costs tens of milliseconds; ``SEEDS_THAT_FOUND_BUGS`` are replayed as regression
+cases.
 """
 
 from __future__ import annotations
@@ -25,10 +33,29 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from nsqpy.cluster.decisions import plan, track_missing
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from nsqpy.cluster.replica_state import FOLLOWER, LEADER, FollowerLink, Refused, ReplicaState
+from nsqpy.protocol.replication import (
+    MAGIC,
+    Ack,
+    Append,
+    Buffer,
+    EpochEnd,
+    EpochQuery,
+    ErrorFrame,
+    Fetch,
+    Heartbeat,
+    Hello,
+    ReplicationFrame,
+    ReplicationProtocolError,
+    ReplicationReader,
+    encode,
+    encode_ack,
+    encode_fetch,
+    encode_hello,
+)
 from nsqpy.storage import PartitionLog
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.storage.reservation import RESERVED_FILE
@@ -36,21 +63,31 @@ from nsqpy.storage.reservation import RESERVED_FILE
 TOPIC = "t"
 META = TopicMeta(partition_num=1, replicator=3)
 SECOND = 1_000_000_000
+CLUSTER = "sim"
+
+# Seeds whose schedules found a bug in an earlier version of the rules, kept as regression
+# cases (``test_data_simulation`` replays each): a node that had just become leader showed
+# its consumers its local end, records only it held (2, 11, 17, 20).
+SEEDS_THAT_FOUND_BUGS: tuple[int, ...] = (2, 11, 17, 20)
+
+
+def frames_of(data: bytes) -> list[ReplicationFrame]:
+    reader = ReplicationReader(expect_magic=True)
+    reader.feed(MAGIC + data)
+    return list(reader.frames())
 
 
 @dataclass
 class Msg:
     src: str
     dst: str
-    kind: str  # query, end, fetch, append, ack
-    epoch: int  # the leader epoch the link is in
-    session: int  # the follower's conversation (a TCP link: in order, or broken)
-    data: tuple[Any, ...] = ()
+    follower: str  # the follower end of the link: (follower, session) is one TCP link
+    session: int
+    data: bytes  # one encoded frame
 
     @property
     def link(self) -> tuple[str, int]:
-        """(follower, session): one TCP connection, both ways."""
-        return (self.src if self.kind in ("query", "fetch", "ack") else self.dst, self.session)
+        return (self.follower, self.session)
 
     @property
     def way(self) -> tuple[str, str, int]:
@@ -62,65 +99,51 @@ class Node:
     id: str
     path: Path
     log: PartitionLog
+    state: ReplicaState
     live: bool = True
-    # as follower: the leader and epoch followed, and where the conversation is
+    # as follower: the leader and epoch followed, and where its conversation is
     leader: str | None = None
-    epoch: int = 0  # leader epoch followed or led
-    state: str = "idle"  # query, fetch (follower); lead (leader)
-    session: int = 0  # as follower: its current conversation with the leader
+    epoch: int = 0
+    phase: str = "idle"  # hello, query, fetch
+    session: int = 0  # its current link to the leader
     asked: int = 0  # the last epoch asked about
-    committed: int = 0  # as follower: the leader's, as last told
-    # as leader
-    lead_committed: int = 0
-    links: dict[str, int] = field(default_factory=dict)  # follower -> next offset to send
-    sessions: dict[str, int] = field(default_factory=dict)  # follower -> its conversation
-    acked: dict[str, int] = field(default_factory=dict)  # follower -> durable end
-    joining: set[str] = field(default_factory=set)
-    joining_next: set[str] = field(default_factory=set)
+    # as leader: each follower's link (session, the state's link)
+    links: dict[str, tuple[int, FollowerLink]] = field(default_factory=dict)
     pending: list[tuple[int, list[bytes]]] = field(default_factory=list)  # (last, values)
-    revision: int = 0  # of its last report
     crashed_at: int = 0  # coordinator rounds when it lost power
     seen: int | None = 0  # the leader epoch it last applied (None: none since its start)
 
-    def report(self, r: Replicas) -> NodeInfo:
-        if self.state == "lead":
-            ends = {f"{TOPIC}/0": (self.epoch, self.log.flushed_offset)}
-            caught = self.caught_up(r)
-            caught_up = {f"{TOPIC}/0": (self.epoch, tuple(sorted(caught)))} if caught else {}
+    def report(self) -> NodeInfo:
+        st = self.state
+        if st.role == LEADER:
+            ends = {f"{TOPIC}/0": (st.epoch, self.log.flushed_offset)}
+            caught = st.caught_up()
+            caught_up = {f"{TOPIC}/0": (st.epoch, caught)} if caught else {}
         else:
-            epoch = self.epoch if self.state == "fetch" else self.log.last_epoch
+            epoch = self.epoch if self.phase == "fetch" else self.log.last_epoch
             ends = {f"{TOPIC}/0": (epoch, self.log.flushed_offset)}
             caught_up = {}
         return NodeInfo(self.id, self.id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "sim", 0,
                         ends=ends, caught_up=caught_up)  # fmt: skip
-
-    def caught_up(self, r: Replicas) -> set[str]:
-        """As ``Replication.caught_up``: catch-up members with everything committed."""
-        keep = self.joining & set(r.catchup)
-        new = {
-            n for n in r.catchup if n in self.links and self.acked.get(n, 0) >= self.lead_committed
-        }
-        self.joining_next = keep | new
-        return self.joining_next
-
-    def waited(self, r: Replicas) -> set[str]:
-        return (set(r.isr) | ((self.joining | self.joining_next) & set(r.catchup))) - {self.id}
 
 
 class World:
     def __init__(self, seed: int, tmp: Path) -> None:
         self.rng = random.Random(seed)
         self.tmp = tmp
+        self.now = 0
         names = ["n0", "n1", "n2"]
-        self.nodes = {n: Node(n, tmp / n, self.open(tmp / n)) for n in names}
+        self.nodes: dict[str, Node] = {}
+        for n in names:
+            log = self.open(tmp / n)
+            self.nodes[n] = Node(n, tmp / n, log, self.new_state(n, log))
         self.replicas = Replicas("n0", tuple(names), (), epoch=1, leader_epoch=1)
         self.revision = 1  # of the replicas key
         self.etcd_revision = 1
         self.reports: dict[str, tuple[NodeInfo, int]] = {}
         self.missing: dict[str, int] = {}
         self.net: list[Msg] = []
-        self.broken: set[tuple[str, int]] = set()  # links that lost a message (closed)
-        self.now = 0
+        self.broken: set[tuple[str, int]] = set()  # links closed (a lost message, a refusal)
         self.next_value = 0
         self.acked: dict[bytes, int] = {}  # value -> offset, acknowledged to a producer
         self.shown: dict[int, bytes] = {}  # offset -> value a consumer was shown
@@ -128,10 +151,21 @@ class World:
         self.crashes = 0
         self.coordinations = 0
         self.renewals = 0  # new epochs a leader asked for (it had led the epoch before)
+        self.lies = 0
+        self.lies_refused = 0
+        self.lying: set[tuple[str, int]] = set()  # links a lie went on, not refused yet
+        self._intruders = 0
+        self._held: dict[int, tuple[PartitionLog, object, dict[int, bytes], int]] = {}
 
     @staticmethod
     def open(path: Path) -> PartitionLog:
         return PartitionLog(path, segment_bytes=2048, sync=SyncPolicy(always=True))
+
+    def new_state(self, node_id: str, log: PartitionLog) -> ReplicaState:
+        return ReplicaState(node_id, TOPIC, 0, log, clock=self.clock, window=4096, chunk=1500)
+
+    def clock(self) -> float:
+        return self.now / SECOND
 
     # -- the coordinator ---------------------------------------------------------------
 
@@ -139,8 +173,8 @@ class World:
         for node in self.nodes.values():
             if node.live:
                 self.etcd_revision += 1
-                self.reports[node.id] = (node.report(self.replicas), self.etcd_revision)
-                node.joining = set(node.joining_next)  # (the report is in etcd now)
+                self.reports[node.id] = (node.report(), self.etcd_revision)
+                node.state.reported()  # (the report is in etcd now)
             else:
                 self.reports.pop(node.id, None)
 
@@ -163,13 +197,14 @@ class World:
             self.etcd_revision += 1
             self.revision = self.etcd_revision
 
-    # -- nodes follow etcd -------------------------------------------------------------
+    # -- nodes follow etcd (what Member.apply and Replication.apply do) ------------------
 
     def apply(self, node: Node) -> None:
         r = self.replicas
+        st = node.state
         seen, node.seen = node.seen, r.leader_epoch
         if r.leader == node.id:
-            taking_over = node.state != "lead" or node.epoch != r.leader_epoch
+            taking_over = st.role != LEADER or st.epoch != r.leader_epoch
             if taking_over and (seen is None or seen >= r.leader_epoch):
                 # not an election it saw happen (``Member.apply``): only in a new epoch
                 self.replicas = r = Replicas(r.leader, r.isr, r.catchup, r.epoch + 1,
@@ -177,86 +212,102 @@ class World:
                 self.etcd_revision += 1
                 self.revision = self.etcd_revision
                 self.renewals += 1
-            if taking_over:
+            if taking_over:  # (``Partition.set_role``; the fetch stops first)
                 node.log.begin_epoch(r.leader_epoch)
-                node.lead_committed = max(node.committed, node.lead_committed)
-                node.state, node.epoch, node.leader = "lead", r.leader_epoch, None
-                node.links, node.acked, node.joining = {}, {}, set()
-                node.joining_next, node.sessions = set(), {}
+                if node.leader is not None:
+                    self.cut((node.id, node.session))
+                node.phase, node.leader, node.links = "idle", None, {}
+            st.assign(LEADER, r.leader_epoch, r.isr, r.catchup, META.replicator)
             return
-        if node.state == "lead":  # stepped down: what it had not committed is refused
+        if st.role == LEADER:  # stepped down: what it had not committed is refused
             node.pending = []
-        if (node.leader, node.epoch) != (r.leader, r.leader_epoch) or node.state == "lead":
+            for follower, (session, _) in list(node.links.items()):
+                self.cut((follower, session))
+        st.assign(FOLLOWER, r.leader_epoch, r.isr, r.catchup, META.replicator)
+        if (node.leader, node.epoch) != (r.leader, r.leader_epoch) or node.phase == "idle":
             node.leader, node.epoch = r.leader, r.leader_epoch
             self.converse(node)
 
     def converse(self, node: Node) -> None:
-        """A follower (re)connects to its leader: a new link, the catch-up from its start."""
+        """A follower (re)connects to its leader: a new link, HELLO, then the catch-up."""
         assert node.leader is not None
+        self.cut((node.id, node.session))  # (the old link is closed: its leader sees EOF)
         node.session += 1
-        node.state, node.asked = "query", node.log.last_epoch
-        self.send(node.id, node.leader, "query", node.epoch, node.session, node.asked)
+        node.phase = "hello"
+        hello = encode_hello(node.id, CLUSTER, TOPIC, 0, node.epoch)
+        self.send(node.id, node.leader, node.id, node.session, hello)
+        node.asked, query = node.state.epoch_query()
+        node.phase = "query"
+        self.send(node.id, node.leader, node.id, node.session, query)
 
-    def send(self, src: str, dst: str, kind: str, epoch: int, session: int, *data: Any) -> None:
-        msg = Msg(src, dst, kind, epoch, session, data)
+    def send(self, src: str, dst: str, follower: str, session: int, data: Buffer) -> None:
+        msg = Msg(src, dst, follower, session, bytes(data))
         if msg.link not in self.broken:  # (on a broken link nothing arrives any more)
             self.net.append(msg)
+
+    def send_all(self, src: str, dst: str, follower: str, session: int, bufs: list[Buffer]) -> None:
+        """Buffers as the shell writes them, one message per frame."""
+        data = b"".join(bytes(b) for b in bufs)
+        for frame in frames_of(data):
+            self.send(src, dst, follower, session, b"".join(bytes(b) for b in encode(frame)))
 
     # -- steps ---------------------------------------------------------------------------
 
     def leader(self) -> Node | None:
         node = self.nodes[self.replicas.leader]
-        return node if node.live and node.state == "lead" else None
+        return node if node.live and node.state.role == LEADER else None
 
     def publish(self) -> None:
         node = self.leader()
-        r = self.replicas
-        if node is None or len(r.isr) * 2 <= META.replicator:
+        if node is None or not node.state.writable:
             return
         values = [b"v%06d" % (self.next_value + i) for i in range(self.rng.randint(1, 4))]
         self.next_value += len(values)
         base = node.log.append_bodies(values)
         node.log.flush()
         node.pending.append((base + len(values) - 1, values))
+        node.state.local_progress()
 
     def stream(self) -> None:
         node = self.leader()
         if node is None:
             return
-        for follower, pos in list(node.links.items()):
-            pos = max(pos, node.log.low_watermark)
-            if pos < node.log.flushed_offset:
-                raw = node.log.read_raw(pos, 1500)
-                if raw.count:
-                    self.send(node.id, follower, "append", node.epoch, node.sessions[follower],
-                              raw.offset, raw.data, node.lead_committed)  # fmt: skip
-                    node.links[follower] = raw.next_offset
-                else:  # a gap up to the end (a reboot's jump): the follower jumps too
-                    end = node.log.flushed_offset
-                    self.send(node.id, follower, "append", node.epoch, node.sessions[follower],
-                              end, b"", node.lead_committed)  # fmt: skip
-                    node.links[follower] = end
+        for follower, (session, link) in list(node.links.items()):
+            try:
+                out = node.state.leader_output(link)
+            except Refused:
+                self.cut((follower, session))
+                continue
+            self.send_all(node.id, follower, follower, session, out)
 
     def commit(self) -> None:
+        """Publishes answered below the leader's committed offset; what consumers (and log
+        readers, on any node) may see is noted as shown."""
         node = self.leader()
-        if node is None:
-            return
-        low = node.log.durable_offset
-        for n in node.waited(self.replicas):
-            low = min(low, node.acked.get(n, 0))
-        node.lead_committed = max(node.lead_committed, low)
-        keep = []
-        for last, values in node.pending:
-            if last < node.lead_committed:
-                for i, v in enumerate(values):
-                    self.acked[v] = last - len(values) + 1 + i
-            else:
-                keep.append((last, values))
-        node.pending = keep
-        start = max(node.log.low_watermark, node.lead_committed - 5)
-        for rec in node.log.read(start, 5) if start < node.log.high_watermark else []:
-            if rec.offset < node.lead_committed:
-                self.shown[rec.offset] = rec.body
+        if node is not None:
+            node.state.local_progress()
+            committed = node.state.committed
+            keep = []
+            for last, values in node.pending:
+                if last < committed:
+                    for i, v in enumerate(values):
+                        self.acked[v] = last - len(values) + 1 + i
+                else:
+                    keep.append((last, values))
+            node.pending = keep
+        for other in self.nodes.values():
+            if other.live:
+                self.show(other)
+
+    def show(self, node: Node) -> None:
+        log, end = node.log, node.state.readable_offset
+        start = max(log.low_watermark, end - 5)
+        for rec in log.read(start, 5) if start < end else []:
+            if rec.offset < end:
+                before = self.shown.setdefault(rec.offset, rec.body)
+                assert before == rec.body, (
+                    f"offset {rec.offset} shown as {before!r}, now {rec.body!r} on {node.id}"
+                )
 
     def deliver(self) -> None:
         """The oldest message of a random link: in order on a link (TCP); a lost one breaks
@@ -273,85 +324,129 @@ class World:
         self.receive(msg)
 
     def cut(self, link: tuple[str, int]) -> None:
-        """A link lost a message: the connection is closed, both ends know (the leader
-        forgets the follower's link; the follower connects again when it next times out)."""
+        """A link closed: nothing more arrives on it, both ends know (the leader's state is
+        told the link ended; the follower connects again when it next times out)."""
         self.net = [m for m in self.net if m.link != link]
         self.broken.add(link)
+        if link in self.lying:
+            self.lying.discard(link)
+            self.lies_refused += 1
         follower, session = link
         for node in self.nodes.values():
-            if node.state == "lead" and node.sessions.get(follower) == session:
-                node.links.pop(follower, None)
+            held = node.links.get(follower)
+            if held is not None and held[0] == session:
+                del node.links[follower]
+                node.state.closed(held[1])
 
     def receive(self, msg: Msg) -> None:
         dst = self.nodes[msg.dst]
-        if not dst.live:
+        if not dst.live or msg.link in self.broken:
             return
-        if dst.state == "lead":
-            self.at_leader(dst, msg)
-        elif msg.src == dst.leader and msg.epoch == dst.epoch and msg.session == dst.session:
-            self.at_follower(dst, msg)
+        (frame,) = frames_of(msg.data)
+        if msg.dst != msg.follower:
+            self.at_leader(dst, msg, frame)
+        elif msg.src == dst.leader and msg.session == dst.session:
+            self.at_follower(dst, msg, frame)
 
     def timeout(self) -> None:
         """A follower whose link closed (or that hears nothing for a while) connects again."""
-        waiting = [n for n in self.nodes.values() if n.live and n.state in ("query", "fetch")]
+        waiting = [n for n in self.nodes.values() if n.live and n.leader is not None]
         if waiting:
             node = self.rng.choice(waiting)
             if (node.id, node.session) in self.broken or self.rng.random() < 0.2:
                 self.converse(node)
 
-    def at_leader(self, node: Node, msg: Msg) -> None:
-        if msg.epoch != node.epoch or msg.src not in self.replicas.holders:
-            return
-        current = node.sessions.get(msg.src, 0)
-        if msg.session < current or msg.session <= 0:
-            return  # an old link's
-        if msg.session > current:  # a new link replaces the old one
-            node.sessions[msg.src] = msg.session
-            node.links.pop(msg.src, None)
-        if msg.kind == "query":
-            self.send(node.id, msg.src, "end", node.epoch, msg.session, msg.data[0],
-                      node.log.end_offset_for_epoch(msg.data[0]))  # fmt: skip
-        elif msg.kind == "fetch":
-            if msg.data[0] > node.log.high_watermark:  # refused: it must catch up first
-                self.cut(msg.link)
+    def at_leader(self, node: Node, msg: Msg, frame: ReplicationFrame) -> None:
+        """As ``LeaderFeed`` does: a HELLO makes a link, every other frame goes to the
+        state of the link it came on; a refusal or a broken rule closes that link."""
+        st = node.state
+        try:
+            if isinstance(frame, Hello):
+                link, _replaced = st.accept(frame)
+                old = node.links.get(msg.follower)
+                if old is not None:  # a new link replaces the old one
+                    self.cut((msg.follower, old[0]))
+                node.links[msg.follower] = (msg.session, link)
                 return
-            node.links[msg.src] = msg.data[0]
-            node.acked[msg.src] = min(node.acked.get(msg.src, 0), msg.data[0])
-        elif msg.kind == "ack" and msg.src in node.links:
-            node.acked[msg.src] = msg.data[0]
+            held = node.links.get(msg.follower)
+            if held is None or held[0] != msg.session:
+                self.cut(msg.link)  # (no HELLO on this link, or replaced: closed)
+                return
+            assert isinstance(frame, Ack | Fetch | EpochQuery | Heartbeat), frame
+            answer = st.leader_frame(held[1], frame)
+            self.send_all(node.id, msg.follower, msg.follower, msg.session, answer)
+        except (Refused, ReplicationProtocolError):
+            self.cut(msg.link)
 
-    def at_follower(self, node: Node, msg: Msg) -> None:
-        log = node.log
-        if msg.kind == "end" and node.state == "query" and msg.data[0] == node.asked:
-            if log.match_leader(node.asked, msg.data[1]):
-                node.state = "fetch"
-                self.send(node.id, msg.src, "fetch", node.epoch, node.session, log.high_watermark)
-            else:
-                node.asked = log.last_epoch
-                self.send(node.id, msg.src, "query", node.epoch, node.session, node.asked)
-        elif msg.kind == "append" and node.state == "fetch":
-            start, data, committed = msg.data
-            node.committed = max(node.committed, committed)
-            if start > log.high_watermark:  # the leader's log skips offsets here
-                log.advance_to(start)
-            assert start == log.high_watermark, (node.id, start, log.high_watermark)
-            if data:
-                log.append_raw(data, start)
-                log.flush()
-            self.send(node.id, msg.src, "ack", node.epoch, node.session, log.durable_offset)
+    def at_follower(self, node: Node, msg: Msg, frame: ReplicationFrame) -> None:
+        """As ``FollowerFetch`` does: catch up by epoch, FETCH, take APPENDs and ACK."""
+        st, epoch = node.state, node.epoch
+        try:
+            if isinstance(frame, ErrorFrame):
+                raise Refused(frame.leader_epoch, frame.code, frame.text)
+            if isinstance(frame, EpochEnd) and node.phase == "query":
+                if st.on_epoch_end(node.asked, frame):
+                    node.phase = "fetch"
+                    self.send(node.id, msg.src, node.id, node.session, st.fetch_frame(epoch, 1500))
+                else:
+                    node.asked, query = st.epoch_query()
+                    self.send(node.id, msg.src, node.id, node.session, query)
+            elif isinstance(frame, Append) and node.phase == "fetch":
+                st.take_append(frame, epoch)
+                node.log.flush()
+                _, ack = st.ack_frame(epoch)
+                self.send(node.id, msg.src, node.id, node.session, ack)
+        except (Refused, ReplicationProtocolError):
+            self.cut(msg.link)
+
+    def lie(self) -> None:
+        """A peer that lies, on a link of its own: the leader must refuse each lie (close the
+        link) and commit nothing from it."""
+        leader = self.leader()
+        if leader is None:
+            return
+        kind = self.rng.choice(["ack-beyond", "stale-epoch", "fetch-no-epoch", "intruder"])
+        epoch = leader.state.epoch
+        if kind == "intruder":
+            self._intruders += 1
+            who, session = f"x{self._intruders}", 1
+            frames = [encode_hello(who, CLUSTER, TOPIC, 0, epoch),
+                      encode_fetch(epoch, 0, 1500, 0)]  # fmt: skip
+        else:
+            links = sorted((f, s) for f, (s, _) in leader.links.items())
+            if not links:
+                return
+            who, session = self.rng.choice(links)
+            end = leader.log.high_watermark
+            frames = {
+                "ack-beyond": [encode_ack(epoch, end + 1 + self.rng.randrange(50), 0)],
+                "stale-epoch": [encode_ack(epoch - 1, 0, 0)] if epoch > 1 else [],
+                "fetch-no-epoch": [encode_fetch(epoch, end + 1, 1500, 0)] if end else [],
+            }[kind]
+            if not frames:
+                return
+        self.lies += 1
+        self.lying.add((who, session))
+        for data in frames:
+            self.receive(Msg(who, leader.id, who, session, data))
+        assert (who, session) in self.broken, f"a lie ({kind}) was not refused"
 
     def fsync(self) -> None:
         node = self.nodes[self.rng.choice(sorted(self.nodes))]
-        if node.live:
-            node.log.sync()
-            if node.state == "fetch" and node.leader is not None:
-                self.send(node.id, node.leader, "ack", node.epoch, node.session,
-                          node.log.durable_offset)  # fmt: skip
+        if not node.live:
+            return
+        node.log.sync()
+        if node.state.role == LEADER:
+            node.state.local_progress()
+        elif node.phase == "fetch" and node.leader is not None:
+            _, ack = node.state.ack_frame(node.epoch)
+            self.send(node.id, node.leader, node.id, node.session, ack)
 
     def crash(self) -> None:
         """A power loss: the log keeps what was fsynced, and its reservation says the
         offsets up to what it had reserved were handed out (a reboot: the log goes on
-        above them, never reusing one: ``nsqpy.storage.reservation``)."""
+        above them, never reusing one: ``nsqpy.storage.reservation``); its replica state
+        starts anew."""
         node = self.nodes[self.rng.choice(sorted(self.nodes))]
         if not node.live or sum(n.live for n in self.nodes.values()) < 3:
             return
@@ -363,11 +458,13 @@ class World:
             f"handed {node.log.durable_offset} reserved {reserved[3]} boot lost-power\n"
         )
         node.log = self.open(node.path)
+        node.state = self.new_state(node.id, node.log)
         node.live = False
         node.crashed_at = self.coordinations
-        node.state, node.leader, node.pending = "idle", None, []
-        node.links, node.acked, node.joining, node.joining_next = {}, {}, set(), set()
-        node.sessions = {}
+        for follower, (session, _) in list(node.links.items()):
+            self.cut((follower, session))
+        self.cut((node.id, node.session))
+        node.phase, node.leader, node.pending = "idle", None, []
         node.seen = None
 
     def restart(self) -> None:
@@ -376,7 +473,6 @@ class World:
         if dead:
             node = self.rng.choice(dead)
             node.live = True
-            node.committed = node.lead_committed = 0
             node.epoch = 0
 
     # -- the checks ---------------------------------------------------------------------
@@ -386,15 +482,34 @@ class World:
         must.update(self.shown)
         for n in self.replicas.isr:
             log = self.nodes[n].log
+            held = self.held(log)
             for offset, value in must.items():
-                got = (
-                    log.read(offset, 1) if log.low_watermark <= offset < log.high_watermark else []
-                )
-                assert got and got[0].offset == offset and got[0].body == value, (
+                assert held.get(offset) == value, (
                     f"ISR member {n} lacks {value!r} at {offset} (acked or shown); its log "
                     f"[{log.low_watermark}, {log.flushed_offset}) epochs {log.epochs()} live "
-                    f"{self.nodes[n].live} {self.nodes[n].state}, replicas {self.replicas}"
+                    f"{self.nodes[n].live} {self.nodes[n].state.role}, replicas {self.replicas}"
                 )
+
+    def held(self, log: PartitionLog) -> dict[int, bytes]:
+        """offset -> body of every record of ``log`` (read in bulk; only the new tail again
+        while the log only grew: same object, low watermark and epochs)."""
+        key = (log.low_watermark, tuple(log.epochs()))
+        cached = self._held.get(id(log))
+        if cached is not None and cached[0] is log and cached[1] == key:
+            out, offset = cached[2], cached[3]
+        else:
+            out, offset = {}, log.low_watermark
+        end = log.flushed_offset
+        if offset > end:  # (shorter with the same history: a cut within the last epoch)
+            out, offset = {}, log.low_watermark
+        while offset < end:
+            records = log.read(offset, 1000)
+            if not records:
+                break
+            out.update((r.offset, r.body) for r in records)
+            offset = records[-1].offset + 1
+        self._held[id(log)] = (log, key, out, offset)
+        return out
 
     def contents(self, node: Node) -> list[tuple[int, int, bytes]]:
         out, offset = [], node.log.low_watermark
@@ -413,7 +528,7 @@ class World:
 
 ACTIONS = [("publish", 5), ("stream", 4), ("commit", 3), ("deliver", 12), ("fsync", 3),
            ("coordinate", 2), ("apply", 3), ("timeout", 0.5), ("crash", 0.4),
-           ("restart", 0.6)]  # fmt: skip
+           ("restart", 0.6), ("lie", 0.3)]  # fmt: skip
 
 
 def run_schedule(seed: int, tmp: Path, steps: int = 400) -> World:
@@ -441,9 +556,9 @@ def run_schedule(seed: int, tmp: Path, steps: int = 400) -> World:
             for node in world.nodes.values():  # a follower that hears nothing reconnects
                 stuck = (
                     leader is not None
-                    and node.state in ("query", "fetch")
+                    and node.leader is not None
                     and (
-                        node.state == "query"
+                        node.phase != "fetch"
                         or node.id not in leader.links
                         or (node.id, node.session) in world.broken
                     )
@@ -457,13 +572,15 @@ def run_schedule(seed: int, tmp: Path, steps: int = 400) -> World:
                 if len(ends) == 1:
                     break
         else:
-            states = {n.id: (n.live, n.state, n.epoch, n.log.epochs(), n.log.flushed_offset,
-                             n.log.durable_offset) for n in world.nodes.values()}  # fmt: skip
+            states = {n.id: (n.live, n.phase, n.state.role, n.epoch, n.log.epochs(),
+                             n.log.flushed_offset, n.log.durable_offset)
+                      for n in world.nodes.values()}  # fmt: skip
             leader = world.leader()
-            extra = (leader.links, leader.acked, leader.lead_committed) if leader else None
+            extra = (leader.state.peers, leader.state.committed) if leader else None
             raise AssertionError(f"seed {seed}: never settled: {world.replicas} {states} {extra}")
         logs = [world.contents(n) for n in world.nodes.values()]
         assert logs[0] == logs[1] == logs[2], f"seed {seed}: the logs differ at the end"
+        assert world.lies == world.lies_refused, "every lie refused"
         return world
     finally:
         world.close()

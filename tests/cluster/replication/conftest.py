@@ -1,13 +1,15 @@
 """Fixtures for the replication link tests: real PartitionLogs in tmp_path, a LeaderFeed on
 127.0.0.1:0 and FollowerFetch instances dialling it, all closed after each test.
 
-``Cluster`` is a tiny stand-in for the owner (nsqd's member side): it holds the led logs,
-the leader epoch and ISR per partition, and records what ``on_progress`` reported.
+``Cluster`` is a tiny stand-in for the owner (nsqd's ``Replication``): it holds the led
+logs and their replica states (leader epoch, ISR), and records every committed offset the
+states reported.
 """
 
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_state import FOLLOWER, LEADER, ReplicaState
 from nsqpy.storage import PartitionLog
 from nsqpy.storage.policy import SyncPolicy
 
@@ -59,10 +62,14 @@ def assert_same(leader: PartitionLog, follower: PartitionLog) -> None:
 
 @dataclass
 class Cluster:
+    """The leader "L" and its followers, each log with its own ``ReplicaState``: the
+    leader's states lead in ``epochs[p]`` with ISR ``isr(p)`` (all of it writable), a
+    follower dialled with ``follower`` is a catch-up member until the ISR names it."""
+
     tmp: Path
     logs: dict[int, PartitionLog] = field(default_factory=dict)
+    states: dict[int, ReplicaState] = field(default_factory=dict)
     epochs: dict[int, int] = field(default_factory=dict)
-    isr: dict[int, list[str]] = field(default_factory=dict)
     progress: list[tuple[str, int, int]] = field(default_factory=list)
     feed: LeaderFeed | None = None
     address: str = ""
@@ -79,38 +86,66 @@ class Cluster:
     ) -> PartitionLog:
         log = self.logs[partition] = self.log(f"leader-{partition}", sync)
         self.epochs[partition] = epoch
-        self.isr.setdefault(partition, ["L"])
+        state = ReplicaState("L", TOPIC, partition, log, clock=time.monotonic)
+        state.on_change = self._moved
+        self.states[partition] = state
+        state.assign(LEADER, epoch, ["L"], (), 1)
         return log
 
+    def _moved(self, state: ReplicaState) -> None:
+        seen = [c for t, p, c in self.progress if p == state.partition]
+        if not seen or seen[-1] != state.committed:
+            self.progress.append((state.topic, state.partition, state.committed))
+
+    def isr(self, partition: int = 0) -> tuple[str, ...]:
+        return self.states[partition].isr
+
+    def set_isr(self, partition: int, nodes: Iterable[str]) -> None:
+        """The ISR (the rest of the holders stay catch-up members); writable."""
+        state = self.states[partition]
+        isr = tuple(nodes)
+        catchup = tuple(n for n in state.holders if n not in isr)
+        state.assign(LEADER, state.epoch, isr, catchup, len(isr))
+
     async def start_feed(self, **options: Any) -> LeaderFeed:
+        timeout = options.pop("timeout", None)
+        if timeout is not None:
+            options["timeout"] = timeout
+            for state in self.states.values():
+                state.timeout = timeout
+        for name in ("window", "chunk"):
+            if name in options:
+                value = options.pop(name)
+                for state in self.states.values():
+                    setattr(state, name, value)
         feed = LeaderFeed(
             "L",
             CLUSTER,
-            lambda t, p: self.logs.get(p) if t == TOPIC else None,
-            lambda t, p: self.epochs.get(p) if t == TOPIC else None,
-            self._isr,
-            on_progress=lambda t, p, c: self.progress.append((t, p, c)),
+            lambda t, p: self.states.get(p) if t == TOPIC else None,
+            clock=time.monotonic,
             **options,  # type: ignore[arg-type]
         )
         host, port = await feed.start()
         self.feed, self.address = feed, f"{host}:{port}"
         return feed
 
-    def _isr(self, topic: str, partition: int) -> Iterable[str]:
-        return self.isr.get(partition, [])
-
     def follower(
         self, log: PartitionLog, node_id: str = "F1", *, partition: int = 0, **options: Any
     ) -> FollowerFetch:
         epoch = options.pop("epoch", None)
+        epoch = int(epoch if epoch is not None else self.epochs[partition])
+        leader = self.states.get(partition)
+        if leader is not None and node_id not in leader.holders:  # a catch-up member
+            leader.assign(
+                LEADER, leader.epoch, leader.isr, (*leader.catchup, node_id), leader.replicator
+            )
+        state = ReplicaState(node_id, TOPIC, partition, log, clock=time.monotonic)
+        state.assign(FOLLOWER, epoch)
         f = FollowerFetch(
-            log,
-            node_id=node_id,
+            state,
             cluster_id=CLUSTER,
-            topic=TOPIC,
-            partition=partition,
             leader=self.address,
-            leader_epoch=int(epoch if epoch is not None else self.epochs[partition]),
+            leader_epoch=epoch,
             **options,  # type: ignore[arg-type]
         )
         self.followers.append(f)

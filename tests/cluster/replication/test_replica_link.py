@@ -42,14 +42,14 @@ async def test_catch_up_several_epochs_and_segments(cluster: Cluster) -> None:
     lead(leader, 2, 25)
     lead(leader, 4, 30)
     assert len(list(leader.directory.glob("*.log"))) > 3
-    feed = await cluster.start_feed(window=32 << 10, chunk=8 << 10)
-    cluster.isr[0] = ["L", "F1"]
+    await cluster.start_feed(window=32 << 10, chunk=8 << 10)
+    cluster.set_isr(0, ["L", "F1"])
     mine = cluster.log("f1")
     f = cluster.follower(mine)
     await eventually(converged(leader.high_watermark, f), 10, what="follower caught up")
     assert_same(leader, mine)
     assert len(list(mine.directory.glob("*.log"))) > 3
-    await eventually(lambda: feed.committed_offset(TOPIC, 0) == leader.high_watermark, 5)
+    await eventually(lambda: cluster.states[0].committed == leader.high_watermark, 5)
     assert cluster.progress[-1] == (TOPIC, 0, leader.high_watermark)
     await eventually(lambda: f.committed_offset == leader.high_watermark, 5)
     assert f.readable_offset == leader.high_watermark
@@ -59,19 +59,19 @@ async def test_live_appends_and_committed_is_the_min(cluster: Cluster) -> None:
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 3)
     feed = await cluster.start_feed()
-    cluster.isr[0] = ["L", "F1", "F2"]
+    cluster.set_isr(0, ["L", "F1", "F2"])
     f1 = cluster.follower(cluster.log("f1"), "F1")
     f2 = cluster.follower(cluster.log("f2"), "F2")
     await eventually(converged(leader.high_watermark, f1, f2), 5)
-    await eventually(lambda: feed.committed_offset(TOPIC, 0) == leader.high_watermark, 5)
+    await eventually(lambda: cluster.states[0].committed == leader.high_watermark, 5)
     for _ in range(5):
         leader.append_bodies([b"x" * 200] * 50)
         leader.flush()
         feed.notify(TOPIC, 0)
         end = leader.high_watermark
         await eventually(converged(end, f1, f2), 2, what="live append replicated")
-        await eventually(lambda: feed.committed_offset(TOPIC, 0) == end, 2)  # noqa: B023
-    assert feed.committed(TOPIC, 0, ["L", "F1", "F2"]) == leader.high_watermark
+        await eventually(lambda: cluster.states[0].committed == end, 2)  # noqa: B023
+    assert cluster.states[0].holds(["L", "F1", "F2"]) == leader.high_watermark
     # one follower gone: committed is held at what it acked
     held = leader.high_watermark
     await f2.stop()
@@ -79,14 +79,14 @@ async def test_live_appends_and_committed_is_the_min(cluster: Cluster) -> None:
     leader.flush()
     feed.notify(TOPIC, 0)
     await eventually(converged(leader.high_watermark, f1), 2)
-    await eventually(lambda: feed.followers(TOPIC, 0)["F1"].end == leader.high_watermark, 2)
-    assert feed.committed(TOPIC, 0, ["L", "F1", "F2"]) == held
-    assert feed.committed(TOPIC, 0, ["L", "F1"]) == leader.high_watermark
-    assert feed.committed_offset(TOPIC, 0) == held
+    await eventually(lambda: cluster.states[0].peers["F1"].end == leader.high_watermark, 2)
+    assert cluster.states[0].holds(["L", "F1", "F2"]) == held
+    assert cluster.states[0].holds(["L", "F1"]) == leader.high_watermark
+    assert cluster.states[0].committed == held
     # the ISR shrinks (the coordinator's move): the next ACK or flush moves committed on
-    cluster.isr[0] = ["L", "F1"]
+    cluster.set_isr(0, ["L", "F1"])
     feed.notify(TOPIC, 0)
-    assert feed.committed_offset(TOPIC, 0) == leader.high_watermark
+    assert cluster.states[0].committed == leader.high_watermark
     await eventually(lambda: f1.committed_offset == leader.high_watermark, 2)
 
 
@@ -173,11 +173,11 @@ async def test_stale_epoch_hello(cluster: Cluster) -> None:
 async def test_hello_is_answered_and_lagging_is_reported(cluster: Cluster) -> None:
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
-    feed = await cluster.start_feed(timeout=0.3, heartbeat_interval=0.05)
-    cluster.isr[0] = ["L", "F1", "GONE"]
+    await cluster.start_feed(timeout=0.3, heartbeat_interval=0.05)
+    cluster.set_isr(0, ["L", "F1", "GONE"])
     host, port = cluster.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(MAGIC + encode_hello("F9", CLUSTER, TOPIC, 0, 1))
+    writer.write(MAGIC + encode_hello("F1", CLUSTER, TOPIC, 0, 1))
     frames = ReplicationReader()
     async with asyncio.timeout(5):
         frames.feed(await reader.readexactly(4 + 4 + 1 + 2 * 3 + 2 + len(CLUSTER) + 1 + 2 + 4))
@@ -186,9 +186,9 @@ async def test_hello_is_answered_and_lagging_is_reported(cluster: Cluster) -> No
     await writer.wait_closed()
     f = cluster.follower(cluster.log("f1"), "F1")
     await eventually(converged(leader.high_watermark, f), 5)
-    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["GONE"], 5)
+    await eventually(lambda: cluster.states[0].lagging(cluster.isr()) == ["GONE"], 5)
     await f.stop()
-    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["F1", "GONE"], 5)
+    await eventually(lambda: cluster.states[0].lagging(cluster.isr()) == ["F1", "GONE"], 5)
 
 
 async def test_syncdisk_always_commits_durable_ends(cluster: Cluster) -> None:
@@ -196,16 +196,16 @@ async def test_syncdisk_always_commits_durable_ends(cluster: Cluster) -> None:
     leader = cluster.leader_log(epoch=1, sync=always)
     lead(leader, 1, 4)
     feed = await cluster.start_feed()
-    cluster.isr[0] = ["L", "F1"]
+    cluster.set_isr(0, ["L", "F1"])
     mine = cluster.log("f1", always)
     f = cluster.follower(mine)
     await eventually(converged(leader.high_watermark, f), 5)
     await eventually(lambda: mine.durable_offset == leader.high_watermark, 5)
-    await eventually(lambda: feed.followers(TOPIC, 0)["F1"].durable == mine.durable_offset, 5)
-    assert feed.committed_offset(TOPIC, 0) == 0  # the leader has not fsynced yet
+    await eventually(lambda: cluster.states[0].peers["F1"].durable == mine.durable_offset, 5)
+    assert cluster.states[0].committed == 0  # the leader has not fsynced yet
     leader.sync()
     feed.notify(TOPIC, 0)
-    assert feed.committed_offset(TOPIC, 0) == leader.high_watermark
+    assert cluster.states[0].committed == leader.high_watermark
 
 
 async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
@@ -255,7 +255,7 @@ async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: C
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     feed = await cluster.start_feed(heartbeat_interval=0.5, timeout=2.0)
-    cluster.isr[0] = ["L", "F1"]
+    cluster.set_isr(0, ["L", "F1"])
     f = cluster.follower(cluster.log("f1"), timeout=2.0)
     await eventually(converged(leader.high_watermark, f), 5)
     for _ in range(100):  # 5 s, more than twice the follower's timeout
@@ -272,7 +272,7 @@ async def in_sync_follower(
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     feed = await cluster.start_feed(timeout=timeout, heartbeat_interval=0.05)
-    cluster.isr[0] = ["L", "F1"]
+    cluster.set_isr(0, ["L", "F1"])
     mine = cluster.log("f1")
     f = cluster.follower(mine, backoff=0.01, max_backoff=0.05)
     await eventually(converged(leader.high_watermark, f), 5)
@@ -296,10 +296,10 @@ async def test_a_follower_failing_every_write_is_reported_lagging_across_its_red
     feed.notify(TOPIC, 0)
     sessions = f.sessions
     await eventually(lambda: f.sessions >= sessions + 3, 5, what="it dialled again, several times")
-    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == ["F1"], 5)
+    await eventually(lambda: cluster.states[0].lagging(cluster.isr()) == ["F1"], 5)
     monkeypatch.undo()
     await eventually(converged(leader.high_watermark, f), 5)
-    await eventually(lambda: feed.lagging(TOPIC, 0, cluster.isr[0]) == [], 5)
+    await eventually(lambda: cluster.states[0].lagging(cluster.isr()) == [], 5)
     assert_same(leader, mine)
 
 
@@ -321,11 +321,11 @@ async def test_a_follower_that_has_everything_when_it_dials_again_is_not_lagging
             raise OSError("the link dropped before the ACK went out")
         return real(*args)
 
-    monkeypatch.setattr("nsqpy.cluster.replica_follower.encode_ack", lost)
+    monkeypatch.setattr("nsqpy.cluster.replica_state.encode_ack", lost)
     sessions = f.sessions
     lead(leader, 1, 1)
     feed.notify(TOPIC, 0)
     await eventually(lambda: dropped and f.sessions > sessions, 5, what="it dialled again")
     await eventually(converged(leader.high_watermark, f), 5)
     await asyncio.sleep(0.6)  # twice the timeout, with nothing new to send
-    assert feed.lagging(TOPIC, 0, cluster.isr[0]) == []
+    assert cluster.states[0].lagging(cluster.isr()) == []

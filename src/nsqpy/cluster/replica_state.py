@@ -1,0 +1,486 @@
+"""One partition's replica state on one node, sans-IO: the single owner of everything the
+safety of replication rests on (CLUSTER.md "Write path", "Epochs and the commit log").
+
+``ReplicaState`` owns the assignment (role, leader epoch, ISR, catch-up members, the
+replicator), the **committed offset** (Kafka's high watermark: the smallest end every
+waited-for ISR member holds; it never goes back, whatever the role), whether the partition
+takes writes (its ISR a majority of its replicas), what the leader knows of each follower,
+and the follower's side of a link (APPENDs taken into the log, the leader's committed
+offset kept). Inputs are calls: the assignment (``assign``), the local log's progress
+(``local_progress``), the link frames, decoded (``accept`` for a HELLO, ``leader_frame``,
+``take_append``, ``on_epoch_end``), and the time, read from the injected ``clock``.
+Outputs are the frames to send (``leader_output``, ``fetch_frame``, ``ack_frame``...) and
+the state read off it; ``on_change`` is told whenever the committed offset or
+``writable`` changed, so the owner publishes both to the partition together.
+
+It fails closed: a new state commits nothing and takes no write; a partition that becomes
+leader keeps the committed offset it learned as a follower and reads nothing above it
+until its ISR has more. Nothing a peer says is taken unchecked: a HELLO from a node that
+holds no replica, an ACK beyond what its link was sent (or going back, or durable past its
+end), a FETCH beyond where the follower's last epoch ends in this log, frames of another
+epoch: each is refused (``Refused``) and the link closed.
+
+The link shells (``replica_leader.LeaderFeed``, ``replica_follower.FollowerFetch``) do the
+I/O; the data-plane simulation drives this class directly. Imports the codec and the
+storage log; never asyncio, sockets, the broker or nsqd.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from nsqpy.errors import StorageError
+from nsqpy.protocol.replication import (
+    E_NOT_LEADER,
+    E_NOT_REPLICA,
+    E_OFFSET_MISMATCH,
+    E_STALE_EPOCH,
+    Ack,
+    Append,
+    Buffer,
+    EpochEnd,
+    EpochQuery,
+    Fetch,
+    Heartbeat,
+    Hello,
+    MalformedFrame,
+    encode_ack,
+    encode_append,
+    encode_epoch_end,
+    encode_epoch_query,
+    encode_fetch,
+)
+from nsqpy.storage.log import PartitionLog
+
+LEADER, FOLLOWER, NO_ROLE = "leader", "follower", "none"
+WINDOW = 4 << 20  # un-acked bytes in flight per follower
+CHUNK = 1 << 20  # read_raw bytes per APPEND
+
+Clock = Callable[[], float]  # seconds, monotonic (the event loop's time in nsqd)
+
+
+class Refused(Exception):
+    """A peer's frame is refused: send ERROR ``frame`` (epoch, code, text), close the link."""
+
+    def __init__(self, epoch: int, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.frame = (epoch, code, text)
+
+
+@dataclass(eq=False, slots=True)
+class FollowerLink:
+    """One accepted follower link (one HELLO): what was sent on it and what came back."""
+
+    node_id: str
+    epoch: int
+    max_bytes: int = CHUNK
+    pos: int | None = None  # the next offset to send; None until FETCH
+    inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (next offset, bytes)
+    inflight_bytes: int = 0
+    sent_committed: int = -1
+    sent_end: int = 0  # every offset below it was sent (or skipped): no ACK may pass it
+    acked: int = 0  # the end last ACKed on this link (never goes back)
+    open: bool = True
+
+
+@dataclass(slots=True)
+class Peer:
+    """What the leader knows of one follower in this leader epoch (clock seconds)."""
+
+    node_id: str
+    end: int = 0
+    durable: int = 0
+    last_heard: float = 0.0
+    unacked_since: float | None = None  # when the oldest un-acked APPEND went out
+    link: FollowerLink | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.link is not None
+
+
+class ReplicaState:
+    """One partition's replica state on this node; see the module docstring."""
+
+    def __init__(
+        self,
+        node_id: str,
+        topic: str,
+        partition: int,
+        log: PartitionLog,
+        *,
+        clock: Clock,
+        window: int = WINDOW,
+        chunk: int = CHUNK,
+        timeout: float = 5.0,
+        on_change: Callable[[ReplicaState], None] | None = None,
+    ) -> None:
+        self.node_id, self.topic, self.partition = node_id, topic, partition
+        self.log = log
+        self.clock = clock
+        self.window, self.chunk, self.timeout = window, chunk, timeout
+        self.on_change = on_change
+        self.role = NO_ROLE
+        self.epoch = 0  # the leader epoch led or followed
+        self.isr: tuple[str, ...] = ()
+        self.catchup: tuple[str, ...] = ()
+        self.replicator = 1
+        self.committed = 0
+        self.writable = False
+        self.peers: dict[str, Peer] = {}
+        self.since = clock()  # when this leadership (or role) began
+        # catch-up members reported caught up, waited for as ISR members: as the last
+        # report written to etcd says, and as the one being written says (``caught_up``)
+        self.joining: set[str] = set()
+        self.joining_next: set[str] = set()
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        return self.isr + tuple(n for n in self.catchup if n not in self.isr)
+
+    @property
+    def readable_offset(self) -> int:
+        """What may be shown of the log here: flushed (durable under ``always``) and below
+        the committed offset."""
+        return min(self.log.readable_offset, self.committed)
+
+    # -- the assignment ------------------------------------------------------------------
+
+    def assign(
+        self,
+        role: str,
+        epoch: int,
+        isr: Iterable[str] = (),
+        catchup: Iterable[str] = (),
+        replicator: int = 1,
+    ) -> None:
+        """What etcd says now. A new role or leader epoch forgets every follower (their
+        links are in the old epoch: closed at their next frame) and gives them ``timeout``
+        from now before ``lagging`` names them. Writable only while leading with an ISR
+        that is more than half the replicas; the committed offset is kept."""
+        if role not in (LEADER, FOLLOWER, NO_ROLE):
+            raise ValueError(f"role {role!r}")
+        if (role, epoch) != (self.role, self.epoch):
+            for peer in self.peers.values():
+                if peer.link is not None:
+                    peer.link.open = False
+            self.peers = {}
+            self.joining, self.joining_next = set(), set()
+            self.since = self.clock()
+        self.role, self.epoch = role, epoch
+        self.isr, self.catchup = tuple(isr), tuple(catchup)
+        self.replicator = replicator
+        for node in [n for n in self.peers if n not in self.holders]:
+            self._forget(node)
+        self.joining &= set(self.catchup)
+        self.joining_next &= set(self.catchup)
+        writable = role == LEADER and len(self.isr) * 2 > replicator
+        changed = writable != self.writable
+        self.writable = writable
+        if self._advance() or changed:
+            self._changed()
+
+    def reported(self) -> None:
+        """The report built last (``caught_up``) is in etcd: only now does the committed
+        offset stop waiting for a member it leaves out (the coordinator's join is guarded
+        by that report's revision)."""
+        self.joining = set(self.joining_next)
+
+    def _forget(self, node: str) -> None:
+        peer = self.peers.pop(node, None)
+        if peer is not None and peer.link is not None:
+            peer.link.open = False
+
+    # -- the committed offset ------------------------------------------------------------
+
+    def waited(self) -> tuple[str, ...]:
+        """Whom the committed offset waits for: the ISR and the catch-up members reported
+        caught up, this node aside."""
+        joining = (self.joining | self.joining_next) & set(self.catchup)
+        nodes = self.isr + tuple(sorted(joining - set(self.isr)))
+        return tuple(n for n in nodes if n != self.node_id)
+
+    def _own_end(self) -> int:
+        log = self.log
+        return log.durable_offset if log.policy.always else log.flushed_offset
+
+    def holds(self, nodes: Iterable[str]) -> int:
+        """The end every one of ``nodes`` holds by what this leader knows (its own end for
+        itself; durable ends under ``always``; 0 for a follower never heard)."""
+        always = self.log.policy.always
+        low = self._own_end()
+        for node in nodes:
+            if node != self.node_id:
+                peer = self.peers.get(node)
+                low = min(low, 0 if peer is None else peer.durable if always else peer.end)
+        return low
+
+    def _advance(self) -> bool:
+        """Raise the committed offset to what every waited-for member holds; only while
+        writable (what a minority ISR holds is not committed: it waits for a member that
+        joins). True when it moved."""
+        if self.role != LEADER or not self.writable:
+            return False
+        new = self.holds(self.waited())
+        if new > self.committed:
+            self.committed = new
+            return True
+        return False
+
+    def local_progress(self) -> bool:
+        """The local log was flushed or synced: as leader, commit what that allows. True
+        when the committed offset moved (``on_change`` was told)."""
+        if self._advance():
+            self._changed()
+            return True
+        return False
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
+
+    # -- the leader's end of a link ------------------------------------------------------
+
+    def accept(self, hello: Hello) -> tuple[FollowerLink, FollowerLink | None]:
+        """A follower's HELLO: its link, and the link it replaces (to close). Refused when
+        this node does not lead in that epoch or the node holds no replica here."""
+        where = self.where
+        if self.role != LEADER:
+            raise Refused(0, E_NOT_LEADER, f"{where} is not led here")
+        if hello.leader_epoch < self.epoch:
+            text = f"{where}: epoch {hello.leader_epoch} is stale, the leader is in {self.epoch}"
+            raise Refused(self.epoch, E_STALE_EPOCH, text)
+        if hello.leader_epoch > self.epoch:
+            text = f"{where}: epoch {hello.leader_epoch} is newer than ours ({self.epoch})"
+            raise Refused(self.epoch, E_NOT_LEADER, text)
+        node = hello.node_id
+        if node == self.node_id or node not in self.holders:
+            raise Refused(self.epoch, E_NOT_REPLICA, f"{where}: {node!r} holds no replica")
+        peer = self.peers.setdefault(node, Peer(node))
+        old = peer.link
+        if old is not None:
+            old.open = False
+        # ``unacked_since`` survives the reconnect: a follower that drops its link and dials
+        # again without ever acknowledging what it was sent (its disk is full, say) must
+        # still become ``lagging``, not look fresh at every dial.
+        peer.link = FollowerLink(node, self.epoch, self.chunk)
+        peer.last_heard = self.clock()
+        return peer.link, old
+
+    def closed(self, link: FollowerLink) -> None:
+        """A link ended."""
+        link.open = False
+        peer = self.peers.get(link.node_id)
+        if peer is not None and peer.link is link:
+            peer.link = None
+
+    def _peer(self, link: FollowerLink, epoch: int | None = None) -> Peer:
+        """The peer of a link still current, its frame's epoch checked."""
+        peer = self.peers.get(link.node_id)
+        if not link.open or peer is None or peer.link is not link:
+            raise Refused(link.epoch, E_NOT_LEADER, f"{self.where}: this link is no longer used")
+        if epoch is not None and epoch != link.epoch:
+            if epoch < link.epoch:
+                raise Refused(link.epoch, E_STALE_EPOCH, f"epoch {epoch} is below {link.epoch}")
+            raise MalformedFrame(f"epoch {epoch} on a link in {link.epoch}")
+        return peer
+
+    def check_epoch(self, link: FollowerLink, epoch: int) -> None:
+        """A frame the shell handles itself (CURSORS_ACK): same checks as the others."""
+        self._peer(link, epoch).last_heard = self.clock()
+
+    def leader_frame(
+        self, link: FollowerLink, frame: Ack | Fetch | EpochQuery | Heartbeat
+    ) -> list[Buffer]:
+        """A follower's frame; returns what to answer at once."""
+        now = self.clock()
+        match frame:
+            case Ack(epoch, end, durable):
+                peer = self._peer(link, epoch)
+                peer.last_heard = now
+                self._take_ack(link, peer, end, durable, now)
+            case Fetch(epoch, start, max_bytes, last_epoch):
+                peer = self._peer(link, epoch)
+                peer.last_heard = now
+                self._take_fetch(link, peer, start, max_bytes, last_epoch)
+            case EpochQuery(epoch):
+                self._peer(link).last_heard = now
+                return [encode_epoch_end(*self.log.end_offset_for_epoch(epoch))]
+            case Heartbeat():
+                self._peer(link).last_heard = now
+            case _:
+                raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
+        return []
+
+    def _take_ack(self, link: FollowerLink, peer: Peer, end: int, durable: int, now: float) -> None:
+        if link.pos is None:
+            raise Refused(link.epoch, E_OFFSET_MISMATCH, "ACK before FETCH")
+        if end > link.sent_end or end < link.acked or durable > end:
+            text = (
+                f"ACK of end {end} durable {durable}: this link sent below {link.sent_end}"
+                f" and was acknowledged {link.acked}"
+            )
+            raise Refused(link.epoch, E_OFFSET_MISMATCH, text)
+        advanced = end > peer.end
+        link.acked = end
+        peer.end, peer.durable = end, durable
+        while link.inflight and link.inflight[0][0] <= end:
+            link.inflight_bytes -= link.inflight.popleft()[1]
+        if not link.inflight:
+            peer.unacked_since = None
+        elif advanced:  # (an ACK of nothing new, as after each redial, is no progress)
+            peer.unacked_since = now
+        if self._advance():
+            self._changed()
+
+    def _take_fetch(
+        self, link: FollowerLink, peer: Peer, start: int, max_bytes: int, last_epoch: int
+    ) -> None:
+        log = self.log
+        if start > log.high_watermark:  # it would get nothing
+            text = f"FETCH from {start}, beyond this leader's end {log.high_watermark}"
+            raise Refused(link.epoch, E_NOT_REPLICA, text + ": catch up by epoch first")
+        if start > 0:  # its log must agree with ours up to ``start``: its last epoch
+            found, ends = log.end_offset_for_epoch(last_epoch)  # ends there or later here
+            if found < 0 or start > ends:
+                text = (
+                    f"FETCH from {start} with last epoch {last_epoch}, which ends at {ends}"
+                    " here: catch up by epoch first"
+                )
+                raise Refused(link.epoch, E_OFFSET_MISMATCH, text)
+        link.pos, link.max_bytes = start, max(1, min(max_bytes, self.chunk))
+        link.inflight.clear()
+        link.inflight_bytes = 0
+        link.sent_end = link.acked = start
+        peer.end, peer.durable = start, min(peer.durable, start)
+
+    def leader_output(self, link: FollowerLink) -> list[Buffer]:
+        """What to send on ``link`` now: APPENDs while its window allows, an empty one when
+        only the committed offset moved. Refused when this node no longer leads in the
+        link's epoch (the shell sends the ERROR and ends the link)."""
+        if not link.open or self.role != LEADER or self.epoch != link.epoch:
+            text = f"{self.where} is no longer led here in {link.epoch}"
+            raise Refused(link.epoch, E_NOT_LEADER, text)
+        if link.pos is None:
+            return []
+        log, out = self.log, []
+        pos = max(link.pos, log.low_watermark)
+        committed = self.committed
+        try:
+            while link.inflight_bytes < self.window and pos < log.flushed_offset:
+                raw = log.read_raw(pos, link.max_bytes)
+                if not raw.count:  # no record up to the end: a gap (a reboot's jump)
+                    pos = log.flushed_offset  # (an empty APPEND there: the follower jumps)
+                    out += encode_append(link.epoch, pos, committed, 0, b"")
+                    break
+                out += encode_append(link.epoch, raw.offset, committed, raw.count, raw.data)
+                if not link.inflight:
+                    peer = self.peers[link.node_id]
+                    peer.unacked_since = peer.unacked_since or self.clock()
+                link.inflight.append((raw.next_offset, len(raw.data)))
+                link.inflight_bytes += len(raw.data)
+                pos = raw.next_offset
+        except StorageError as err:
+            raise Refused(link.epoch, E_NOT_REPLICA, f"reading the log failed: {err}") from err
+        link.pos = pos
+        link.sent_end = max(link.sent_end, pos)
+        if not out and committed != link.sent_committed:
+            out += encode_append(link.epoch, pos, committed, 0, b"")
+        if out:
+            link.sent_committed = committed
+        return out
+
+    def lagging(self, nodes: Iterable[str]) -> list[str]:
+        """Of ``nodes``, the followers silent, unconnected or with an APPEND un-acked for
+        longer than ``timeout`` (the coordinator moves such ISR members to catch-up)."""
+        now = self.clock()
+        late = []
+        for node in nodes:
+            if node == self.node_id:
+                continue
+            peer = self.peers.get(node)
+            if peer is None:
+                stale = now - self.since > self.timeout
+            elif peer.unacked_since is not None and now - peer.unacked_since > self.timeout:
+                stale = True
+            else:
+                stale = now - peer.last_heard > self.timeout
+            if stale:
+                late.append(node)
+        return late
+
+    def caught_up(self) -> tuple[str, ...]:
+        """The catch-up members that hold everything committed (durably under
+        ``always``) and do not lag: from now on the committed offset waits for them too,
+        until a report without them is in etcd (``reported``)."""
+        if self.role != LEADER or not self.catchup:
+            self.joining_next = set()
+            return ()
+        late = set(self.lagging(self.holders))
+        joining = self.joining & (set(self.catchup) - late)
+        always = self.log.policy.always
+        committed = self.readable_offset
+        for node, peer in self.peers.items():
+            has = peer.durable if always else peer.end
+            if node in self.catchup and node not in late and peer.connected and has >= committed:
+                joining.add(node)
+        self.joining_next = joining
+        return tuple(sorted(joining))
+
+    # -- the follower's end of a link ----------------------------------------------------
+
+    def epoch_query(self) -> tuple[int, bytes]:
+        """Catching up: the epoch asked about (this log's last) and the EPOCH_QUERY."""
+        asked = self.log.last_epoch
+        return asked, encode_epoch_query(asked)
+
+    def on_epoch_end(self, asked: int, frame: EpochEnd) -> bool:
+        """The leader's EPOCH_END: the divergent tail cut; True when the logs agree."""
+        return self.log.match_leader(asked, (frame.epoch, frame.end_offset))
+
+    def fetch_frame(self, epoch: int, max_bytes: int) -> bytes:
+        log = self.log
+        return encode_fetch(epoch, log.high_watermark, max_bytes, log.last_epoch)
+
+    def take_append(self, frame: Append, epoch: int) -> None:
+        """An APPEND of the leader followed in ``epoch``, into the log (pending: the shell
+        flushes a whole read's worth at once); the leader's committed offset kept."""
+        if frame.leader_epoch != epoch:
+            raise MalformedFrame(f"APPEND in epoch {frame.leader_epoch} on a link in {epoch}")
+        if self.role == LEADER:
+            raise MalformedFrame(f"APPEND for {self.where}, which is led here")
+        log = self.log
+        end = log.high_watermark
+        if frame.start_offset > end:  # the leader's log skips offsets here (an empty
+            log.advance_to(frame.start_offset)  # APPEND: up to its end, a reboot's jump)
+        elif frame.start_offset < end and frame.count:
+            raise MalformedFrame(f"APPEND from {frame.start_offset}, the log ends at {end}")
+        if frame.count:
+            log.append_raw(frame.data, frame.start_offset)
+        if frame.committed_offset > self.committed:
+            self.committed = frame.committed_offset
+            self._changed()
+
+    def ack_frame(self, epoch: int) -> tuple[tuple[int, int], bytes]:
+        """(end, durable) as they are now, and the ACK saying so."""
+        now = (self.log.flushed_offset, self.log.durable_offset)
+        return now, encode_ack(epoch, *now)
+
+
+__all__ = [
+    "CHUNK",
+    "FOLLOWER",
+    "LEADER",
+    "NO_ROLE",
+    "WINDOW",
+    "FollowerLink",
+    "Peer",
+    "Refused",
+    "ReplicaState",
+]

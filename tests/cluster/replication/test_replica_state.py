@@ -1,0 +1,300 @@
+"""``ReplicaState`` on its own: no sockets, no event loop, a fake clock. Frames go from one
+state to another through the real codec (``ReplicationReader``), and the logs are real
+``PartitionLog``s. Each test names a rule the safety of replication rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from nsqpy.cluster.replica_state import FOLLOWER, LEADER, FollowerLink, Refused, ReplicaState
+from nsqpy.protocol.replication import (
+    E_NOT_LEADER,
+    E_NOT_REPLICA,
+    E_OFFSET_MISMATCH,
+    E_STALE_EPOCH,
+    MAGIC,
+    Ack,
+    Append,
+    Buffer,
+    EpochEnd,
+    Fetch,
+    Heartbeat,
+    Hello,
+    MalformedFrame,
+    ReplicationFrame,
+    ReplicationReader,
+)
+from nsqpy.storage import PartitionLog
+from nsqpy.storage.policy import SyncPolicy
+
+from .conftest import lead
+
+TOPIC = "t"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Iterator[dict[str, PartitionLog]]:
+    opened: dict[str, PartitionLog] = {}
+    yield opened
+    for log in opened.values():
+        log.close()
+
+
+def decoded(bufs: Sequence[Buffer]) -> list[ReplicationFrame]:
+    reader = ReplicationReader(expect_magic=True)
+    reader.feed(MAGIC + b"".join(bytes(b) for b in bufs))
+    return list(reader.frames())
+
+
+def state(
+    name: str, tmp: Path, logs: dict[str, PartitionLog], clock: FakeClock, **kw: object
+) -> ReplicaState:
+    sync = kw.pop("sync", None)
+    policy = sync if isinstance(sync, SyncPolicy) else SyncPolicy()
+    log = logs[name] = PartitionLog(tmp / name, segment_bytes=4096, sync=policy)
+    changes: list[tuple[int, bool]] = []
+    st = ReplicaState(name, TOPIC, 0, log, clock=clock, **kw)  # type: ignore[arg-type]
+    st.on_change = lambda s: changes.append((s.committed, s.writable))
+    st.changes = changes  # type: ignore[attr-defined]
+    return st
+
+
+def link_up(leader: ReplicaState, follower: ReplicaState, epoch: int) -> FollowerLink:
+    """HELLO, catch-up by epoch and FETCH, as the shells do them: the follower's link."""
+    link, _ = leader.accept(Hello(follower.node_id, "c", TOPIC, 0, epoch))
+    while True:
+        asked, query = follower.epoch_query()
+        (answer,) = decoded(leader.leader_frame(link, *decoded([query])))  # type: ignore[arg-type]
+        assert isinstance(answer, EpochEnd)
+        if follower.on_epoch_end(asked, answer):
+            break
+    (fetch,) = decoded([follower.fetch_frame(epoch, 1 << 20)])
+    assert isinstance(fetch, Fetch)
+    assert leader.leader_frame(link, fetch) == []
+    return link
+
+
+def pump(leader: ReplicaState, link: FollowerLink, follower: ReplicaState, epoch: int) -> None:
+    """What the leader has to send, taken by the follower, and its ACK taken back."""
+    for frame in decoded(leader.leader_output(link)):
+        assert isinstance(frame, Append)
+        follower.take_append(frame, epoch)
+    follower.log.flush()
+    _, ack = follower.ack_frame(epoch)
+    for frame in decoded([ack]):
+        leader.leader_frame(link, frame)  # type: ignore[arg-type]
+
+
+def test_a_new_state_commits_nothing_and_takes_no_write(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    st = state("L", tmp_path, logs, clock)
+    lead(st.log, 1, 3)
+    assert (st.committed, st.writable, st.readable_offset) == (0, False, 0)
+    assert st.local_progress() is False, "no role yet: nothing committed"
+    st.assign(LEADER, 1, ["L"], (), 1)
+    assert st.writable and st.committed == st.log.flushed_offset == 30
+
+
+def test_a_sole_isr_member_of_several_replicas_commits_nothing_more(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """replicator 2, ISR of the leader alone: not writable, and what it appended while it
+    was (before the ISR shrank) is not committed by it alone."""
+    leader = state("L", tmp_path, logs, clock)
+    follower = state("F", tmp_path, logs, clock)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)
+    follower.assign(FOLLOWER, 1, ["L", "F"], (), 2)
+    link = link_up(leader, follower, 1)
+    lead(leader.log, 1, 2)
+    leader.local_progress()
+    pump(leader, link, follower, 1)
+    assert leader.committed == 20
+    lead(leader.log, 1, 1)  # appended while writable, not yet on F
+    leader.assign(LEADER, 1, ["L"], ["F"], 2)  # F fell out of the ISR
+    assert not leader.writable
+    leader.local_progress()
+    assert leader.committed == 20 and leader.readable_offset == 20
+
+
+def test_a_promoted_follower_reads_to_the_committed_offset_it_was_told_and_no_further(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """Kafka's high watermark never goes back on a leader change: a follower that becomes
+    leader (ISR itself alone, not writable) shows at once what its old leader committed,
+    and nothing it holds beyond that, which a failover could still take back."""
+    leader = state("L", tmp_path, logs, clock)
+    follower = state("F", tmp_path, logs, clock)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)
+    follower.assign(FOLLOWER, 1, ["L", "F"], (), 2)
+    link = link_up(leader, follower, 1)
+    lead(leader.log, 1, 3)
+    leader.local_progress()
+    pump(leader, link, follower, 1)  # F has 30, L commits 30
+    pump(leader, link, follower, 1)  # F is told 30 (an empty APPEND: committed moved)
+    assert (leader.committed, follower.committed) == (30, 30)
+    lead(leader.log, 1, 1)
+    for frame in decoded(leader.leader_output(link)):  # F gets 40, never ACKs it
+        follower.take_append(frame, 1)  # type: ignore[arg-type]
+    follower.log.flush()
+    assert follower.log.flushed_offset == 40
+    follower.assign(LEADER, 2, ["F"], (), 2)  # L is dead; F leads with an ISR of one
+    assert not follower.writable
+    assert follower.committed == 30 and follower.readable_offset == 30
+    assert follower.changes[-1] == (30, False)  # type: ignore[attr-defined]
+
+
+def test_an_ack_beyond_what_the_link_was_sent_is_refused_and_commits_nothing(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    leader = state("L", tmp_path, logs, clock)
+    follower = state("F", tmp_path, logs, clock)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)
+    link, _ = leader.accept(Hello("F", "c", TOPIC, 0, 1))
+    with pytest.raises(Refused) as before:
+        leader.leader_frame(link, Ack(1, 0, 0))
+    assert before.value.frame[1] == E_OFFSET_MISMATCH, "an ACK before any FETCH"
+    follower.assign(FOLLOWER, 1)
+    link = link_up(leader, follower, 1)
+    lead(leader.log, 1, 2)
+    leader.local_progress()
+    assert [f.count for f in decoded(leader.leader_output(link))] == [20]  # type: ignore[union-attr]
+    for lie in (Ack(1, 21, 0), Ack(1, 20, 21)):
+        with pytest.raises(Refused) as refused:
+            leader.leader_frame(link, lie)
+        assert refused.value.frame[1] == E_OFFSET_MISMATCH
+    assert leader.committed == 0 and leader.peers["F"].end == 0
+    leader.leader_frame(link, Ack(1, 20, 10))
+    assert leader.committed == 20
+    with pytest.raises(Refused):  # going back on the same link
+        leader.leader_frame(link, Ack(1, 10, 10))
+    assert leader.committed == 20
+
+
+def test_a_fetch_that_disagrees_with_the_leaders_epochs_is_refused(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A FETCH carries the follower's last epoch: from an offset beyond where that epoch
+    ends here it is refused (the follower must catch up by epoch first), so the leader
+    never counts a follower as holding records it cannot hold."""
+    leader = state("L", tmp_path, logs, clock)
+    lead(leader.log, 1, 1)  # epoch 1: 0..10
+    lead(leader.log, 3, 1)  # epoch 3: 10..20
+    leader.assign(LEADER, 3, ["L", "F"], (), 2)
+    link, _ = leader.accept(Hello("F", "c", TOPIC, 0, 3))
+    for lie in (Fetch(3, 15, 1 << 20, 2), Fetch(3, 15, 1 << 20, 1), Fetch(3, 21, 1 << 20, 3)):
+        with pytest.raises(Refused) as refused:
+            leader.leader_frame(link, lie)
+        assert refused.value.frame[1] in (E_OFFSET_MISMATCH, E_NOT_REPLICA)
+    assert leader.peers["F"].end == 0
+    leader.leader_frame(link, Fetch(3, 10, 1 << 20, 1))  # all of epoch 1: true
+    assert leader.peers["F"].end == 10
+    leader.leader_frame(link, Fetch(3, 15, 1 << 20, 3))
+    assert leader.peers["F"].end == 15
+
+
+def test_a_hello_from_a_node_holding_no_replica_or_of_another_epoch_is_refused(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    leader = state("L", tmp_path, logs, clock)
+    with pytest.raises(Refused) as not_led:
+        leader.accept(Hello("F", "c", TOPIC, 0, 0))
+    assert not_led.value.frame[1] == E_NOT_LEADER
+    leader.assign(LEADER, 4, ["L", "F"], ["C"], 3)
+    cases = [("intruder", 4, E_NOT_REPLICA), ("L", 4, E_NOT_REPLICA), ("F", 3, E_STALE_EPOCH),
+             ("F", 5, E_NOT_LEADER)]  # fmt: skip
+    for node, epoch, code in cases:
+        with pytest.raises(Refused) as refused:
+            leader.accept(Hello(node, "c", TOPIC, 0, epoch))
+        assert refused.value.frame[1] == code, (node, epoch)
+    leader.accept(Hello("C", "c", TOPIC, 0, 4))  # a catch-up member is served
+    first, _ = leader.accept(Hello("F", "c", TOPIC, 0, 4))
+    second, replaced = leader.accept(Hello("F", "c", TOPIC, 0, 4))
+    assert replaced is first and not first.open
+    with pytest.raises(Refused):  # the replaced link's frames are not taken
+        leader.leader_frame(first, Heartbeat())
+    leader.leader_frame(second, Heartbeat())
+
+
+def test_a_link_of_an_old_epoch_is_ended_and_its_frames_refused(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    leader = state("L", tmp_path, logs, clock)
+    follower = state("F", tmp_path, logs, clock)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)
+    follower.assign(FOLLOWER, 1)
+    link = link_up(leader, follower, 1)
+    with pytest.raises(MalformedFrame):
+        leader.leader_frame(link, Ack(2, 0, 0))  # another epoch on this link
+    leader.assign(LEADER, 2, ["L", "F"], (), 2)  # leading again, in a new epoch
+    with pytest.raises(Refused) as ended:
+        leader.leader_output(link)
+    assert ended.value.frame[1] == E_NOT_LEADER
+    with pytest.raises(Refused):
+        leader.leader_frame(link, Ack(1, 0, 0))
+    assert leader.peers == {}, "what it knew of followers in epoch 1 is forgotten"
+
+
+def test_lagging_by_the_injected_clock(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """Silence, an APPEND un-acked, and a member never connected, each for longer than
+    ``timeout`` by the clock (no sleeping): the rules ``lagging`` reports."""
+    leader = state("L", tmp_path, logs, clock, timeout=5.0)
+    follower = state("F", tmp_path, logs, clock)
+    leader.assign(LEADER, 1, ["L", "F", "G"], (), 3)
+    follower.assign(FOLLOWER, 1)
+    link = link_up(leader, follower, 1)
+    assert leader.lagging(leader.isr) == []
+    clock.now += 5.5
+    assert leader.lagging(leader.isr) == ["F", "G"], "silent F, G never connected"
+    leader.leader_frame(link, Heartbeat())
+    assert leader.lagging(leader.isr) == ["G"]
+    lead(leader.log, 1, 1)
+    sent = decoded(leader.leader_output(link))  # sent at 105.5, not acknowledged yet
+    clock.now += 3
+    leader.leader_frame(link, Heartbeat())
+    assert leader.lagging(["F"]) == []
+    clock.now += 3  # heard 0 s ago, but the APPEND is 6 s un-acked
+    leader.leader_frame(link, Heartbeat())
+    assert leader.lagging(["F"]) == ["F"]
+    for frame in sent:
+        follower.take_append(frame, 1)  # type: ignore[arg-type]
+    pump(leader, link, follower, 1)  # (flushed and acknowledged)
+    assert leader.lagging(["F"]) == []
+
+
+def test_syncdisk_always_commits_durable_ends_only(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    always = SyncPolicy(always=True)
+    leader = state("L", tmp_path, logs, clock, sync=always)
+    follower = state("F", tmp_path, logs, clock, sync=always)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)
+    follower.assign(FOLLOWER, 1)
+    link = link_up(leader, follower, 1)
+    lead(leader.log, 1, 2)
+    leader.log.sync()
+    leader.local_progress()
+    pump(leader, link, follower, 1)  # F flushed, not synced: ACK (20, 0)
+    assert leader.peers["F"].end == 20 and leader.committed == 0
+    follower.log.sync()
+    _, ack = follower.ack_frame(1)
+    leader.leader_frame(link, *decoded([ack]))  # type: ignore[arg-type]
+    assert leader.committed == 20
