@@ -402,3 +402,26 @@ def test_a_follower_that_lost_everything_in_a_reboot_fetches_the_whole_log(
         catch_up(again, leader)
         assert_same(leader, again)
     leader.close()
+
+
+@pytest.mark.parametrize("damage", [b"3 x\n", b"\xff\xfe\n", b"7\n"])
+def test_a_damaged_epoch_history_is_said_in_one_line_and_the_log_opens(
+    tmp_path: Path, damage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged ``epochs`` file (a flipped byte on disk) is rebuilt from the records'
+    epochs, with one warning that names it; a missing one (a new log) says nothing."""
+    log = PartitionLog(tmp_path / "p", segment_bytes=SEGMENT)
+    lead(log, 2, [3, 4])
+    log.flush()
+    log.close()
+    (tmp_path / "p" / "epochs").unlink()
+    with caplog.at_level("WARNING", logger="nsqpy.storage"):
+        PartitionLog(tmp_path / "p", segment_bytes=SEGMENT).close()
+    assert not [r for r in caplog.records if "epoch history" in r.getMessage()]
+    (tmp_path / "p" / "epochs").write_bytes(damage)
+    with caplog.at_level("WARNING", logger="nsqpy.storage"):
+        again = PartitionLog(tmp_path / "p", segment_bytes=SEGMENT)
+    lines = [r.getMessage() for r in caplog.records if "epoch history" in r.getMessage()]
+    assert len(lines) == 1 and "damaged" in lines[0] and str(tmp_path / "p") in lines[0]
+    assert again.last_epoch == 2 and again.high_watermark == 7
+    again.close()

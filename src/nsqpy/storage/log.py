@@ -376,7 +376,17 @@ class PartitionLog:
             for line in path.read_text().splitlines():
                 epoch_text, _, first_text = line.partition(" ")
                 known.append((int(epoch_text), int(first_text)))
-        except (OSError, ValueError):
+        except FileNotFoundError:
+            known = []  # (a new log, or one written before epochs were kept)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            self._logger.warning(
+                "log %s: its epoch history (%s) is damaged (%s): rebuilt from the epochs of"
+                " the records in its last segment; a follower catching up from it may cut"
+                " more than it must",
+                self.directory,
+                EPOCHS_FILE,
+                exc,
+            )
             known = []
         tail = self._tail_epochs
         tail_base = self._segments[-1].base
