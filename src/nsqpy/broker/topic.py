@@ -49,6 +49,12 @@ class EphemeralPartitions(ValueError):
 MAX_PARTITIONS = 255  # as youzan's nsqlookupd allows; message IDs could address 1024
 
 
+def key_partition(key: bytes, count: int) -> int:
+    """The partition of ``count`` a publish with partition key ``key`` goes to: the one rule,
+    used by the broker and by a cluster node forwarding a keyed publish to its leader."""
+    return zlib.crc32(key) % count
+
+
 class Topic:
     """One topic: its partitions and its user-visible channels (``Channel``)."""
 
@@ -136,7 +142,7 @@ class Topic:
                 return led[0]
             raise NotLeader(f"this node leads no partition of topic {self.name}")
         if partition < 0:
-            partition = zlib.crc32(key) % count
+            partition = key_partition(key, count)
         elif partition >= count:
             raise IndexError(f"topic {self.name} has {count} partitions, not {partition + 1}")
         part = self._by_number.get(partition)

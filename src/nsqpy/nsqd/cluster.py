@@ -20,7 +20,6 @@ import functools
 import logging
 import socket
 import time
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +27,7 @@ from typing import Protocol
 from nsqpy import NSQ_VERSION, __version__
 from nsqpy.broker.broker import Broker, PartitionCountMismatch
 from nsqpy.broker.partition import LEADER, Partition
+from nsqpy.broker.topic import key_partition
 from nsqpy.cluster.etcd import Etcd, EtcdUnavailable
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.member import (
@@ -341,8 +341,8 @@ class NsqdCluster:
     ) -> None:
         if partition < 0 and key and self.view is not None:
             meta = self.view.snapshot().topics.get(topic)
-            if meta is not None:  # (as Topic.partition_for hashes a key)
-                partition = zlib.crc32(key) % meta.partition_num
+            if meta is not None:
+                partition = key_partition(key, meta.partition_num)
         await self.forwarder.publish(topic, partition, bodies, defer_ms)
 
     def route(self, topic: str, partition: int, tried: frozenset[int]) -> Route | None:
