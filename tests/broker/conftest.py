@@ -11,6 +11,7 @@ import pytest
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
+from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.testing import FakeClock, nsqd_options
@@ -53,3 +54,23 @@ def finish_all(group: Channel, client: Client, clock: FakeClock) -> None:
 def make_channel(broker: Broker, topic: str = "t", channel: str = "c") -> tuple[Topic, Channel]:
     t = broker.topic(topic)
     return t, broker.channel(t, channel)
+
+
+def as_sole_replica(broker: Broker) -> Broker:
+    """Cluster mode without the cluster: every role change is followed by what nsqd's
+    replication publishes for a partition whose ISR is this node alone (a led partition
+    writable and read to its log's end; a followed one closed). A partition held in a
+    cluster is created closed, and only that side opens it."""
+    broker.cluster_mode = True
+    real = broker.set_role
+
+    def set_role(topic: str, number: int, role: str, leader_epoch: int) -> Partition:
+        part = real(topic, number, role, leader_epoch)
+        part.writable = part.leading
+        part.commit_bound = None if part.leading else 0
+        if part.leading:
+            broker.pump([part])
+        return part
+
+    broker.set_role = set_role  # type: ignore[method-assign]
+    return broker

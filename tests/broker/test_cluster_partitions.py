@@ -20,13 +20,21 @@ from nsqpy.broker.broker import Broker, PartitionCountMismatch
 from nsqpy.broker.client import Client
 from nsqpy.broker.stats import stats
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import BadPartition, FinFailed, NotLeader, ReqFailed, StorageError, TouchFailed
+from nsqpy.errors import (
+    BadPartition,
+    FinFailed,
+    NotLeader,
+    NotWritable,
+    ReqFailed,
+    StorageError,
+    TouchFailed,
+)
 from nsqpy.protocol.message import OFFSET_BITS
 from nsqpy.protocol.state import SUBSCRIBED
 from nsqpy.storage import Entry, PartitionLog
 from nsqpy.testing import FakeClock, FrameSink, nsqd_options
 
-from .conftest import commit
+from .conftest import as_sole_replica, commit
 
 
 def hold_t(broker: Broker, roles: dict[int, str], epoch: int = 1) -> Topic:
@@ -57,8 +65,7 @@ def partitions_of(sink: FrameSink) -> list[int]:
 
 @pytest.fixture
 def cluster_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    b = Broker(nsqd_options(tmp_path), clock=clock)
-    b.cluster_mode = True
+    b = as_sole_replica(Broker(nsqd_options(tmp_path), clock=clock))
     yield b
     b.close()
 
@@ -112,6 +119,23 @@ def test_a_write_to_a_partition_not_led_here_is_not_leader(cluster_broker: Broke
     assert [p.log.high_watermark for p in topic.partitions] == ends
 
 
+def test_an_mpub_ext_one_of_whose_partitions_is_not_writable_is_refused_whole(
+    cluster_broker: Broker,
+) -> None:
+    """Keys over two led partitions, one of which takes no write (its ISR is a minority):
+    E_FAILED_ON_NOT_WRITABLE, and nothing of the batch is appended to the other either (a
+    client told it failed publishes it again: a stored half would be a duplicate)."""
+    topic = hold_t(cluster_broker, {1: "leader", 3: "leader"})
+    part3 = topic.partition(3)
+    assert part3 is not None
+    part3.writable = False
+    batch = [Entry(b"one", partition_key=key_for(1)), Entry(b"three", partition_key=key_for(3))]
+    with pytest.raises(NotWritable):
+        cluster_broker.append_entries(topic, batch)
+    commit(cluster_broker)
+    assert [p.log.high_watermark for p in topic.partitions] == [0, 0]
+
+
 def test_ids_of_partitions_not_held_fail_as_unknown_ids(cluster_broker: Broker) -> None:
     hold_t(cluster_broker, {1: "leader", 3: "leader"})
     topic = cluster_broker.topics["t"]
@@ -160,7 +184,8 @@ def test_a_follower_delivers_nothing_whatever_its_log_holds(
     clock.advance_ms(10)
     cluster_broker.scan()
     cluster_broker.pump([topic])
-    assert sink.frames == [] and part.committed_offset == 3
+    # (a follower is bound by the committed offset its leader sent: none here)
+    assert sink.frames == [] and part.committed_offset == 0
     cluster_broker.set_role("t", 1, "leader", 2)  # delivered at once
     cluster_broker.scan()
     assert sorted(sink.bodies()) == [b"a", b"b", b"later"]
@@ -326,8 +351,7 @@ def test_released_partitions_keep_their_offsets_reserved(
 
 
 def test_held_partitions_survive_a_restart_as_followers(tmp_path: Path, clock: FakeClock) -> None:
-    broker = Broker(nsqd_options(tmp_path), clock=clock)
-    broker.cluster_mode = True
+    broker = as_sole_replica(Broker(nsqd_options(tmp_path), clock=clock))
     topic = hold_t(broker, {1: "leader", 3: "leader"}, epoch=4)
     broker.channel(topic, "c")
     broker.append(topic, [b"m"], partition=1)

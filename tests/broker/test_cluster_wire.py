@@ -12,10 +12,13 @@ from nsqpy.nsqd.server import NsqdServer
 from nsqpy.protocol.extend import encode_mpub_partition, encode_pub_ext, encode_pub_partition
 from nsqpy.testing import AsyncWire, dpub, pub
 
+from .conftest import as_sole_replica
+
 NOT_LEADER = json.dumps({"message": "E_FAILED_ON_NOT_LEADER"}, separators=(",", ":")).encode()
 
 
 def hold(server: NsqdServer, roles: dict[int, str]) -> None:
+    as_sole_replica(server.broker)
     for number, role in roles.items():
         server.broker.hold_partition("t", 4, number, role=role, leader_epoch=1)
 

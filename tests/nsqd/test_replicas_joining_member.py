@@ -102,12 +102,6 @@ def snapshot(nodes: dict[str, Node]) -> Snapshot:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nsqd.replicas at 662180a: a leader alone in its ISR answers publishes at its flushed "
-    "end (commit_bound None) also once it reported a catch-up member caught up; a replicator=1 "
-    "move then loses what it answered meanwhile (the fix belongs to replicas.py's owner)",
-)
 async def test_nothing_is_acknowledged_that_a_member_reported_caught_up_lacks(
     nodes: dict[str, Node],
 ) -> None:

@@ -566,8 +566,10 @@ class Broker:
     ) -> list[Placement]:
         """Append records with extensions: all to ``partition`` if >= 0, else each to the
         partition its ``partition_key`` hashes to, those without a key to the next in turn.
-        One batch per partition, each keeping the messages' order; a topic at its maximum
-        depth under ``refuse`` refuses them all (TopicFull) before any is appended."""
+        One batch per partition, each keeping the messages' order. All or nothing: a
+        partition not led here (NotLeader), one not writable (NotWritable) or a topic at its
+        maximum depth under ``refuse`` (TopicFull) refuses them all before any is
+        appended."""
         if partition >= 0 or topic.partition_count == 1:
             return [self.append(topic, entries=entries, partition=partition, source=source)]
         self.features.before_publish(topic, None, len(entries))
@@ -579,6 +581,8 @@ class Broker:
             else:
                 turn = turn or topic.partition_for()
                 target = turn
+            if not target.writable:
+                raise NotWritable()
             groups.setdefault(target.number, []).append(entry)
         return [
             self.append(topic, entries=g, partition=n, source=source) for n, g in groups.items()

@@ -141,6 +141,10 @@ class ReplicaState:
         return f"{self.topic}/{self.partition}"
 
     @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
     def holders(self) -> tuple[str, ...]:
         return self.isr + tuple(n for n in self.catchup if n not in self.isr)
 

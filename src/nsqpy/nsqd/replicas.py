@@ -77,6 +77,7 @@ class Replication:
         self.states: dict[tuple[str, int], ReplicaState] = {}
         self._held: dict[tuple[str, int], Partition] = {}
         self.address: tuple[str, int] | None = None
+        broker.on_stepped_down.append(self._stepped_down)
 
     async def start(self, host: str, port: int) -> None:
         self.address = await self.feed.start(host or "0.0.0.0", port)
@@ -141,6 +142,15 @@ class Replication:
                 )
         if part.leading and (before is None or state.committed > before or state.writable):
             self.on_committed(part)
+
+    def _stepped_down(self, topic: object, part: Partition) -> None:
+        """A partition led here is followed now (a lost lease demotes every partition before
+        etcd says who leads): its state follows at once, so its links end and nothing more
+        is committed here."""
+        del topic
+        state = self.states.get((part.name, part.number))
+        if state is not None and state.role == LEADER and self._held.get(state.key) is part:
+            state.assign(FOLLOWER, part.leader_epoch, state.isr, state.catchup, state.replicator)
 
     def reported(self) -> None:
         """The NodeInfo built last is in etcd (``ReplicaState.reported``)."""
