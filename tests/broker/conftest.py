@@ -72,5 +72,5 @@ def as_sole_replica(broker: Broker) -> Broker:
             broker.pump([part])
         return part
 
-    broker.set_role = set_role  # type: ignore[method-assign]
+    broker.set_role = set_role  # type: ignore[method-assign,assignment]
     return broker
