@@ -7,7 +7,7 @@ style, ``--config`` TOML; ``nsqpy.flags``) -> the checks across options -> its s
 on uvloop (when installed) until SIGINT or SIGTERM, then stopped cleanly with status 0. Bad
 flags exit 2 with one line; a listener that cannot bind is one ``FATAL:`` log line and
 status 1, never a traceback. Also here: ``cancel_and_wait`` for a service's background
-task. Imports only the standard library, ``nsqpy.flags`` and ``nsqpy.logs``; never a
+task, and ``BackgroundTasks`` for the tasks a service starts without awaiting them. Imports only the standard library, ``nsqpy.flags`` and ``nsqpy.logs``; never a
 daemon (each hands its service in).
 """
 
@@ -116,6 +116,48 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
         await task
     except asyncio.CancelledError:
         pass
+
+
+class BackgroundTasks:
+    """The tasks a service starts and does not await where it starts them (a publish
+    forwarded to its leader, a stream upgrade waiting for acknowledgements, a lookupd peer
+    stopping): each is held until it ends (the event loop keeps only weak references: a
+    task nobody holds may be collected before it ends), a failure is logged once (else it
+    goes unobserved), and ``close`` cancels those still running and waits for them (a
+    service's stop)."""
+
+    def __init__(self, log: logging.Logger, owner: str) -> None:
+        self._log = log
+        self._owner = owner  # names the service in a failure's log line
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task held here until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            name = getattr(task.get_coro(), "__qualname__", task.get_name())
+            self._log.error("%s: %s failed: %r", self._owner, name, exc, exc_info=exc)
+
+    async def close(self) -> None:
+        """Cancel every task still running and wait until each has ended (what one raised
+        is logged, not raised here)."""
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # The collector's first-generation threshold in a running daemon (Python's default: 700).

@@ -32,7 +32,7 @@ from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.topic import Topic
-from nsqpy.daemon import cancel_and_wait
+from nsqpy.daemon import BackgroundTasks, cancel_and_wait
 from nsqpy.errors import StorageError
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.lookupd import (
@@ -198,7 +198,9 @@ class LookupClient:
         self.host = host
         self.ping_interval = ping_interval
         self.peers: dict[str, LookupPeer] = {}
-        self._precreating: set[asyncio.Task[None]] = set()
+        self._leaving: set[LookupPeer] = set()  # peers no longer wanted, stopping
+        # channel pre-creations and peers stopping: held until done, cancelled at stop
+        self._tasks = BackgroundTasks(log, "nsqd lookupd client")
         broker = host.broker
         broker.on_topic_created.append(self._topic_created)
         broker.on_topic_deleted.append(self._topic_deleted)
@@ -228,7 +230,8 @@ class LookupClient:
         for address in list(self.peers):
             if address not in addresses:
                 peer = self.peers.pop(address)
-                asyncio.get_running_loop().create_task(peer.stop())
+                self._leaving.add(peer)
+                self._tasks.spawn(self._retire(peer))
         for address in addresses:
             if address not in self.peers:
                 peer = LookupPeer(
@@ -238,12 +241,15 @@ class LookupClient:
                 peer.start()
 
     async def stop(self) -> None:
-        for task in list(self._precreating):
-            task.cancel()
-        for peer in self.peers.values():
+        await self._tasks.close()
+        for peer in [*self._leaving, *self.peers.values()]:  # (a retirement cancelled too)
             await peer.stop()
+        self._leaving.clear()
         self.peers.clear()
-        await asyncio.gather(*self._precreating, return_exceptions=True)
+
+    async def _retire(self, peer: LookupPeer) -> None:
+        await peer.stop()
+        self._leaving.discard(peer)
 
     def _send(self, command: bytes) -> None:
         for peer in self.peers.values():
@@ -252,9 +258,7 @@ class LookupClient:
     def _topic_created(self, topic: Topic) -> None:
         self._send(encode_register(topic.name))
         if self.peers and not topic.ephemeral:
-            task = asyncio.get_running_loop().create_task(self._precreate_channels(topic))
-            self._precreating.add(task)  # held until done (the loop keeps only weak refs)
-            task.add_done_callback(self._precreating.discard)
+            self._tasks.spawn(self._precreate_channels(topic))
 
     def _topic_deleted(self, topic: Topic) -> None:
         self._send(encode_unregister(topic.name))

@@ -19,7 +19,8 @@ before AUTH).
 
 A connection knows its nsqd only through the ``ConnectionContext`` the server builds once
 it runs (broker, options, limits, clock, loop, TLS and auth settings, the set of live
-connections, and the group commit's two entry points ``touch`` and ``expect_ack``); the
+connections, the group commit's two entry points ``touch`` and ``expect_ack``, and the
+``BackgroundTasks`` that hold what a connection starts without awaiting it); the
 server reads back only public members (``release_replies``, ``flush``, ``heartbeat``,
 ``awaiting_acks``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
 modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_output``, ``tcp_extend``, ``ack``); never
@@ -31,10 +32,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from functools import partial
-from typing import cast
+from typing import Any, cast
 
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.channel import Channel
@@ -42,6 +43,7 @@ from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import ExtendSink
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
+from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import (
     AuthDisabled,
     AuthFirst,
@@ -134,6 +136,9 @@ class ConnectionContext:
     publish_now: Callable[[V2Connection, Topic, list[bytes], type[ProtocolError]], bool] | None = (
         None
     )
+    # What connections start and do not await (a forward, a topic's creation, a stream
+    # upgrade waiting for acknowledgements): held, failures logged, cancelled at stop.
+    tasks: BackgroundTasks = field(default_factory=lambda: BackgroundTasks(log, "nsqd TCP"))
 
 
 class V2Connection(BufferedConnection):
@@ -477,8 +482,12 @@ class V2Connection(BufferedConnection):
         if where == ELSEWHERE:
             raise elsewhere()
         self.hold()
-        self.ctx.loop.create_task(self._when_created(gate, topic, command))
+        self.spawn(self._when_created(gate, topic, command))
         return False
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` for this connection as a task the server holds (``ctx.tasks``)."""
+        self.ctx.tasks.spawn(coro)
 
     async def _when_created(self, gate: TopicGate, topic: str, command: object) -> None:
         try:
@@ -573,18 +582,28 @@ class V2Connection(BufferedConnection):
             self._throttle()
 
         async def forward() -> None:
+            # Every outcome answers: the replies queued behind this one wait for it. What a
+            # forward cancelled at stop answers, unless it ends otherwise first:
+            error: ProtocolError | None = NotLeader("nsqd is exiting: publish not forwarded")
             try:
                 await gate.forward(topic, partition, bodies, defer_ms, b"")
-            except ProtocolError as err:
-                ack.resolve(err)
-            else:
-                ack.resolve()
-            self._held_bytes -= held
-            if self.transport is not None:
-                self.ctx.touch(self)
-                self._maybe_unthrottle()
+                error = None
+            except ProtocolError as err:  # the leader's answer, or no leader in time
+                error = err
+            except Exception as exc:  # a fault of the forward itself: the client may retry
+                log.error(
+                    "[%s] forward of a publish to %s failed: %r",
+                    self.client.remote_address, topic, exc, exc_info=exc,
+                )  # fmt: skip
+                error = NotLeader(f"publish to {topic} not forwarded: {exc!r}")
+            finally:
+                ack.resolve(error)
+                self._held_bytes -= held
+                if self.transport is not None:
+                    self.ctx.touch(self)
+                    self._maybe_unthrottle()
 
-        self.ctx.loop.create_task(forward())
+        self.spawn(forward())
 
     def pub(self, cmd: Pub) -> None:
         self._publish(cmd, cmd.topic, [cmd.body], 0, PubFailed, cmd.partition)

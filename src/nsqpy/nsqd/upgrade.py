@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nsqpy.codecs import stream_codec
@@ -66,6 +67,10 @@ class Upgradable(Protocol):
 
     def release_replies(self) -> bool: ...
 
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task its server holds (and cancels when it stops)."""
+        ...
+
     def flush(self, force: bool = False) -> None: ...
 
     def data_received(self, data: bytes) -> None: ...
@@ -87,7 +92,7 @@ def begin_upgrade(conn: Upgradable, neg: Negotiated, settings: TlsSettings) -> N
     # Publishes answered before IDENTIFY are still waiting for their commit: their OKs must
     # leave in plain text first, so wait for them (reading paused meanwhile).
     conn.hold()
-    asyncio.get_running_loop().create_task(_after_acks(conn, neg, settings, pending))
+    conn.spawn(_after_acks(conn, neg, settings, pending))
 
 
 async def _after_acks(
