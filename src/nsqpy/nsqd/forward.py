@@ -17,6 +17,11 @@ NSQ producer that retries). A forwarded publish is never forwarded again: the re
 node knows the forwarder by its user agent and answers ``E_FAILED_ON_NOT_LEADER`` when it
 does not lead either (views differ for a moment), so publishes never loop.
 
+``close`` (nsqd stopping) ends every forward at once: one waiting for a leader, retrying,
+or waiting for its leader's answer is refused with ``E_FAILED_ON_NOT_LEADER`` (the client
+publishes again, elsewhere) and no connection is opened after it; ``in_flight`` tells the
+stopping server whether any forward is still waiting for its leader.
+
 Imports asyncio, nsqpy's client and errors; never the broker or the handlers.
 """
 
@@ -63,6 +68,8 @@ class Forwarder:
         self.connect_timeout = connect_timeout
         self._producers: dict[str, Producer] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()  # set by ``close``: every forward ends
+        self.in_flight = 0  # publishes being forwarded now
         self.forwarded = 0  # messages answered OK through a leader
         self.failed = 0  # forwards that ended in an error for the client
 
@@ -71,10 +78,22 @@ class Forwarder:
     ) -> None:
         """PUB/MPUB/DPUB ``bodies`` to ``topic`` through the leader; returns once it
         answered OK. Raises the leader's error (a ProtocolError) or NotLeader."""
+        self.in_flight += 1
+        try:
+            await self._publish(topic, partition, bodies, defer_ms)
+        finally:
+            self.in_flight -= 1
+
+    async def _publish(
+        self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int
+    ) -> None:
         deadline = time.monotonic() + self.patience
         tried: set[int] = set()
         last: ProtocolError | None = None
         while True:
+            if self._closed.is_set():  # (before a producer is made: none after ``close``)
+                self.failed += 1
+                raise NotLeader(f"publish to {topic} not forwarded: nsqd is exiting")
             route = self._resolve(topic, partition, frozenset(tried))
             if route is None and tried:  # every partition was tried: over again
                 tried.clear()
@@ -107,7 +126,11 @@ class Forwarder:
                     "publish to %s not forwarded within %.0fs: %s", topic, self.patience, err
                 )
                 raise err
-            await asyncio.sleep(RETRY_INTERVAL)  # the cluster view catches up meanwhile
+            try:  # the cluster view catches up meanwhile (``close`` ends the wait)
+                async with asyncio.timeout(RETRY_INTERVAL):
+                    await self._closed.wait()
+            except TimeoutError:
+                pass
 
     async def _send(self, route: Route, topic: str, bodies: Sequence[bytes], defer_ms: int) -> None:
         producer = self._producers.get(route.address)
@@ -132,6 +155,9 @@ class Forwarder:
             task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        """End every forward (each raises NotLeader) and close every connection."""
+        self._closed.set()
         producers, self._producers = list(self._producers.values()), {}
         for producer in producers:
             await producer.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)

@@ -7,7 +7,9 @@ Group commit: the first publish of a loop turn schedules ``_commit`` with
 acknowledgements that the flush (or, under ``always``, the fsync run in a worker
 thread) covers, lets channels deliver, and writes every touched connection's output.
 Acknowledgements wait per partition (offsets are per partition).
-``await stop()`` stops accepting, flushes, persists and closes: nothing is lost.
+``await stop()`` stops accepting, answers every publish in flight (committed, or refused
+as exiting when its commit cannot come: nothing acknowledged is uncommitted), flushes,
+persists and closes, in bounded time: nothing is lost.
 
 The top of nsqd: nothing in ``nsqpy`` imports this module but the programs (``nsqd.app``,
 ``cli``) and the test kit. Each module below is handed exactly what it uses: the TCP
@@ -39,6 +41,7 @@ from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.health import cursor_key, fsync_key
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
+from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import NotLeader, ProtocolError
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.metrics.statsd import StatsdEmitter
@@ -68,6 +71,12 @@ log = logging.getLogger("nsqpy.nsqd")
 # --unsafe-ack-before-replication``). Consumers still see only committed messages.
 UNSAFE_ACK_ENV = "NSQPY_UNSAFE_ACK_BEFORE_REPLICATION"
 UNSAFE_ACK = os.environ.get(UNSAFE_ACK_ENV) == "1"
+
+# Stopping: how long publishes in flight may take to be committed (in a cluster, by the ISR)
+# before they are refused as exiting, and how long an HTTP handler may run on after that
+# before it is cancelled (aiohttp's default is 60 s).
+STOP_GRACE = 2.0
+HTTP_SHUTDOWN_TIMEOUT = 5.0
 
 
 def set_storage_budget() -> int:
@@ -133,6 +142,8 @@ class NsqdServer:
         self._tcp_server: asyncio.Server | None = None
         self._http_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._background = BackgroundTasks(log, "nsqd")  # the TCP connections' tasks
+        self._exiting = False  # stopping, past the grace: a publish is refused at once
         self.tcp_port = 0
         self.http_port = 0
         self.start_time = int(time.time())
@@ -170,6 +181,7 @@ class NsqdServer:
             cluster=self.cluster,
             commit_now=self.commit_now,
             publish_now=self.publish_now,
+            tasks=self._background,
         )
         where = self.tcp_listen
         if isinstance(where, str):
@@ -204,7 +216,9 @@ class NsqdServer:
             self.lookupd_addresses_changed()
 
     async def _start_http(self, app: web.Application, where: tuple[str, int] | str) -> None:
-        self._http_runner = web.AppRunner(app, **runner_options(self.opts))  # nsqd.http_limits
+        self._http_runner = web.AppRunner(
+            app, **runner_options(self.opts), shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT
+        )  # nsqd.http_limits
         await self._http_runner.setup()
         if isinstance(where, str):
             await web.UnixSite(self._http_runner, where).start()
@@ -225,10 +239,19 @@ class NsqdServer:
                     pass
 
     async def stop(self) -> None:
-        """Stop accepting, flush and persist everything, close connections (in a cluster,
-        leave it first: the lease goes, so the coordinator moves leadership at once)."""
+        """Stop taking work, answer every publish in flight (``_answer_publishes``), leave
+        the cluster (the lease goes, so the coordinator moves leadership at once), flush and
+        persist everything, close connections. Bounded in time: nothing waits for what a
+        stopping node cannot get (a commit from an ISR it no longer replicates to)."""
+        log.info("nsqd stopping")
         if self._tcp_server is not None:
             self._tcp_server.close()
+        await self._stop_intake()
+        await self._answer_publishes()
+        if self.cluster is not None:
+            await self.cluster.forwarder.close()  # a forward in flight ends now, refused
+        await self._background.close()  # (forwards, topic creations, upgrades waiting)
+        self._flush_connections()  # (what the forwards and refusals answered)
         if self.cluster is not None:
             await self.cluster.stop()
         if self.lookup is not None:
@@ -246,7 +269,9 @@ class NsqdServer:
             await asyncio.sleep(0.01)
         if self._cursor_writes:  # let the periodic writes land; close() saves the last state
             await asyncio.gather(*self._cursor_writes.values(), return_exceptions=True)
+        self._refuse_waiting()
         for conn in list(self.connections):
+            conn.release_replies()
             conn.flush(force=True)
             if conn.transport is not None:
                 conn.transport.close()
@@ -258,11 +283,56 @@ class NsqdServer:
             await self.auth.close()
         self._remove_unix_sockets()
         self.broker.close()
-        for acks in self._acks.values():
-            for ack in acks:
-                ack.resolve()
-        self._acks.clear()
+        self._refuse_waiting()
         log.info("nsqd stopped")
+
+    async def _stop_intake(self) -> None:
+        """No new connections, requests or commands: the TCP connections run no more
+        commands (their socket is not read), HTTP and HTTPS listeners close and their
+        keep-alive connections close once their request in progress is answered."""
+        for conn in list(self.connections):
+            conn.hold()
+        for runner in (self._http_runner, self._https_runner):
+            if runner is None:
+                continue
+            for site in list(runner.sites):
+                await site.stop()
+            if runner.server is not None:
+                runner.server.pre_shutdown()
+
+    async def _answer_publishes(self) -> None:
+        """Answer every publish in flight: commit what is appended, then give publishes
+        waiting for their commit (in a cluster, for the ISR) and forwards waiting for
+        their leader ``STOP_GRACE`` to be answered, then refuse those still waiting as
+        exiting: a stopping node must not wait for a commit that its own stop prevents
+        (replication ends with it), and must never answer OK for what is not committed.
+        From here on a publish is refused at once (``_queue_ack``)."""
+        self._commit()
+        forwarder = self.cluster.forwarder if self.cluster is not None else None
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline and (
+            self._syncing
+            or any(self._acks.values())
+            or (forwarder is not None and forwarder.in_flight)
+        ):
+            await asyncio.sleep(0.01)  # (commits, replication and forwards run meanwhile)
+        self._exiting = True
+        self._refuse_waiting()
+        self._flush_connections()
+
+    def _refuse_waiting(self) -> None:
+        """Every publish still waiting for its commit is answered ``E_PUB_FAILED`` (or
+        MPUB's, DPUB's) "exiting", over HTTP 503 ``EXITING``, as nsqd answers a publish
+        while it exits. Stored or not, it was never acknowledged: the client publishes
+        again (at least once)."""
+        for acks in self._acks.values():
+            while acks:
+                ack = acks.popleft()
+                ack.resolve(ack.failed(f"{failed_verb(ack.failed)} failed exiting"))
+        self._acks.clear()
+        for conn in list(self.connections):
+            if conn.awaiting_acks:
+                self._touched.add(conn)
 
     # -- group commit ----------------------------------------------------------------
 
@@ -324,6 +394,9 @@ class NsqdServer:
         """An acknowledgement for a publish up to ``last_offset`` of ``partition``, answered
         by the commit (``_release``) that writes it."""
         ack = Ack(last_offset, failed)
+        if self._exiting:  # (stopping: its commit may never come)
+            ack.resolve(failed(f"{failed_verb(failed)} failed exiting"))
+            return ack
         self._acks.setdefault(partition, deque()).append(ack)
         return ack
 
@@ -341,12 +414,19 @@ class NsqdServer:
         trace_id: int = 0,
     ) -> Placement:
         """HTTP publishing: append (see ``Broker.append``: ``source`` and ``trace_id`` are
-        for tracing), then wait for the commit that covers it."""
+        for tracing), then wait for the commit that covers it. Refused (``failed``
+        "exiting") once the server is stopping past its grace."""
+        if self._exiting:
+            raise failed(f"{failed_verb(failed)} failed exiting")
         placed = self.broker.append(
             topic, bodies, deliver_at, entries=entries, partition=partition, key=key,
             source=source, trace_id=trace_id,
         )  # fmt: skip
         ack = self.expect_ack(placed.partition, placed.last, failed)
+        if ack.done:  # (answered at once: refused while stopping)
+            if ack.error is not None:
+                raise ack.error
+            return placed
         assert self._loop is not None
         ack.callback = self._loop.create_future()
         await ack.callback
