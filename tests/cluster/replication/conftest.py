@@ -75,6 +75,14 @@ class Cluster:
     address: str = ""
     followers: list[FollowerFetch] = field(default_factory=list)
     opened: list[PartitionLog] = field(default_factory=list)
+    skew: float = 0.0  # seconds the states' and the feed's clock is ahead of the real one
+
+    def clock(self) -> float:
+        """The clock injected into every state and the feed: ``advance`` moves it on."""
+        return time.monotonic() + self.skew
+
+    def advance(self, seconds: float) -> None:
+        self.skew += seconds
 
     def log(self, name: str, sync: SyncPolicy | None = None) -> PartitionLog:
         log = PartitionLog(self.tmp / name, segment_bytes=SEGMENT, sync=sync or SyncPolicy())
@@ -86,7 +94,7 @@ class Cluster:
     ) -> PartitionLog:
         log = self.logs[partition] = self.log(f"leader-{partition}", sync)
         self.epochs[partition] = epoch
-        state = ReplicaState("L", TOPIC, partition, log, clock=time.monotonic)
+        state = ReplicaState("L", TOPIC, partition, log, clock=self.clock)
         state.on_change = self._moved
         self.states[partition] = state
         state.assign(LEADER, epoch, ["L"], (), 1)
@@ -122,7 +130,7 @@ class Cluster:
             "L",
             CLUSTER,
             lambda t, p: self.states.get(p) if t == TOPIC else None,
-            clock=time.monotonic,
+            clock=self.clock,
             **options,  # type: ignore[arg-type]
         )
         host, port = await feed.start()
@@ -139,7 +147,7 @@ class Cluster:
             leader.assign(
                 LEADER, leader.epoch, leader.isr, (*leader.catchup, node_id), leader.replicator
             )
-        state = ReplicaState(node_id, TOPIC, partition, log, clock=time.monotonic)
+        state = ReplicaState(node_id, TOPIC, partition, log, clock=self.clock)
         state.assign(FOLLOWER, epoch)
         f = FollowerFetch(
             state,

@@ -232,11 +232,19 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1", "F2"]) == -1, "F2 has none"
     assert feed.replicated_confirmed(TOPIC, 0, "other", ["F1"]) == -1
     await eventually(converged(leader.high_watermark, f), 5)
+
+    async def turn() -> None:
+        """One more turn of the link's send loop, seen through: a batch it carries (the
+        cursors, when it sends them, go in the same turn, and reach ``got`` with it)."""
+        lead(leader, 1, 1)
+        feed.notify(TOPIC, 0)
+        await eventually(converged(leader.high_watermark, f), 5, what="the turn's batch")
+
     state[0] = ChannelCursor("c", 9)
-    await asyncio.sleep(0.3)
+    await turn()
     assert len(got) == 1, "a change waits for the interval"
     feed.cursors_now("other-topic")
-    await asyncio.sleep(0.3)
+    await turn()
     assert len(got) == 1, "another topic's ordered channel sends nothing here"
     assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 5, "not sent yet"
     feed.cursors_now(TOPIC)
@@ -244,23 +252,34 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     assert got[1].channels == (ChannelCursor("c", 9),) and got[1].seq == 2
     await eventually(lambda: feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 9, 2)
     feed.cursors_now(TOPIC)
-    await asyncio.sleep(0.3)
+    await turn()
     assert len(got) == 2, "nothing changed: nothing sent"
+    cluster.advance(60.0)  # the interval passed (the injected clock): a change goes
+    state[0] = ChannelCursor("c", 11)
+    await turn()
+    assert len(got) == 3 and got[2].channels == (ChannelCursor("c", 11),)
 
 
 async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: Cluster) -> None:
     """Nothing new to send while the owner pokes the feed every 50 ms (nsqd's flush
-    ticker calls ``notify`` with no new records): heartbeats still go out, so the follower's
-    read (5 s timeout) never times out and the link is not dialled again."""
+    ticker calls ``notify`` with no new records): heartbeats still go out every
+    ``heartbeat_interval``, so the follower's read never times out. On the injected clock:
+    100 wakes 50 ms apart, 5 s, and the follower is still heard within the last interval
+    (it answers each heartbeat)."""
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     feed = await cluster.start_feed(heartbeat_interval=0.5, timeout=2.0)
     cluster.set_isr(0, ["L", "F1"])
     f = cluster.follower(cluster.log("f1"), timeout=2.0)
     await eventually(converged(leader.high_watermark, f), 5)
-    for _ in range(100):  # 5 s, more than twice the follower's timeout
+    peer = cluster.states[0].peers["F1"]
+    for _ in range(100):
+        cluster.advance(0.05)
         feed.notify(TOPIC, 0)
-        await asyncio.sleep(0.05)
+        for _ in range(5):
+            await asyncio.sleep(0)  # (the send loop's turn, the follower's answer)
+    end = cluster.clock()
+    await eventually(lambda: peer.last_heard >= end - 0.5, 5, what="heartbeats answered")
     assert f.sessions == 1, "the link was never dropped for silence"
 
 
@@ -327,5 +346,9 @@ async def test_a_follower_that_has_everything_when_it_dials_again_is_not_lagging
     feed.notify(TOPIC, 0)
     await eventually(lambda: dropped and f.sessions > sessions, 5, what="it dialled again")
     await eventually(converged(leader.high_watermark, f), 5)
-    await asyncio.sleep(0.6)  # twice the timeout, with nothing new to send
+    await eventually(lambda: not cluster.states[0].peers["F1"].link.inflight, 5)  # type: ignore[union-attr]
+    cluster.advance(0.6)  # twice the timeout (the injected clock), with nothing new to send
+    now = cluster.clock()
+    feed.notify(TOPIC, 0)  # (a heartbeat is due: the follower answers it)
+    await eventually(lambda: cluster.states[0].peers["F1"].last_heard >= now, 5)
     assert cluster.states[0].lagging(cluster.isr()) == []
