@@ -230,3 +230,15 @@ def test_read_history_merges_files_and_skips_a_torn_last_line(tmp_path: Path) ->
     result = check(events, ["a"])
     assert result.acknowledged == 6
     assert result.channels[0].lost == (5,)
+
+
+def test_a_value_unreadable_for_a_while_is_late_but_not_lost() -> None:
+    """Acknowledged at 1.0 s, delivered on channel a only at 8.5 s (after a failover, say):
+    valid, with its wait and the count of late values on that channel."""
+    events = history(clean(5), [pub(77, 1.0)], [recv(77, "a", 8.5), recv(77, "b", 1.2)])
+    result = check(events, ["a", "b"])
+    a, b = result.channels
+    assert result.valid
+    assert (a.max_delay, a.max_delay_value, a.late) == (pytest.approx(7.5), 77, 1)
+    assert b.late == 0 and b.max_delay < 1.0
+    assert json.loads(json.dumps(result.to_json()))["channels"][0]["late"] == 1

@@ -8,7 +8,10 @@ channel if a publish of it was acknowledged (``ok``) and the channel never recei
 only failed or indeterminate publishes carried it and it arrived anyway (a write that
 happened although the client could not know). Deliveries beyond the first are
 *duplicates*, allowed by an at-least-once queue, so counted but never invalid. A value
-acknowledged by one publish wins over any failed publish of the same value.
+acknowledged by one publish wins over any failed publish of the same value. How long an
+acknowledged value waited for its first delivery on the channel is its *delay*; values
+delayed more than ``LATE_AFTER`` are counted as *late* (acknowledged, but unreadable for a
+while: after a failover, say), never invalid.
 
 Availability is measured on acknowledged values per whole second of the run. The
 *baseline* rate is the median over the quiet seconds: whole seconds while clients were
@@ -36,6 +39,7 @@ from typing import Any, NamedTuple
 QUIET_AFTER = 10.0  # seconds after a fault's heal that are not used for the baseline
 RECOVERED_FRACTION = 0.5  # share of the baseline rate that counts as recovered
 UNKNOWN_ERROR = "unknown"  # the error kind of a fail or info publish without ``e``
+LATE_AFTER = 5.0  # seconds from acknowledgement to first delivery that count as late
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class ChannelResult:
     duplicates: int  # deliveries beyond the first of each value
     duplicated_values: int  # distinct values delivered more than once
     recovered: tuple[int, ...]
+    max_delay: float = 0.0  # the longest wait of an acknowledged value for its delivery
+    max_delay_value: int | None = None  # the value that waited that long
+    late: int = 0  # acknowledged values first delivered more than LATE_AFTER later
 
     @property
     def valid(self) -> bool:
@@ -67,6 +74,9 @@ class ChannelResult:
             "duplicated_values": self.duplicated_values,
             "recovered_count": len(self.recovered),
             "recovered": list(self.recovered),
+            "max_delay": self.max_delay,
+            "max_delay_value": self.max_delay_value,
+            "late": self.late,
         }
 
 
@@ -170,13 +180,14 @@ class _Tally:
 
     channels: Sequence[str]
     acked: set[int] = field(default_factory=set)
+    acked_at: dict[int, float] = field(default_factory=dict)  # first acknowledgement
     info: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
     fail_errors: Counter[str] = field(default_factory=Counter)
     info_errors: Counter[str] = field(default_factory=Counter)
     ok_times: list[float] = field(default_factory=list)
     acked_per_second: list[int] = field(default_factory=list)
-    received: dict[str, set[int]] = field(default_factory=dict)
+    received: dict[str, dict[int, float]] = field(default_factory=dict)  # first delivery
     duplicated: dict[str, Counter[int]] = field(default_factory=dict)
     nemesis: list[Mapping[str, Any]] = field(default_factory=list)
     end: float = 0.0
@@ -184,7 +195,7 @@ class _Tally:
     last_pub: float = -math.inf
 
     def __post_init__(self) -> None:
-        self.received = {ch: set() for ch in self.channels}
+        self.received = {ch: {} for ch in self.channels}
         self.duplicated = {ch: Counter() for ch in self.channels}
 
     def feed(self, events: Iterable[Mapping[str, Any]]) -> None:
@@ -200,7 +211,7 @@ class _Tally:
                     if value in seen:
                         self.duplicated[event["ch"]][value] += 1
                     else:
-                        seen.add(value)
+                        seen[value] = t
             elif op == "pub":
                 self._pub(event, t)
             elif op == "nemesis":
@@ -217,6 +228,8 @@ class _Tally:
         result = event.get("r")
         if result == "ok":
             self.acked.update(values)
+            for value in values:
+                self.acked_at.setdefault(value, t)
             self.ok_times.append(t)
             second = int(t)
             if second >= len(self.acked_per_second):
@@ -252,8 +265,11 @@ def check(events: Sequence[Mapping[str, Any]], channels: Sequence[str]) -> Check
 
 
 def _channel_result(tally: _Tally, channel: str, attempted: set[int]) -> ChannelResult:
-    received = tally.received[channel]
+    first = tally.received[channel]
+    received = first.keys()
     duplicated = tally.duplicated[channel]
+    delays = [(first[v] - t, v) for v, t in tally.acked_at.items() if v in first]
+    longest = max(delays, default=(0.0, None))
     return ChannelResult(
         channel=channel,
         received=len(received),
@@ -262,6 +278,9 @@ def _channel_result(tally: _Tally, channel: str, attempted: set[int]) -> Channel
         duplicates=sum(duplicated.values()),
         duplicated_values=len(duplicated),
         recovered=tuple(sorted((received & attempted) - tally.acked)),
+        max_delay=round(max(longest[0], 0.0), 6),
+        max_delay_value=longest[1],
+        late=sum(1 for d, _ in delays if d > LATE_AFTER),
     )
 
 

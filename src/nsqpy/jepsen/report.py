@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nsqpy.jepsen.checker import ChannelResult, CheckResult
+from nsqpy.jepsen.checker import LATE_AFTER, ChannelResult, CheckResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -49,6 +49,11 @@ def _channel_lines(channel: ChannelResult) -> list[str]:
         f"(of {channel.duplicated_values} values), recovered {len(channel.recovered)}, "
         f"received {channel.received}"
     ]
+    if channel.max_delay_value is not None:
+        lines.append(
+            f"  delivery: longest wait {channel.max_delay:.2f}s (value "
+            f"{channel.max_delay_value}), {channel.late} values later than {LATE_AFTER:g}s"
+        )
     for name, values in (("lost", channel.lost), ("unexpected", channel.unexpected)):
         if values:
             shown = ", ".join(str(v) for v in values[:SHOWN_VALUES])
