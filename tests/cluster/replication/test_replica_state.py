@@ -90,6 +90,24 @@ def link_up(leader: ReplicaState, follower: ReplicaState, epoch: int) -> Followe
     return link
 
 
+def pair(
+    tmp: Path,
+    logs: dict[str, PartitionLog],
+    clock: FakeClock,
+    isr: Sequence[str] = ("L", "F"),
+    **kw: object,
+) -> tuple[ReplicaState, ReplicaState, FollowerLink]:
+    """Leader L and follower F in epoch 1 (ISR ``isr``, as many replicas as it names but
+    one more when F is not in it), F linked up and FETCHing from its end."""
+    leader = state("L", tmp, logs, clock, **kw)
+    follower = state("F", tmp, logs, clock, sync=kw.get("sync"))
+    replicator = len(isr) if "F" in isr else len(isr) + 1
+    catchup = () if "F" in isr else ("F",)
+    leader.assign(LEADER, 1, isr, catchup, replicator)
+    follower.assign(FOLLOWER, 1, isr, catchup, replicator)
+    return leader, follower, link_up(leader, follower, 1)
+
+
 def pump(leader: ReplicaState, link: FollowerLink, follower: ReplicaState, epoch: int) -> None:
     """What the leader has to send, taken by the follower, and its ACK taken back."""
     for frame in decoded(leader.leader_output(link)):
@@ -117,11 +135,7 @@ def test_a_sole_isr_member_of_several_replicas_commits_nothing_more(
 ) -> None:
     """replicator 2, ISR of the leader alone: not writable, and what it appended while it
     was (before the ISR shrank) is not committed by it alone."""
-    leader = state("L", tmp_path, logs, clock)
-    follower = state("F", tmp_path, logs, clock)
-    leader.assign(LEADER, 1, ["L", "F"], (), 2)
-    follower.assign(FOLLOWER, 1, ["L", "F"], (), 2)
-    link = link_up(leader, follower, 1)
+    leader, follower, link = pair(tmp_path, logs, clock)
     lead(leader.log, 1, 2)
     leader.local_progress()
     pump(leader, link, follower, 1)
@@ -139,11 +153,7 @@ def test_a_promoted_follower_reads_to_the_committed_offset_it_was_told_and_no_fu
     """Kafka's high watermark never goes back on a leader change: a follower that becomes
     leader (ISR itself alone, not writable) shows at once what its old leader committed,
     and nothing it holds beyond that, which a failover could still take back."""
-    leader = state("L", tmp_path, logs, clock)
-    follower = state("F", tmp_path, logs, clock)
-    leader.assign(LEADER, 1, ["L", "F"], (), 2)
-    follower.assign(FOLLOWER, 1, ["L", "F"], (), 2)
-    link = link_up(leader, follower, 1)
+    leader, follower, link = pair(tmp_path, logs, clock)
     lead(leader.log, 1, 3)
     leader.local_progress()
     pump(leader, link, follower, 1)  # F has 30, L commits 30
@@ -235,11 +245,7 @@ def test_a_hello_from_a_node_holding_no_replica_or_of_another_epoch_is_refused(
 def test_a_link_of_an_old_epoch_is_ended_and_its_frames_refused(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
-    leader = state("L", tmp_path, logs, clock)
-    follower = state("F", tmp_path, logs, clock)
-    leader.assign(LEADER, 1, ["L", "F"], (), 2)
-    follower.assign(FOLLOWER, 1)
-    link = link_up(leader, follower, 1)
+    leader, _follower, link = pair(tmp_path, logs, clock)
     with pytest.raises(MalformedFrame):
         leader.leader_frame(link, Ack(2, 0, 0))  # another epoch on this link
     leader.assign(LEADER, 2, ["L", "F"], (), 2)  # leading again, in a new epoch
@@ -256,11 +262,7 @@ def test_lagging_by_the_injected_clock(
 ) -> None:
     """Silence, an APPEND un-acked, and a member never connected, each for longer than
     ``timeout`` by the clock (no sleeping): the rules ``lagging`` reports."""
-    leader = state("L", tmp_path, logs, clock, timeout=5.0)
-    follower = state("F", tmp_path, logs, clock)
-    leader.assign(LEADER, 1, ["L", "F", "G"], (), 3)
-    follower.assign(FOLLOWER, 1)
-    link = link_up(leader, follower, 1)
+    leader, follower, link = pair(tmp_path, logs, clock, ("L", "F", "G"), timeout=5.0)
     assert leader.lagging(leader.isr) == []
     clock.now += 5.5
     assert leader.lagging(leader.isr) == ["F", "G"], "silent F, G never connected"
@@ -283,12 +285,7 @@ def test_lagging_by_the_injected_clock(
 def test_syncdisk_always_commits_durable_ends_only(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
-    always = SyncPolicy(always=True)
-    leader = state("L", tmp_path, logs, clock, sync=always)
-    follower = state("F", tmp_path, logs, clock, sync=always)
-    leader.assign(LEADER, 1, ["L", "F"], (), 2)
-    follower.assign(FOLLOWER, 1)
-    link = link_up(leader, follower, 1)
+    leader, follower, link = pair(tmp_path, logs, clock, sync=SyncPolicy(always=True))
     lead(leader.log, 1, 2)
     leader.log.sync()
     leader.local_progress()
