@@ -132,6 +132,10 @@ def check_nothing_lost(
     sent = set().union(*(each.sent for each in producers))
     try:
         cluster.wait_for(lambda: acked <= consumer.got, timeout, "every acknowledged body consumed")
+    except TimeoutError as exc:  # name what is missing: the first few, and how many
+        missing = sorted(acked - consumer.got)
+        text = f"{exc}: {len(missing)} of {len(acked)} missing, first {missing[:8]}"
+        raise TimeoutError(text) from exc
     finally:
         consumer.stop.set()
         consumer.join(30)
