@@ -39,7 +39,8 @@ def a_run(directory: Path, found: list[Event]) -> Path:
     result = check(found, CHANNELS).to_json()
     (directory / "result.json").write_text(json.dumps(result))
     (directory / "timeline.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    (directory / "run.json").write_text(json.dumps({"seed": 3, "commit": "abc"}))
+    run = {"profile": "long", "seed": 3, "commit": "abc"}
+    (directory / "run.json").write_text(json.dumps(run))
     return directory
 
 
@@ -102,7 +103,8 @@ def test_a_published_run_is_checked_again_as_stored(
     capsys.readouterr()
     assert main(["check", str(stored)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("VALID") and "the same as the stored result" in out
+    assert out.startswith("VALID: nsqpy jepsen, profile long, seed 3\n")  # from its run.json
+    assert "the same as the stored result" in out
 
 
 def test_a_history_that_no_longer_gives_its_stored_result_is_reported(

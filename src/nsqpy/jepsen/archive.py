@@ -44,18 +44,36 @@ def stored_result(history: Path) -> Path | None:
     """The result stored with ``history``: ``result.json`` beside ``history.jsonl`` in a
     run's directory, ``<prefix>.result.json.xz`` beside ``<prefix>.history.jsonl.xz``
     (either compressed or not); None when there is none."""
-    name = history.name
-    for ending in HISTORY_NAMES[::-1]:
-        if name.endswith(ending):
-            stem = name[: -len(ending)]
-            break
-    else:
+    stem = _stem(history)
+    if stem is None:
         return None
     for suffix in RESULT_SUFFIXES:
         candidate = history.with_name(f"{stem}result.json{suffix}")
         if candidate.is_file():
             return candidate
     return None
+
+
+def _stem(history: Path) -> str | None:
+    """``<prefix>.`` of ``<prefix>.history.jsonl.xz`` (empty for ``history.jsonl``)."""
+    for ending in HISTORY_NAMES[::-1]:
+        if history.name.endswith(ending):
+            return history.name[: -len(ending)]
+    return None
+
+
+def run_title(history: Path) -> str | None:
+    """ "nsqpy jepsen, profile P, seed S" from the ``run.json`` stored with ``history``
+    (``<prefix>.run.json`` beside ``<prefix>.history.jsonl.xz``), or None without one."""
+    stem = _stem(history)
+    path = history.with_name(f"{stem}run.json") if stem is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        return f"nsqpy jepsen, profile {doc['profile']}, seed {doc['seed']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_result(path: str | Path) -> dict[str, Any]:

@@ -65,7 +65,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def check_again(argv: Sequence[str]) -> int:
     """``nsqpy jepsen check PATH [--out DIR]`` (see the module docstring)."""
-    from nsqpy.jepsen.archive import differences, find_history, read_result, stored_result
+    from nsqpy.jepsen.archive import (
+        differences,
+        find_history,
+        read_result,
+        run_title,
+        stored_result,
+    )
     from nsqpy.jepsen.checker import check
     from nsqpy.jepsen.clients import CHANNELS
     from nsqpy.jepsen.history import read_history
@@ -83,7 +89,7 @@ def check_again(argv: Sequence[str]) -> int:
     stored = read_result(stored_path) if stored_path is not None else None
     events = read_history([history])
     result = check(events, CHANNELS)
-    title = f"nsqpy jepsen, {args.path}"
+    title = run_title(history) or f"nsqpy jepsen, {args.path}"
     out = args.out or (args.path if Path(args.path).is_dir() else None)
     if out is not None:
         write_report(Path(out), events, result, title=title)
