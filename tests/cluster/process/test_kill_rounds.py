@@ -1,5 +1,5 @@
-"""Issue 19's proof with real processes: 20 rounds of SIGKILL of the current leader of a
-partition while a producer publishes and a consumer consumes through nsqlookupd, then 20
+"""Leader faults with real processes: 10 rounds of SIGKILL of the current leader of a
+partition while a producer publishes and a consumer consumes through nsqlookupd, then 10
 rounds of SIGSTOP/SIGCONT (a pause longer than its lease: another node leads meanwhile,
 and the old leader, fenced, must acknowledge nothing it had not committed); no
 acknowledged message is lost.
@@ -22,12 +22,14 @@ import pytest
 from .conftest import OwnCluster, create, leaders
 from .traffic import Consuming, Producer
 
-ROUNDS = 20
+# Ten of each (two passes over both partitions and five more): the Jepsen harness, in CI
+# too, runs kills and pauses of leaders among its other faults with a checker of its own.
+ROUNDS = 10
 TOPIC = "rounds"
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
-def test_twenty_leader_faults_lose_no_acknowledged_message(
+def test_rounds_of_leader_faults_lose_no_acknowledged_message(
     own_cluster: OwnCluster, fault: str
 ) -> None:
     cluster = own_cluster()
