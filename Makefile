@@ -45,10 +45,11 @@ run: venv
 	$(BIN)/nsqpy run --data-path ./data
 
 # Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored).
+# The 25 slowest tests are listed at the end: where the suite's wall time goes.
 ARTIFACTS := $(CURDIR)/test-artifacts
 
 test: venv sysdeps
-	NSQPY_ARTIFACTS=$(ARTIFACTS) $(BIN)/python -m pytest -q
+	NSQPY_ARTIFACTS=$(ARTIFACTS) $(BIN)/python -m pytest -q --durations=25
 
 fmt: venv
 	$(BIN)/ruff format src tests bench
