@@ -67,7 +67,7 @@ def as_sole_replica(broker: Broker) -> Broker:
     def set_role(topic: str, number: int, role: str, leader_epoch: int) -> Partition:
         part = real(topic, number, role, leader_epoch)
         part.writable = part.leading
-        part.commit_bound = None if part.leading else 0
+        part.commit_bound = part.ack_bound = None if part.leading else 0
         if part.leading:
             broker.pump([part])
         return part

@@ -121,6 +121,10 @@ class Partition:
         # closed, bound at 0 and not writable: only its replica state opens it
         # (``nsqd.replicas.Replication._publish`` is the one writer of both in a cluster).
         self.commit_bound: int | None = None if leading else 0
+        # Replication: publishes are answered only below this (None: as ``commit_bound``);
+        # while the ISR is not a majority it stays where it was, though consumers may read
+        # on to ``commit_bound`` (``ReplicaState.answerable``).
+        self.ack_bound: int | None = None if leading else 0
         # Replication: the confirmed offset of a channel (by name) that every ISR follower
         # has taken; an ordered channel delivers its next message only once it reaches
         # the channel's own (None: no followers to wait for, as on a single node).

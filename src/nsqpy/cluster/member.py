@@ -146,7 +146,8 @@ class Member:
         self.registered = asyncio.Event()
         # Called with the snapshot after each ``apply`` (the node's replication follows).
         self.on_applied: list[Callable[[Snapshot], None]] = []
-        self.on_reported: list[Callable[[], None]] = []  # after each NodeInfo is written
+        # after each NodeInfo is written, with the revision of the write
+        self.on_reported: list[Callable[[int], None]] = []
         self._renewing: set[tuple[str, int, int]] = set()  # new epochs being asked for
         # per partition, the leader epoch of the last snapshot this process applied
         self._seen: dict[tuple[str, int], int] = {}
@@ -186,9 +187,11 @@ class Member:
             if self._watch is not None:
                 self._watch.cancel()
             self._watch = asyncio.get_running_loop().create_task(self._on_lost(self._lease))
-        await self.etcd.put(self.keys.node(self.node_id), self.node().to_json(), self._lease)
+        revision = await self.etcd.put(
+            self.keys.node(self.node_id), self.node().to_json(), self._lease
+        )
         for hook in self.on_reported:  # (what the report said is in etcd now)
-            hook()
+            hook(revision)
         if not self.registered.is_set():
             log.info(
                 "cluster: node %s registered in cluster %s", self.node_id, self.keys.cluster_id

@@ -242,9 +242,13 @@ class LeaderFeed:
     def _on_frame(self, conn: _Conn, frame: object) -> None:
         match frame:
             case Ack() | Fetch() | EpochQuery() | Heartbeat():
+                committed = conn.state.committed
                 answer = conn.state.leader_frame(conn.peer, frame)
                 if answer:
                     conn.link.send(answer)
+                if conn.state.committed != committed:  # (every follower is told at once)
+                    for other in self._conns.get(conn.key, {}).values():
+                        other.wake.set()
                 conn.wake.set()
             case CursorsAck(epoch, seq):
                 conn.state.check_epoch(conn.peer, epoch)

@@ -1,24 +1,32 @@
 """One partition's replica state on one node, sans-IO: the single owner of everything the
-safety of replication rests on (CLUSTER.md "Write path", "Epochs and the commit log").
+safety of replication rests on (docs/cluster.md, "Replication").
 
 ``ReplicaState`` owns the assignment (role, leader epoch, ISR, catch-up members, the
 replicator), the **committed offset** (Kafka's high watermark: the smallest end every
-waited-for ISR member holds; it never goes back, whatever the role), whether the partition
-takes writes (its ISR a majority of its replicas), what the leader knows of each follower,
-and the follower's side of a link (APPENDs taken into the log, the leader's committed
+waited-for ISR member holds; it never goes back, whatever the role, unless the log it
+stood for is cut below it: ``on_epoch_end``), whether the partition takes writes (its ISR
+a majority of its replicas), what the leader knows of each follower, and the follower's
+side of a link (APPENDs taken into the log, the leader's committed
 offset kept). Inputs are calls: the assignment (``assign``), the local log's progress
 (``local_progress``), the link frames, decoded (``accept`` for a HELLO, ``leader_frame``,
 ``take_append``, ``on_epoch_end``), and the time, read from the injected ``clock``.
 Outputs are the frames to send (``leader_output``, ``fetch_frame``, ``ack_frame``...) and
-the state read off it; ``on_change`` is told whenever the committed offset or
-``writable`` changed, so the owner publishes both to the partition together.
+the state read off it; ``on_change`` is told whenever the committed offset, the
+``answerable`` one or ``writable`` changed, so the owner publishes them to the partition
+together.
 
-It fails closed: a new state commits nothing and takes no write; a partition that becomes
-leader keeps the committed offset it learned as a follower and reads nothing above it
-until its ISR has more. Nothing a peer says is taken unchecked: a HELLO from a node that
-holds no replica, an ACK beyond what its link was sent (or going back, or durable past its
-end), a FETCH beyond where the follower's last epoch ends in this log, frames of another
-epoch: each is refused (``Refused``) and the link closed.
+It fails closed: a new state commits nothing and takes no write. A partition that becomes
+leader keeps the committed offset it learned as a follower, and raises it to what every
+member of its new ISR holds (everything it holds, when the ISR is itself alone: the
+coordinator elects only from the ISR and lets a member join only once it holds everything
+committed, so no failover can take it back). The committed offset moves whatever the
+size of the ISR; ``writable`` (an ISR of more than half the replicas) says whether
+publishes are taken and answered.
+
+Nothing a peer says is taken unchecked: a HELLO from a node that holds no replica, an ACK
+beyond what its link was sent (or going back, or durable past its end), a FETCH beyond
+where the follower's last epoch ends in this log, frames of another epoch: each is refused
+(``Refused``) and the link closed.
 
 The link shells (``replica_leader.LeaderFeed``, ``replica_follower.FollowerFetch``) do the
 I/O; the data-plane simulation drives this class directly. Imports the codec and the
@@ -128,13 +136,15 @@ class ReplicaState:
         self.catchup: tuple[str, ...] = ()
         self.replicator = 1
         self.committed = 0
+        self.answerable = 0  # publishes below it are answered (``_advance``)
         self.writable = False
         self.peers: dict[str, Peer] = {}
         self.since = clock()  # when this leadership (or role) began
-        # catch-up members reported caught up, waited for as ISR members: as the last
-        # report written to etcd says, and as the one being written says (``caught_up``)
-        self.joining: set[str] = set()
+        # Catch-up members reported caught up, waited for as ISR members (``caught_up``):
+        # those of the reports being built (not yet in etcd), and of each report in etcd
+        # (revision, members) that a join guarded by it may still follow unseen (``seen``).
         self.joining_next: set[str] = set()
+        self.reports: list[tuple[int, frozenset[str]]] = []
 
     @property
     def where(self) -> str:
@@ -175,26 +185,41 @@ class ReplicaState:
                 if peer.link is not None:
                     peer.link.open = False
             self.peers = {}
-            self.joining, self.joining_next = set(), set()
+            self.joining_next, self.reports = set(), []
             self.since = self.clock()
         self.role, self.epoch = role, epoch
         self.isr, self.catchup = tuple(isr), tuple(catchup)
         self.replicator = replicator
         for node in [n for n in self.peers if n not in self.holders]:
             self._forget(node)
-        self.joining &= set(self.catchup)
-        self.joining_next &= set(self.catchup)
         writable = role == LEADER and len(self.isr) * 2 > replicator
         changed = writable != self.writable
         self.writable = writable
         if self._advance() or changed:
             self._changed()
 
-    def reported(self) -> None:
-        """The report built last (``caught_up``) is in etcd: only now does the committed
-        offset stop waiting for a member it leaves out (the coordinator's join is guarded
-        by that report's revision)."""
-        self.joining = set(self.joining_next)
+    def reported(self, revision: int) -> None:
+        """The report built last (``caught_up``) is in etcd at ``revision``. The
+        coordinator's join of a member it names is guarded by that revision: it can happen
+        only until the next report is in etcd."""
+        self.reports.append((revision, frozenset(self.joining_next)))
+        self.joining_next = set()
+
+    def seen(self, revision: int) -> None:
+        """The assignment applied last (``assign``) is etcd's as of ``revision``: a join
+        guarded by a report older than the newest one at or below it happened before that
+        one was written, so it is in the assignment already; the members of such reports
+        are no longer waited for unless the ISR names them."""
+        newest = max((i for i, (rev, _) in enumerate(self.reports) if rev <= revision), default=0)
+        del self.reports[:newest]
+
+    @property
+    def joining(self) -> set[str]:
+        """The catch-up members the committed offset waits for (see ``reports``)."""
+        out = set(self.joining_next)
+        for _rev, members in self.reports:
+            out |= members
+        return out & set(self.catchup)
 
     def _forget(self, node: str) -> None:
         peer = self.peers.pop(node, None)
@@ -206,8 +231,7 @@ class ReplicaState:
     def waited(self) -> tuple[str, ...]:
         """Whom the committed offset waits for: the ISR and the catch-up members reported
         caught up, this node aside."""
-        joining = (self.joining | self.joining_next) & set(self.catchup)
-        nodes = self.isr + tuple(sorted(joining - set(self.isr)))
+        nodes = self.isr + tuple(sorted(self.joining - set(self.isr)))
         return tuple(n for n in nodes if n != self.node_id)
 
     def _own_end(self) -> int:
@@ -226,20 +250,24 @@ class ReplicaState:
         return low
 
     def _advance(self) -> bool:
-        """Raise the committed offset to what every waited-for member holds; only while
-        writable (what a minority ISR holds is not committed: it waits for a member that
-        joins). True when it moved."""
-        if self.role != LEADER or not self.writable:
+        """Raise the committed offset to what every waited-for member holds (Kafka's high
+        watermark), whatever the size of the ISR: a minority ISR shows consumers what it
+        holds. Publishes are answered only up to ``answerable``, the committed offset as
+        it was last while writable: what only a minority of the replicas holds waits for
+        a member to join (which holds everything committed). True when either moved."""
+        if self.role != LEADER:
             return False
+        moved = False
         new = self.holds(self.waited())
         if new > self.committed:
-            self.committed = new
-            return True
-        return False
+            self.committed, moved = new, True
+        if self.writable and self.committed > self.answerable:
+            self.answerable, moved = self.committed, True
+        return moved
 
     def local_progress(self) -> bool:
         """The local log was flushed or synced: as leader, commit what that allows. True
-        when the committed offset moved (``on_change`` was told)."""
+        when the committed (or answerable) offset moved (``on_change`` was told)."""
         if self._advance():
             self._changed()
             return True
@@ -270,6 +298,9 @@ class ReplicaState:
         old = peer.link
         if old is not None:
             old.open = False
+        # A new link (the follower may have restarted, and lost what it had not synced):
+        # its end is known again from its FETCH; only its durable end is kept meanwhile.
+        peer.end = peer.durable
         # ``unacked_since`` survives the reconnect: a follower that drops its link and dials
         # again without ever acknowledging what it was sent (its disk is full, say) must
         # still become ``lagging``, not look fresh at every dial.
@@ -420,21 +451,22 @@ class ReplicaState:
         return late
 
     def caught_up(self) -> tuple[str, ...]:
-        """The catch-up members that hold everything committed (durably under
-        ``always``) and do not lag: from now on the committed offset waits for them too,
-        until a report without them is in etcd (``reported``)."""
+        """For the report being built: the catch-up members that hold everything committed
+        (durably under ``always``) and do not lag, and those waited for already that do
+        not lag. From now on the committed offset waits for them too, until a report
+        without them is in etcd and an assignment as of its revision or later was applied
+        (``reported``, ``seen``): the coordinator may make one an ISR member meanwhile."""
         if self.role != LEADER or not self.catchup:
-            self.joining_next = set()
             return ()
         late = set(self.lagging(self.holders))
-        joining = self.joining & (set(self.catchup) - late)
+        joining = self.joining - late
         always = self.log.policy.always
         committed = self.readable_offset
         for node, peer in self.peers.items():
             has = peer.durable if always else peer.end
             if node in self.catchup and node not in late and peer.connected and has >= committed:
                 joining.add(node)
-        self.joining_next = joining
+        self.joining_next |= joining
         return tuple(sorted(joining))
 
     # -- the follower's end of a link ----------------------------------------------------
@@ -445,8 +477,20 @@ class ReplicaState:
         return asked, encode_epoch_query(asked)
 
     def on_epoch_end(self, asked: int, frame: EpochEnd) -> bool:
-        """The leader's EPOCH_END: the divergent tail cut; True when the logs agree."""
-        return self.log.match_leader(asked, (frame.epoch, frame.end_offset))
+        """The leader's EPOCH_END: the divergent tail cut; True when the logs agree.
+
+        A cut below the committed offset this follower was told means the leader does not
+        hold what was committed there (it lost its log: a power loss before its fsync, a
+        new disk); the log may even begin again at 0 (``PartitionLog.match_leader``). The
+        committed offset then comes down to the cut: it was the old log's, and a follower
+        promoted later must not show what it appends there before its ISR holds it."""
+        held = min(self.log.high_watermark, self.committed)
+        agreed = self.log.match_leader(asked, (frame.epoch, frame.end_offset))
+        end = self.log.high_watermark
+        if end < held:
+            self.committed = self.answerable = end
+            self._changed()
+        return agreed
 
     def fetch_frame(self, epoch: int, max_bytes: int) -> bytes:
         log = self.log

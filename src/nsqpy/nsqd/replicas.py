@@ -6,11 +6,11 @@ partition held here: the single owner of its committed offset and of whether it 
 writes. The state tells ``_publish`` of every change, and only there are the partition's
 ``commit_bound`` and ``writable`` written, together: consumers see and producers are
 answered only up to the committed offset (the smallest end every ISR member holds; the
-flushed end for a partition that is its own whole ISR). A partition held in a cluster is
-created closed (bound 0, not writable: ``Partition``), so nothing is read or acknowledged
-before its state has said so; a follower keeps the committed offset its leader sent, and
-when it becomes leader its consumers read up to that offset at once, and no further until
-its ISR holds more, whether or not the ISR is a majority (writes wait for one).
+flushed end for a partition that is its own whole ISR), publishers only while the ISR is a
+majority of the replicas (``ack_bound``). A partition held in a cluster is created closed
+(bounds 0, not writable: ``Partition``), so nothing is read or acknowledged before its
+state has said so; a follower keeps the committed offset its leader sent, and when it
+becomes leader its consumers read on to what every member of its new ISR holds.
 
 It listens on ``--rpc-address`` (``LeaderFeed``) and keeps one ``FollowerFetch`` per
 partition this node follows, pointed at the leader etcd names (re-pointed when the leader
@@ -120,15 +120,15 @@ class Replication:
         return state
 
     def _publish(self, state: ReplicaState) -> None:
-        """The one place a partition's ``commit_bound`` and ``writable`` are written: as
-        its state says, both at once; a led partition's publishes and channels are told
-        when its bound rose."""
+        """The one place a partition's ``commit_bound``, ``ack_bound`` and ``writable`` are
+        written: as its state says, all at once; a led partition's publishes and channels
+        are told when its bounds rose."""
         key = (state.topic, state.partition)
         part = self._held.get(key)
         if part is None:
             return
         before = part.commit_bound
-        part.commit_bound = state.committed
+        part.commit_bound, part.ack_bound = state.committed, state.answerable
         if state.writable != part.writable:
             part.writable = state.writable
             if state.role == LEADER:
@@ -140,6 +140,7 @@ class Replication:
                     len(state.isr),
                     state.replicator,
                 )
+        # (``answerable`` moves only while writable)
         if part.leading and (before is None or state.committed > before or state.writable):
             self.on_committed(part)
 
@@ -152,10 +153,10 @@ class Replication:
         if state is not None and state.role == LEADER and self._held.get(state.key) is part:
             state.assign(FOLLOWER, part.leader_epoch, state.isr, state.catchup, state.replicator)
 
-    def reported(self) -> None:
-        """The NodeInfo built last is in etcd (``ReplicaState.reported``)."""
+    def reported(self, revision: int) -> None:
+        """The NodeInfo built last is in etcd at ``revision`` (``ReplicaState.reported``)."""
         for state in self.states.values():
-            state.reported()
+            state.reported(revision)
 
     def _cursors_of(self, topic: str, partition: int) -> list[ChannelCursor]:
         """The cursor of every durable channel over a led partition (sent to followers)."""
@@ -254,9 +255,10 @@ class Replication:
         """(``NodeInfo.caught_up``) Per partition led here, in its leader epoch, the
         catch-up members that hold everything committed (``ReplicaState.caught_up``):
         from the moment one is reported the committed offset waits for it too, until a
-        report without it is in etcd (``reported``), so when the coordinator (its join
-        guarded by the revision of the report it read) makes it an ISR member, no record
-        acknowledged before is missing on it."""
+        report without it is in etcd and this node has applied etcd's assignment as of that
+        report's revision or later (``reported``, ``apply``), so when the coordinator (its
+        join guarded by the revision of the report it read) makes it an ISR member, no
+        record acknowledged or shown before is missing on it."""
         out: dict[str, tuple[int, tuple[str, ...]]] = {}
         for part, state in self._led_states():
             r = self.replicas(part.name, part.number)
@@ -306,6 +308,7 @@ class Replication:
                     if r is not None and r.leader != self.node_id and leader is not None:
                         wanted.add(key)
                         self._follow(state, leader.rpc_address, r.leader_epoch)
+                state.seen(snap.revision)
         for key in set(self.fetches) - wanted:
             self._drop_fetch(key)
         for key in set(self.states) - held:

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqpy.nsqd")
 
 # Test only, never for use: a publish is answered once this node has it, not once every ISR
-# member has it (``_release`` ignores ``commit_bound``). The Jepsen harness runs such a broken
+# member has it (``_release`` ignores ``ack_bound``). The Jepsen harness runs such a broken
 # build to show that its checker sees what is lost (``nsqpy jepsen
 # --unsafe-ack-before-replication``). Consumers still see only committed messages.
 UNSAFE_ACK_ENV = "NSQPY_UNSAFE_ACK_BEFORE_REPLICATION"
@@ -474,7 +474,8 @@ class NsqdServer:
         self._flush_connections()
 
     def _release(self, part: Partition, limit: int) -> None:
-        bound = part.commit_bound  # (cluster: only what every ISR member has is answered)
+        # (cluster: only what every ISR member has, and a majority of the replicas)
+        bound = part.ack_bound if part.ack_bound is not None else part.commit_bound
         if bound is not None and bound < limit and not UNSAFE_ACK:
             limit = bound
         acks = self._acks.get(part)

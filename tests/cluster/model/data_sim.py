@@ -67,8 +67,15 @@ CLUSTER = "sim"
 
 # Seeds whose schedules found a bug in an earlier version of the rules, kept as regression
 # cases (``test_data_simulation`` replays each): a node that had just become leader showed
-# its consumers its local end, records only it held (2, 11, 17, 20).
-SEEDS_THAT_FOUND_BUGS: tuple[int, ...] = (2, 11, 17, 20)
+# its consumers its local end, records only it held; a leader stopped waiting for a
+# catch-up member it had reported caught up as soon as a report without it was in etcd,
+# though the coordinator had made it an ISR member meanwhile (an assignment the leader had
+# not applied yet), and committed what that member lacked; a follower whose log began again
+# at 0 (its leader had lost its own) kept the committed offset of the old log, and once
+# promoted showed what it appended there (14804).
+PROMOTION_SEEDS: tuple[int, ...] = (2, 11, 17, 20)
+JOIN_SEEDS: tuple[int, ...] = (6068, 6218)
+SEEDS_THAT_FOUND_BUGS = (*PROMOTION_SEEDS, *JOIN_SEEDS, 14804)
 
 
 def frames_of(data: bytes) -> list[ReplicationFrame]:
@@ -174,7 +181,7 @@ class World:
             if node.live:
                 self.etcd_revision += 1
                 self.reports[node.id] = (node.report(), self.etcd_revision)
-                node.state.reported()  # (the report is in etcd now)
+                node.state.reported(self.etcd_revision)  # (the report is in etcd now)
             else:
                 self.reports.pop(node.id, None)
 
@@ -218,12 +225,14 @@ class World:
                     self.cut((node.id, node.session))
                 node.phase, node.leader, node.links = "idle", None, {}
             st.assign(LEADER, r.leader_epoch, r.isr, r.catchup, META.replicator)
+            st.seen(self.etcd_revision)
             return
         if st.role == LEADER:  # stepped down: what it had not committed is refused
             node.pending = []
             for follower, (session, _) in list(node.links.items()):
                 self.cut((follower, session))
         st.assign(FOLLOWER, r.leader_epoch, r.isr, r.catchup, META.replicator)
+        st.seen(self.etcd_revision)
         if (node.leader, node.epoch) != (r.leader, r.leader_epoch) or node.phase == "idle":
             node.leader, node.epoch = r.leader, r.leader_epoch
             self.converse(node)
@@ -281,15 +290,16 @@ class World:
             self.send_all(node.id, follower, follower, session, out)
 
     def commit(self) -> None:
-        """Publishes answered below the leader's committed offset; what consumers (and log
-        readers, on any node) may see is noted as shown."""
+        """Publishes answered below the leader's answerable offset (its committed offset as
+        it was last while writable); what consumers (and log readers, on any node) may see
+        is noted as shown."""
         node = self.leader()
         if node is not None:
             node.state.local_progress()
-            committed = node.state.committed
+            answerable = node.state.answerable
             keep = []
             for last, values in node.pending:
-                if last < committed:
+                if last < answerable:
                     for i, v in enumerate(values):
                         self.acked[v] = last - len(values) + 1 + i
                 else:

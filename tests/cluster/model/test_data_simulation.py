@@ -1,8 +1,9 @@
 """The data-plane simulation (``data_sim``) over many seeds: acknowledged and shown records
 are on every ISR member after every step, an offset shown never changes, every lie is
 refused, and the logs end equal. The simulation runs the real ``ReplicaState``; the last
-test shows that its checker catches the defect a reviewer found in an earlier version (a
-node that had just become leader showed its consumers its local end)."""
+two tests show that its checker catches the defects found in earlier versions (a node that
+had just become leader showed its consumers its local end; a leader stopped waiting for a
+member joining the ISR too early)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from nsqpy.cluster import replica_state
 from nsqpy.cluster.replica_state import LEADER, ReplicaState
 
-from .data_sim import SEEDS_THAT_FOUND_BUGS, run_schedule
+from .data_sim import JOIN_SEEDS, PROMOTION_SEEDS, SEEDS_THAT_FOUND_BUGS, run_schedule
 
 
 @pytest.fixture
@@ -72,6 +73,24 @@ def test_the_checker_catches_a_new_leader_that_shows_its_local_end(
             self.committed = max(self.committed, self.log.flushed_offset)
 
     monkeypatch.setattr(replica_state.ReplicaState, "assign", flawed)
-    for seed in SEEDS_THAT_FOUND_BUGS:
+    for seed in PROMOTION_SEEDS:
+        with pytest.raises(AssertionError, match="lacks"):
+            run_schedule(seed, quick_dir / f"flawed{seed}")
+
+
+def test_the_checker_catches_a_leader_that_stops_waiting_for_a_joining_member_too_early(
+    quick_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule as it was: a catch-up member reported caught up was waited for only until
+    the next report (without it) was in etcd, whether or not the leader had applied the
+    assignment of that revision, in which the coordinator may have made it an ISR member.
+    With that rule patched back in, the checker fails on the seeds that found it."""
+
+    def flawed(self: ReplicaState, revision: int) -> None:
+        self.reports = [(revision, frozenset(self.joining_next))]
+        self.joining_next = set()
+
+    monkeypatch.setattr(replica_state.ReplicaState, "reported", flawed)
+    for seed in JOIN_SEEDS:
         with pytest.raises(AssertionError, match="lacks"):
             run_schedule(seed, quick_dir / f"flawed{seed}")

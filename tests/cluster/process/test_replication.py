@@ -501,11 +501,12 @@ def test_a_follower_killed_during_a_stream_rejoins_with_an_identical_log(
         producer.join(30)
     assert set(answers) == {(0, b"OK")} and len(answers) > 100
     end = stats_partitions(cluster, leader, topic)[0]["high_watermark"]
-    cluster.wait_for(
-        lambda: stats_partitions(cluster, follower, topic)[0]["high_watermark"] == end,
-        10,
-        "the follower has it all",
-    )
+
+    def has_all() -> bool:  # (and was told it is committed: its log reads stop there)
+        part = stats_partitions(cluster, follower, topic)[0]
+        return bool(part["high_watermark"] == part["committed_offset"] == end)
+
+    cluster.wait_for(has_all, 10, "the follower has it all")
     assert log_bytes(cluster, follower, topic) == log_bytes(cluster, leader, topic)
 
 

@@ -130,44 +130,140 @@ def test_a_new_state_commits_nothing_and_takes_no_write(
     assert st.writable and st.committed == st.log.flushed_offset == 30
 
 
-def test_a_sole_isr_member_of_several_replicas_commits_nothing_more(
+def test_a_sole_isr_member_of_several_replicas_shows_what_it_holds_and_answers_no_publish(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
-    """replicator 2, ISR of the leader alone: not writable, and what it appended while it
-    was (before the ISR shrank) is not committed by it alone."""
+    """replicator 2, ISR of the leader alone: not writable. What it appended while it was
+    (before the ISR shrank) is committed, so consumers read it (the coordinator elects only
+    from the ISR: no failover can take it back), but the publish is not answered while one
+    replica of two holds it: only once a member joins the ISR, holding it too."""
     leader, follower, link = pair(tmp_path, logs, clock)
     lead(leader.log, 1, 2)
     leader.local_progress()
     pump(leader, link, follower, 1)
-    assert leader.committed == 20
+    assert (leader.committed, leader.answerable) == (20, 20)
     lead(leader.log, 1, 1)  # appended while writable, not yet on F
     leader.assign(LEADER, 1, ["L"], ["F"], 2)  # F fell out of the ISR
     assert not leader.writable
     leader.local_progress()
-    assert leader.committed == 20 and leader.readable_offset == 20
+    assert (leader.committed, leader.readable_offset, leader.answerable) == (30, 30, 20)
+    assert leader.changes[-1] == (30, False)  # type: ignore[attr-defined]
+    pump(leader, link, follower, 1)  # F, a catch-up member now, gets the batch
+    assert leader.caught_up() == ("F",) and leader.answerable == 20
+    leader.reported(2)
+    leader.assign(LEADER, 1, ["L", "F"], (), 2)  # the coordinator lets F join
+    assert leader.writable and (leader.committed, leader.answerable) == (30, 30)
 
 
-def test_a_promoted_follower_reads_to_the_committed_offset_it_was_told_and_no_further(
+def test_a_promoted_follower_reads_at_once_everything_its_new_isr_holds(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
-    """Kafka's high watermark never goes back on a leader change: a follower that becomes
-    leader (ISR itself alone, not writable) shows at once what its old leader committed,
-    and nothing it holds beyond that, which a failover could still take back."""
+    """Kafka's high watermark never goes back on a leader change, and a new leader raises it
+    to what every member of its new ISR holds. Left the only ISR member (its old leader
+    dead), it shows at once everything it holds, though the old leader never told it that
+    the last batch was committed; with another ISR member that lacks the batch, it shows
+    only what it was told, until that member has it too."""
     leader, follower, link = pair(tmp_path, logs, clock)
     lead(leader.log, 1, 3)
     leader.local_progress()
     pump(leader, link, follower, 1)  # F has 30, L commits 30
+    assert (leader.committed, follower.committed) == (30, 0), "F was not told yet"
     pump(leader, link, follower, 1)  # F is told 30 (an empty APPEND: committed moved)
     assert (leader.committed, follower.committed) == (30, 30)
     lead(leader.log, 1, 1)
     for frame in decoded(leader.leader_output(link)):  # F gets 40, never ACKs it
         follower.take_append(frame, 1)  # type: ignore[arg-type]
     follower.log.flush()
-    assert follower.log.flushed_offset == 40
-    follower.assign(LEADER, 2, ["F"], (), 2)  # L is dead; F leads with an ISR of one
+    assert follower.log.flushed_offset == 40 and follower.committed == 30
+    follower.assign(LEADER, 2, ["F", "G"], (), 3)  # G, another ISR member, has not 40 yet
+    assert follower.writable and follower.readable_offset == 30
+    follower.assign(LEADER, 2, ["F"], ("G",), 3)  # G dropped out: F alone
     assert not follower.writable
-    assert follower.committed == 30 and follower.readable_offset == 30
-    assert follower.changes[-1] == (30, False)  # type: ignore[attr-defined]
+    assert follower.committed == 40 and follower.readable_offset == 40
+    assert follower.changes[-1] == (40, False)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("joined", [True, False], ids=["joined", "not-joined"])
+def test_a_member_reported_caught_up_is_waited_for_until_an_assignment_after_a_report_without_it(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock, joined: bool
+) -> None:
+    """The coordinator may make F an ISR member on the strength of a report naming it
+    caught up (its txn guarded by that report's revision) until the next report is in etcd.
+    So once F lags and a report leaves it out, the leader still waits for F until it has
+    applied etcd's assignment as of that report's revision: in it F is an ISR member (it
+    was joined meanwhile: waited for as one) or it never will be by that report (no longer
+    waited for). The data-plane simulation found a leader that stopped waiting at the
+    report and committed, on an ISR it had not seen yet, what F lacked (seed 6218)."""
+    leader, follower, link = pair(tmp_path, logs, clock, ("L",), timeout=5.0)
+    lead(leader.log, 1, 2)
+    leader.local_progress()
+    pump(leader, link, follower, 1)
+    assert leader.committed == 20 and leader.caught_up() == ("F",)
+    leader.reported(5)  # the report naming F is in etcd at revision 5
+    # (the coordinator may join F now, at revision 6; the leader has not seen it)
+    clock.now += 6.0  # F is silent: it lags, and the next report leaves it out
+    assert leader.caught_up() == ()
+    leader.reported(7)
+    lead(leader.log, 1, 1)
+    leader.local_progress()
+    assert leader.committed == 20, "F may be an ISR member already: it lacks 20..30"
+    leader.seen(6)  # an assignment older than the report without F changes nothing
+    leader.local_progress()
+    assert leader.committed == 20 and "F" in leader.waited()
+    if joined:
+        leader.assign(LEADER, 1, ["L", "F"], (), 2)
+        leader.seen(7)
+        leader.local_progress()
+        assert leader.committed == 20 and leader.waited() == ("F",)
+    else:
+        leader.seen(7)
+        leader.local_progress()
+        assert leader.committed == 30 and leader.waited() == ()
+
+
+def test_a_follower_that_links_again_is_trusted_for_its_durable_end_only_until_it_fetches(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A new HELLO may come from a follower that restarted and lost what it had not
+    synced: until its FETCH says where its log ends, the leader counts only the durable
+    end it was told, so it does not report a catch-up member caught up on an end it may
+    have lost."""
+    leader, follower, link = pair(tmp_path, logs, clock, ("L",))
+    lead(leader.log, 1, 3)
+    leader.local_progress()
+    pump(leader, link, follower, 1)  # F flushed 30, synced nothing: ACK (30, 0)
+    assert (leader.peers["F"].end, leader.peers["F"].durable) == (30, 0)
+    _, replaced = leader.accept(Hello("F", "c", TOPIC, 0, 1))  # F restarted
+    assert replaced is link and not link.open
+    assert leader.peers["F"].end == 0 and leader.caught_up() == ()
+    follower.log.truncate(0)  # (what it lost)
+    link = link_up(leader, follower, 1)
+    pump(leader, link, follower, 1)
+    assert leader.peers["F"].end == 30 and leader.caught_up() == ("F",)
+
+
+def test_a_follower_cut_below_its_committed_offset_takes_that_offset_down_with_its_log(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A leader that lost its log (a power loss before its fsync) may lead again in a new
+    epoch with nothing of the follower's epochs (EPOCH_END -1, -1): the follower's log is
+    emptied and begins again at 0. The committed offset it was told belonged to the old
+    log: it comes down with it, so that, promoted later, it shows nothing it appends
+    before its ISR holds it (the data-plane simulation found this, seed 14804)."""
+    leader, follower, link = pair(tmp_path, logs, clock)
+    lead(leader.log, 1, 3)
+    leader.local_progress()
+    pump(leader, link, follower, 1)
+    pump(leader, link, follower, 1)
+    assert follower.committed == 30
+    follower.assign(FOLLOWER, 2, ["N", "F"], (), 2)  # N leads now, with nothing of epoch 1
+    assert follower.on_epoch_end(1, EpochEnd(-1, -1))
+    assert follower.log.high_watermark == 0 and follower.committed == 0
+    assert follower.changes[-1] == (0, False)  # type: ignore[attr-defined]
+    follower.assign(LEADER, 3, ["F", "N"], (), 2)  # N is gone before F fetched anything
+    lead(follower.log, 3, 1)
+    follower.local_progress()
+    assert follower.readable_offset == 0, "nothing N does not hold is shown"
 
 
 def test_an_ack_beyond_what_the_link_was_sent_is_refused_and_commits_nothing(
