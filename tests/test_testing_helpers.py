@@ -50,6 +50,19 @@ def test_free_ports_never_come_from_what_port_0_draws_and_never_twice() -> None:
         seen.update(ports)
 
 
+def test_free_ports_of_two_test_workers_never_meet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under pytest-xdist each worker draws from its own share of the range, so two
+    workers (two processes, each remembering only its own ports) never hand out the same
+    port."""
+    drawn: dict[str, set[int]] = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        drawn[worker] = {p for _ in range(40) for p in free_ports(5)}
+    assert len(drawn["gw0"]) == len(drawn["gw1"]) == 200
+    assert max(drawn["gw0"]) < min(drawn["gw1"]), "each worker keeps to its own share"
+
+
 def test_a_daemon_that_cannot_bind_fails_its_start_clearly() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

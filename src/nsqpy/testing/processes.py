@@ -37,17 +37,33 @@ _PICK_LOW = 10_000
 _handed: set[int] = set()  # ports this process handed out (never twice)
 
 
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """The part of ``[low, high]`` this process draws from: all of it, or, in one of
+    several pytest-xdist workers (``PYTEST_XDIST_WORKER`` ``gw<i>`` of
+    ``PYTEST_XDIST_WORKER_COUNT``), its own share, so two workers never hand out the
+    same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return low, high
+    index, workers = int(worker[2:]), max(1, int(count))
+    size = (high - low + 1) // workers
+    start = low + (index % workers) * size
+    return start, start + size - 1
+
+
 def free_ports(n: int = 1) -> list[int]:
     """``n`` distinct loopback ports free at the time of asking, for a daemon to bind later.
 
     They are drawn below the kernel's ephemeral range, so that nothing bound to port 0
     meanwhile (another daemon's own listener, a client's connection) can take one before
-    its owner binds it; and this process never hands the same port out twice. Where the
-    ephemeral range leaves no room below it, the kernel picks (bind to port 0)."""
-    high = _ephemeral_low() - 1
-    if high - _PICK_LOW < 1000:
+    its owner binds it; this process never hands the same port out twice, nor two test
+    workers the same port (``_worker_slice``). Where the ephemeral range leaves no room
+    below it, the kernel picks (bind to port 0)."""
+    low, high = _worker_slice(_PICK_LOW, _ephemeral_low() - 1)
+    if high - low < 1000:
         return _kernel_ports(n)
-    if len(_handed) > (high - _PICK_LOW) // 2:
+    if len(_handed) > (high - low) // 2:
         _handed.clear()  # (long gone: the tests that used them have ended)
     socks: list[socket.socket] = []
     picked: list[int] = []
@@ -55,7 +71,7 @@ def free_ports(n: int = 1) -> list[int]:
         for _ in range(200 * n):
             if len(picked) == n:
                 break
-            port = random.randint(_PICK_LOW, high)
+            port = random.randint(low, high)
             if port in _handed or port in picked:
                 continue
             sock = socket.socket()
