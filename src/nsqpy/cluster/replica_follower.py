@@ -40,7 +40,6 @@ from nsqpy.protocol.replication import (
     MalformedFrame,
     ReplicationFrame,
     ReplicationProtocolError,
-    encode_cursors_ack,
     encode_hello,
 )
 
@@ -264,7 +263,7 @@ class FollowerFetch:
                     self.replica.take_append(frame, epoch)
                 elif isinstance(frame, Heartbeat):
                     heartbeat = True
-                elif isinstance(frame, Cursors) and frame.leader_epoch == epoch:
+                elif isinstance(frame, Cursors):
                     cursors.append(frame)
                 elif isinstance(frame, ErrorFrame):
                     raise RemoteError(frame)
@@ -273,9 +272,10 @@ class FollowerFetch:
             if log.pending():
                 log.flush()
             if cursors:
+                answers = [self.replica.cursors_ack(frame, epoch) for frame in cursors]
                 if self.on_cursors is not None:  # (after the records they cover)
                     self.on_cursors(cursors[-1])
-                link.send([encode_cursors_ack(epoch, cursors[-1].seq)])
+                link.send(answers[-1:])
             if log.sync_due(self.wall_ns()):
                 await asyncio.to_thread(log.sync)
             now, ack = self.replica.ack_frame(epoch)

@@ -6,9 +6,10 @@ accepts the magic and a HELLO (checked against the cluster id here, the rest by 
 partition's state), hands every follower frame to the state and sends what the state
 answers (EPOCH_END) and what it has to send (APPENDs, pipelined under a window of
 un-acked bytes, never the whole log in memory), heartbeats on idle links, and the
-channels' cursors every ``cursor_interval`` when they changed, or at once when asked
-(``cursors_now``; CURSORS, the owner's ``cursors`` lookup), with what each follower has
-taken of them (CURSORS_ACK: ``replicated_confirmed``, ``on_cursors_acked``). It does no
+channels' cursors when the state says they are due (every ``cursor_interval`` when they
+changed, or at once when asked: ``cursors_now``; CURSORS, the owner's ``cursors`` lookup);
+what each follower has taken of them (CURSORS_ACK) is the state's too
+(``replicated_confirmed``; the owner is told: ``on_cursors_acked``). It does no
 polling: the owner calls ``notify(topic, partition)`` after each flush of a led log (the
 state learns of it there and may commit), and the state tells its owner of a committed
 offset that moved. Imports asyncio, the codec and the replica state; never the broker or
@@ -40,13 +41,11 @@ from nsqpy.protocol.replication import (
     Hello,
     MalformedFrame,
     ReplicationProtocolError,
-    encode_cursors,
     encode_hello,
 )
 
 StateLookup = Callable[[str, int], "ReplicaState | None"]  # the partition's, when held here
 CursorLookup = Callable[[str, int], Sequence[ChannelCursor]]  # every channel's, now
-UNACKED_CURSORS = 64  # CURSORS a link keeps waiting for their CURSORS_ACK (the newest)
 FollowerState = Peer  # (the name the owner and tests know)
 
 
@@ -56,11 +55,6 @@ class _Conn:
     state: ReplicaState
     peer: FollowerLink
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    cursors_at: float = float("-inf")  # clock time of the last look at the cursors
-    cursors_sent: tuple[ChannelCursor, ...] | None = None
-    cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
-    cursors_unacked: dict[int, tuple[ChannelCursor, ...]] = field(default_factory=dict)
-    cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
 
     @property
     def key(self) -> tuple[str, int]:
@@ -141,14 +135,8 @@ class LeaderFeed:
     ) -> int:
         """The confirmed offset of ``channel`` that every one of ``followers`` has taken
         (CURSORS_ACK); -1 when one has taken none of it (or is not connected)."""
-        conns = self._conns.get((topic, partition), {})
-        low: int | None = None
-        for node in followers:
-            conn = conns.get(node)
-            taken = conn.cursors_taken if conn is not None else None
-            confirmed = taken.get(channel, -1) if taken is not None else -1
-            low = confirmed if low is None else min(low, confirmed)
-        return -1 if low is None else low
+        state = self._states(topic, partition)
+        return -1 if state is None else state.replicated_confirmed(channel, followers)
 
     def cursors_now(self, topic: str) -> None:
         """An ordered channel of ``topic`` moved its cursor: its followers are sent the
@@ -157,7 +145,7 @@ class LeaderFeed:
         for (name, _), conns in self._conns.items():
             if name == topic:
                 for conn in conns.values():
-                    conn.cursors_at = float("-inf")
+                    ReplicaState.cursors_due(conn.peer)
                     conn.wake.set()
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
@@ -241,6 +229,11 @@ class LeaderFeed:
 
     def _on_frame(self, conn: _Conn, frame: object) -> None:
         match frame:
+            case CursorsAck():
+                taken = conn.peer.cursors_taken
+                conn.state.leader_frame(conn.peer, frame)
+                if conn.peer.cursors_taken is not taken and self.on_cursors_acked is not None:
+                    self.on_cursors_acked(*conn.key)
             case Ack() | Fetch() | EpochQuery() | Heartbeat():
                 committed = conn.state.committed
                 answer = conn.state.leader_frame(conn.peer, frame)
@@ -250,15 +243,6 @@ class LeaderFeed:
                     for other in self._conns.get(conn.key, {}).values():
                         other.wake.set()
                 conn.wake.set()
-            case CursorsAck(epoch, seq):
-                conn.state.check_epoch(conn.peer, epoch)
-                taken = conn.cursors_unacked.pop(seq, None)
-                for older in [s for s in conn.cursors_unacked if s < seq]:
-                    del conn.cursors_unacked[older]
-                if taken is not None:
-                    conn.cursors_taken = {c.name: c.confirmed for c in taken}
-                    if self.on_cursors_acked is not None:
-                        self.on_cursors_acked(*conn.key)
             case ErrorFrame(epoch, code, text):
                 raise LinkClosed(f"{conn.link.peer} sent ERROR {code} (epoch {epoch}): {text}")
             case _:
@@ -296,27 +280,14 @@ class LeaderFeed:
                     await conn.wake.wait()
 
     def _send_cursors(self, conn: _Conn) -> bool:
-        """Every ``cursor_interval``, the channels' cursors when they changed (all of them:
-        ``full``), after the records they cover (a cursor never passes the committed
-        offset, which the follower has)."""
-        if self._cursors is None or conn.peer.pos is None:
+        """The channels' cursors, when the state says they are due (``cursors_output``)."""
+        if self._cursors is None:
             return False
-        now = self.clock()
-        if now - conn.cursors_at < self.cursor_interval:
+        lookup, key = self._cursors, conn.key
+        frame = conn.state.cursors_output(conn.peer, lambda: lookup(*key), self.cursor_interval)
+        if frame is None:
             return False
-        conn.cursors_at = now
-        topic, partition = conn.key
-        cursors = tuple(self._cursors(topic, partition))
-        if cursors == conn.cursors_sent:
-            return False
-        seq = conn.cursors_seq = conn.cursors_seq + 1
-        frame = encode_cursors(conn.peer.epoch, topic, partition, cursors, True, seq)
         conn.link.send([frame])
-        conn.cursors_sent = cursors
-        unacked = conn.cursors_unacked
-        unacked[seq] = cursors
-        if len(unacked) > UNACKED_CURSORS:
-            del unacked[min(unacked)]
         return True
 
 

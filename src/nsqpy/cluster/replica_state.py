@@ -36,7 +36,7 @@ storage log; never asyncio, sockets, the broker or nsqd.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nsqpy.errors import StorageError
@@ -48,6 +48,9 @@ from nsqpy.protocol.replication import (
     Ack,
     Append,
     Buffer,
+    ChannelCursor,
+    Cursors,
+    CursorsAck,
     EpochEnd,
     EpochQuery,
     Fetch,
@@ -56,6 +59,8 @@ from nsqpy.protocol.replication import (
     MalformedFrame,
     encode_ack,
     encode_append,
+    encode_cursors,
+    encode_cursors_ack,
     encode_epoch_end,
     encode_epoch_query,
     encode_fetch,
@@ -65,6 +70,7 @@ from nsqpy.storage.log import PartitionLog
 LEADER, FOLLOWER, NO_ROLE = "leader", "follower", "none"
 WINDOW = 4 << 20  # un-acked bytes in flight per follower
 CHUNK = 1 << 20  # read_raw bytes per APPEND
+UNACKED_CURSORS = 64  # CURSORS a link keeps waiting for their CURSORS_ACK (the newest)
 
 Clock = Callable[[], float]  # seconds, monotonic (the event loop's time in nsqd)
 
@@ -91,6 +97,12 @@ class FollowerLink:
     sent_end: int = 0  # every offset below it was sent (or skipped): no ACK may pass it
     acked: int = 0  # the end last ACKed on this link (never goes back)
     open: bool = True
+    # the channels' cursors (CURSORS) sent on this link and what came back (CURSORS_ACK)
+    cursors_at: float = float("-inf")  # clock time of the last look at the cursors
+    cursors_sent: tuple[ChannelCursor, ...] | None = None
+    cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
+    cursors_unacked: dict[int, tuple[ChannelCursor, ...]] = field(default_factory=dict)
+    cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
 
 
 @dataclass(slots=True)
@@ -326,14 +338,11 @@ class ReplicaState:
             raise MalformedFrame(f"epoch {epoch} on a link in {link.epoch}")
         return peer
 
-    def check_epoch(self, link: FollowerLink, epoch: int) -> None:
-        """A frame the shell handles itself (CURSORS_ACK): same checks as the others."""
-        self._peer(link, epoch).last_heard = self.clock()
-
     def leader_frame(
-        self, link: FollowerLink, frame: Ack | Fetch | EpochQuery | Heartbeat
+        self, link: FollowerLink, frame: Ack | Fetch | EpochQuery | Heartbeat | CursorsAck
     ) -> list[Buffer]:
-        """A follower's frame; returns what to answer at once."""
+        """A follower's frame; returns what to answer at once. A CURSORS_ACK records what
+        the link has taken of the channels' cursors (only a seq this link was sent)."""
         now = self.clock()
         match frame:
             case Ack(epoch, end, durable):
@@ -349,6 +358,13 @@ class ReplicaState:
                 return [encode_epoch_end(*self.log.end_offset_for_epoch(epoch))]
             case Heartbeat():
                 self._peer(link).last_heard = now
+            case CursorsAck(epoch, seq):
+                self._peer(link, epoch).last_heard = now
+                taken = link.cursors_unacked.pop(seq, None)
+                if taken is not None:  # (a seq never sent takes, and forgets, nothing)
+                    for older in [s for s in link.cursors_unacked if s < seq]:
+                        del link.cursors_unacked[older]
+                    link.cursors_taken = {c.name: c.confirmed for c in taken}
             case _:
                 raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
         return []
@@ -430,6 +446,54 @@ class ReplicaState:
         if out:
             link.sent_committed = committed
         return out
+
+    def cursors_output(
+        self,
+        link: FollowerLink,
+        cursors: Callable[[], Sequence[ChannelCursor]],
+        interval: float,
+    ) -> bytes | None:
+        """The CURSORS to send on ``link`` now, if any: every ``interval`` (or at once after
+        ``cursors_due``), all the channels' cursors (``cursors()``) when they changed since
+        the last sent; only once the link FETCHed, and after the records they cover (the
+        shell sends it after ``leader_output``: a cursor never passes the committed offset,
+        which the follower has)."""
+        if link.pos is None or not link.open or self.role != LEADER:
+            return None
+        now = self.clock()
+        if now - link.cursors_at < interval:
+            return None
+        link.cursors_at = now
+        current = tuple(cursors())
+        if current == link.cursors_sent:
+            return None
+        seq = link.cursors_seq = link.cursors_seq + 1
+        frame = encode_cursors(link.epoch, self.topic, self.partition, current, True, seq)
+        link.cursors_sent = current
+        unacked = link.cursors_unacked
+        unacked[seq] = current
+        if len(unacked) > UNACKED_CURSORS:
+            del unacked[min(unacked)]
+        return frame
+
+    @staticmethod
+    def cursors_due(link: FollowerLink) -> None:
+        """The next ``cursors_output`` on ``link`` looks at the cursors whatever the
+        interval (an ordered channel moved)."""
+        link.cursors_at = float("-inf")
+
+    def replicated_confirmed(self, channel: str, followers: Iterable[str]) -> int:
+        """The confirmed offset of ``channel`` that every one of ``followers`` has taken
+        (CURSORS_ACK) on its current link; -1 when one has taken none of it (or is not
+        connected)."""
+        low: int | None = None
+        for node in followers:
+            peer = self.peers.get(node)
+            link = peer.link if peer is not None else None
+            taken = link.cursors_taken if link is not None else None
+            confirmed = taken.get(channel, -1) if taken is not None else -1
+            low = confirmed if low is None else min(low, confirmed)
+        return -1 if low is None else low
 
     def lagging(self, nodes: Iterable[str]) -> list[str]:
         """Of ``nodes``, the followers silent, unconnected or with an APPEND un-acked for
@@ -515,6 +579,16 @@ class ReplicaState:
             self.committed = frame.committed_offset
             self._changed()
 
+    def cursors_ack(self, frame: Cursors, epoch: int) -> bytes:
+        """The leader's CURSORS on a link in ``epoch`` (the owner takes the cursors, after
+        the records they cover): the CURSORS_ACK to send. MalformedFrame for another
+        epoch or another partition."""
+        if frame.leader_epoch != epoch:
+            raise MalformedFrame(f"CURSORS in epoch {frame.leader_epoch} on a link in {epoch}")
+        if (frame.topic, frame.partition) != (self.topic, self.partition):
+            raise MalformedFrame(f"CURSORS for {frame.topic}/{frame.partition} on {self.where}")
+        return encode_cursors_ack(epoch, frame.seq)
+
     def ack_frame(self, epoch: int) -> tuple[tuple[int, int], bytes]:
         """(end, durable) as they are now, and the ACK saying so."""
         now = (self.log.flushed_offset, self.log.durable_offset)
@@ -526,6 +600,7 @@ __all__ = [
     "FOLLOWER",
     "LEADER",
     "NO_ROLE",
+    "UNACKED_CURSORS",
     "WINDOW",
     "FollowerLink",
     "Peer",

@@ -19,6 +19,9 @@ from nsqpy.protocol.replication import (
     Ack,
     Append,
     Buffer,
+    ChannelCursor,
+    Cursors,
+    CursorsAck,
     EpochEnd,
     Fetch,
     Heartbeat,
@@ -391,3 +394,48 @@ def test_syncdisk_always_commits_durable_ends_only(
     _, ack = follower.ack_frame(1)
     leader.leader_frame(link, *decoded([ack]))  # type: ignore[arg-type]
     assert leader.committed == 20
+
+
+def test_cursors_go_when_due_and_changed_and_count_once_acknowledged_on_the_current_link(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """CURSORS go on a link only once it FETCHed, every ``interval`` when the channels'
+    cursors changed (or at once after ``cursors_due``); a channel's confirmed offset counts
+    for ordered delivery (``replicated_confirmed``) only once every follower named
+    acknowledged a CURSORS carrying it, on its current link. An ACK of a seq the link was
+    never sent takes nothing; one of another epoch is refused."""
+    leader, follower, link = pair(tmp_path, logs, clock, ("L", "F", "G"))
+    now = [ChannelCursor("c", 5)]
+    look = lambda: now  # noqa: E731
+    fresh, _ = leader.accept(Hello("G", "c", TOPIC, 0, 1))
+    assert leader.cursors_output(fresh, look, 1.0) is None, "G has not FETCHed"
+    first = leader.cursors_output(link, look, 1.0)
+    assert first is not None
+    (frame,) = decoded([first])
+    assert isinstance(frame, Cursors) and frame.channels == (ChannelCursor("c", 5),)
+    assert leader.cursors_output(link, look, 1.0) is None, "not due yet"
+    clock.now += 1.5
+    assert leader.cursors_output(link, look, 1.0) is None, "due, but unchanged"
+    now = [ChannelCursor("c", 9)]
+    assert leader.cursors_output(link, look, 1.0) is None, "changed, not due"
+    leader.cursors_due(link)
+    second = leader.cursors_output(link, look, 1.0)
+    assert second is not None
+    assert leader.replicated_confirmed("c", ["F"]) == -1, "nothing acknowledged yet"
+    leader.leader_frame(link, CursorsAck(1, 77))
+    assert leader.replicated_confirmed("c", ["F"]) == -1, "a seq never sent takes nothing"
+    (ack,) = decoded([follower.cursors_ack(frame, 1)])
+    leader.leader_frame(link, ack)  # type: ignore[arg-type]
+    assert leader.replicated_confirmed("c", ["F"]) == 5
+    assert leader.replicated_confirmed("c", ["F", "G"]) == -1, "G took none"
+    assert leader.replicated_confirmed("other", ["F"]) == -1
+    (later,) = decoded([second])
+    assert isinstance(later, Cursors)
+    leader.leader_frame(link, *decoded([follower.cursors_ack(later, 1)]))  # type: ignore[arg-type]
+    assert leader.replicated_confirmed("c", ["F"]) == 9
+    with pytest.raises(Refused):
+        leader.leader_frame(link, CursorsAck(0, later.seq))
+    with pytest.raises(MalformedFrame):
+        follower.cursors_ack(later, 2)
+    leader.accept(Hello("F", "c", TOPIC, 0, 1))  # F links again: its new link took nothing
+    assert leader.replicated_confirmed("c", ["F"]) == -1
