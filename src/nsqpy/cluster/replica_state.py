@@ -71,6 +71,7 @@ LEADER, FOLLOWER, NO_ROLE = "leader", "follower", "none"
 WINDOW = 4 << 20  # un-acked bytes in flight per follower
 CHUNK = 1 << 20  # read_raw bytes per APPEND
 UNACKED_CURSORS = 64  # CURSORS a link keeps waiting for their CURSORS_ACK (the newest)
+MAX_REPORTS = 64  # reports kept apart for ``seen`` (the oldest are merged beyond it)
 
 Clock = Callable[[], float]  # seconds, monotonic (the event loop's time in nsqd)
 
@@ -216,6 +217,9 @@ class ReplicaState:
         only until the next report is in etcd."""
         self.reports.append((revision, frozenset(self.joining_next)))
         self.joining_next = set()
+        if len(self.reports) > MAX_REPORTS:  # (no assignment seen for long: apply failing)
+            (_, older), (rev, newer) = self.reports[:2]
+            self.reports[:2] = [(rev, older | newer)]  # (waited for as long, or longer)
 
     def seen(self, revision: int) -> None:
         """The assignment applied last (``assign``) is etcd's as of ``revision``: a join
@@ -227,11 +231,15 @@ class ReplicaState:
 
     @property
     def joining(self) -> set[str]:
-        """The catch-up members the committed offset waits for (see ``reports``)."""
+        """The members reported caught up that the committed offset waits for (see
+        ``reports``), whether or not the assignment applied last still names them: one
+        dropped from the partition and added back before the next report could be joined
+        on the old report (its guard still holds), so until then it is waited for (a member
+        no longer held here, with no link, holds nothing: commits wait for that report)."""
         out = set(self.joining_next)
         for _rev, members in self.reports:
             out |= members
-        return out & set(self.catchup)
+        return out
 
     def _forget(self, node: str) -> None:
         peer = self.peers.pop(node, None)
@@ -241,8 +249,8 @@ class ReplicaState:
     # -- the committed offset ------------------------------------------------------------
 
     def waited(self) -> tuple[str, ...]:
-        """Whom the committed offset waits for: the ISR and the catch-up members reported
-        caught up, this node aside."""
+        """Whom the committed offset waits for: the ISR and the members reported caught up
+        (``joining``), this node aside."""
         nodes = self.isr + tuple(sorted(self.joining - set(self.isr)))
         return tuple(n for n in nodes if n != self.node_id)
 
@@ -523,7 +531,7 @@ class ReplicaState:
         if self.role != LEADER or not self.catchup:
             return ()
         late = set(self.lagging(self.holders))
-        joining = self.joining - late
+        joining = (self.joining & set(self.catchup)) - late
         always = self.log.policy.always
         committed = self.readable_offset
         for node, peer in self.peers.items():
@@ -552,7 +560,7 @@ class ReplicaState:
         agreed = self.log.match_leader(asked, (frame.epoch, frame.end_offset))
         end = self.log.high_watermark
         if end < held:
-            self.committed = self.answerable = end
+            self.committed, self.answerable = end, min(self.answerable, end)
             self._changed()
         return agreed
 
@@ -599,6 +607,7 @@ __all__ = [
     "CHUNK",
     "FOLLOWER",
     "LEADER",
+    "MAX_REPORTS",
     "NO_ROLE",
     "UNACKED_CURSORS",
     "WINDOW",

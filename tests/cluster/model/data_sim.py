@@ -17,6 +17,7 @@ what was fsynced) and restarts them, and makes a peer lie: an ACK beyond what it
 sent, a frame of a stale epoch, a FETCH whose last epoch its log cannot have, a HELLO from
 a node holding no replica. After every step the checker asserts:
 
+- every record, when acknowledged, is held durably by more than half the replicas;
 - every acknowledged record, and every record a consumer was shown (below a node's
   ``readable_offset``, leader or follower: a log reader may read a follower), is on every
   ISR member, at its offset, the same (so it survives any failover the coordinator makes);
@@ -301,7 +302,8 @@ class World:
             for last, values in node.pending:
                 if last < answerable:
                     for i, v in enumerate(values):
-                        self.acked[v] = last - len(values) + 1 + i
+                        self.acked[v] = offset = last - len(values) + 1 + i
+                        self.check_majority(v, offset)
                 else:
                     keep.append((last, values))
             node.pending = keep
@@ -499,6 +501,18 @@ class World:
                     f"[{log.low_watermark}, {log.flushed_offset}) epochs {log.epochs()} live "
                     f"{self.nodes[n].live} {self.nodes[n].state.role}, replicas {self.replicas}"
                 )
+
+    def check_majority(self, value: bytes, offset: int) -> None:
+        """A publish is answered only once more than half the replicas hold it durably
+        (whatever the ISR is at that moment)."""
+        holders = [
+            n.id
+            for n in self.nodes.values()
+            if n.log.durable_offset > offset and self.held(n.log).get(offset) == value
+        ]
+        assert 2 * len(holders) > META.replicator, (
+            f"{value!r} at {offset} answered while only {holders} hold it durably"
+        )
 
     def held(self, log: PartitionLog) -> dict[int, bytes]:
         """offset -> body of every record of ``log`` (read in bulk; only the new tail again

@@ -94,3 +94,16 @@ def test_the_checker_catches_a_leader_that_stops_waiting_for_a_joining_member_to
     for seed in JOIN_SEEDS:
         with pytest.raises(AssertionError, match="lacks"):
             run_schedule(seed, quick_dir / f"flawed{seed}")
+
+
+def test_the_checker_catches_a_publish_answered_while_a_minority_holds_it(
+    quick_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publishes answered up to the committed offset whatever the ISR (a leader that is
+    its own whole ISR of three replicas answering alone): the checker's majority rule
+    fails at once."""
+    flawed = property(lambda self: self.committed, lambda self, value: None)
+    monkeypatch.setattr(replica_state.ReplicaState, "answerable", flawed, raising=False)
+    with pytest.raises(AssertionError, match="answered while only"):
+        for seed in range(20):
+            run_schedule(seed, quick_dir / f"minority{seed}")

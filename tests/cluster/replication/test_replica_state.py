@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from nsqpy.cluster.replica_state import FOLLOWER, LEADER, FollowerLink, Refused, ReplicaState
+from nsqpy.cluster.replica_state import (
+    FOLLOWER,
+    LEADER,
+    MAX_REPORTS,
+    FollowerLink,
+    Refused,
+    ReplicaState,
+)
 from nsqpy.protocol.replication import (
     E_NOT_LEADER,
     E_NOT_REPLICA,
@@ -122,6 +129,25 @@ def pump(leader: ReplicaState, link: FollowerLink, follower: ReplicaState, epoch
         leader.leader_frame(link, frame)  # type: ignore[arg-type]
 
 
+def caught_up_pair(
+    tmp: Path,
+    logs: dict[str, PartitionLog],
+    clock: FakeClock,
+    batches: int,
+    revision: int,
+    **kw: object,
+) -> tuple[ReplicaState, ReplicaState, FollowerLink]:
+    """L leading alone in its ISR (2 replicas), F a catch-up member that copied ``batches``
+    batches and was reported caught up in the report written at ``revision``."""
+    leader, follower, link = pair(tmp, logs, clock, ("L",), **kw)
+    lead(leader.log, 1, batches)
+    leader.local_progress()
+    pump(leader, link, follower, 1)
+    assert leader.caught_up() == ("F",)
+    leader.reported(revision)
+    return leader, follower, link
+
+
 def test_a_new_state_commits_nothing_and_takes_no_write(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
@@ -197,12 +223,8 @@ def test_a_member_reported_caught_up_is_waited_for_until_an_assignment_after_a_r
     was joined meanwhile: waited for as one) or it never will be by that report (no longer
     waited for). The data-plane simulation found a leader that stopped waiting at the
     report and committed, on an ISR it had not seen yet, what F lacked (seed 6218)."""
-    leader, follower, link = pair(tmp_path, logs, clock, ("L",), timeout=5.0)
-    lead(leader.log, 1, 2)
-    leader.local_progress()
-    pump(leader, link, follower, 1)
-    assert leader.committed == 20 and leader.caught_up() == ("F",)
-    leader.reported(5)  # the report naming F is in etcd at revision 5
+    leader, _, _ = caught_up_pair(tmp_path, logs, clock, 2, 5, timeout=5.0)
+    assert leader.committed == 20  # (the report naming F is in etcd at revision 5)
     # (the coordinator may join F now, at revision 6; the leader has not seen it)
     clock.now += 6.0  # F is silent: it lags, and the next report leaves it out
     assert leader.caught_up() == ()
@@ -222,6 +244,31 @@ def test_a_member_reported_caught_up_is_waited_for_until_an_assignment_after_a_r
         leader.seen(7)
         leader.local_progress()
         assert leader.committed == 30 and leader.waited() == ()
+
+
+def test_a_member_reported_caught_up_then_dropped_is_waited_for_until_a_report_without_it(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """F, reported caught up, is dropped from the partition (a cancelled move, a repair)
+    and added back before the leader reports again: the coordinator may join it on the old
+    report, whose guard still holds. So the leader keeps waiting for F, though no longer a
+    holder, until a report without it is in etcd and seen (found in review: the waiting set
+    was the old report's members that the applied assignment still named)."""
+    leader, _, link = caught_up_pair(tmp_path, logs, clock, 2, 5)
+    leader.seen(5)
+    leader.assign(LEADER, 1, ["L"], (), 2)  # F dropped (revision 6)
+    leader.seen(6)
+    assert not link.open and "F" not in leader.peers
+    lead(leader.log, 1, 1)
+    leader.local_progress()
+    assert leader.committed == 20, "F, re-added, could be joined on the report of revision 5"
+    assert leader.caught_up() == (), "F is no catch-up member now: not reported"
+    leader.reported(7)
+    leader.local_progress()
+    assert leader.committed == 20, "the report without F is in etcd, not yet seen"
+    leader.seen(7)
+    leader.local_progress()
+    assert leader.committed == 30
 
 
 def test_a_follower_that_links_again_is_trusted_for_its_durable_end_only_until_it_fetches(
@@ -439,3 +486,18 @@ def test_cursors_go_when_due_and_changed_and_count_once_acknowledged_on_the_curr
         follower.cursors_ack(later, 2)
     leader.accept(Hello("F", "c", TOPIC, 0, 1))  # F links again: its new link took nothing
     assert leader.replicated_confirmed("c", ["F"]) == -1
+
+
+def test_reports_never_seen_are_merged_not_dropped(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A leader that applies no assignment for long (its member rounds fail) keeps at most
+    ``MAX_REPORTS`` reports apart; the oldest are merged, so a member they name is waited
+    for as long as before, or longer, and never forgotten."""
+    leader, _, _ = caught_up_pair(tmp_path, logs, clock, 1, 1)
+    for revision in range(2, 2 + 3 * MAX_REPORTS):
+        leader.reported(revision)  # (nothing built: reports naming nobody)
+    assert len(leader.reports) == MAX_REPORTS
+    assert leader.joining == {"F"}, "the first report's member is still waited for"
+    leader.seen(2 + 3 * MAX_REPORTS)
+    assert leader.joining == set()
