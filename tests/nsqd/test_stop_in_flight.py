@@ -111,3 +111,29 @@ async def test_a_publish_after_the_grace_is_refused_at_once(leader: NsqdServer) 
     await timed_stop(leader, GRACE + 5)
     with pytest.raises(PubFailed, match="exiting"):
         await asyncio.wait_for(leader.publish_and_wait(topic, [b"late"], 0, PubFailed), 1)
+
+
+async def test_a_slow_stop_logs_once_where_its_tasks_wait(
+    leader: NsqdServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop still running after ``STOP_REPORT_AFTER`` logs one warning naming each task
+    and where it waits, so a stop that hangs says on what; a quick stop logs nothing."""
+    monkeypatch.setattr(server_module, "STOP_REPORT_AFTER", GRACE / 3)
+    wire = await AsyncWire.connect(leader.tcp_port)
+    await wire.send(pub("t", b"m"))
+    await eventually(lambda: appended(leader) >= 1, 10, what="the publish appended")
+    with caplog.at_level("WARNING", logger="nsqpy.nsqd"):
+        await timed_stop(leader, GRACE + 5)  # (the grace waits for the commit)
+    reports = [r.getMessage() for r in caplog.records if "still stopping" in r.getMessage()]
+    assert len(reports) == 1, reports
+    assert "_answer_publishes" in reports[0] and "server.py:" in reports[0]
+
+
+async def test_a_quick_stop_logs_no_report(
+    nsqd: NsqdServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(server_module, "STOP_REPORT_AFTER", 5.0)
+    with caplog.at_level("WARNING", logger="nsqpy.nsqd"):
+        await timed_stop(nsqd, 5)
+    assert not [r for r in caplog.records if "still stopping" in r.getMessage()]
+    await asyncio.sleep(0)  # (the report's timer was cancelled with the stop)

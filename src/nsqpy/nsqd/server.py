@@ -33,7 +33,7 @@ import resource
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -76,6 +76,9 @@ UNSAFE_ACK = os.environ.get(UNSAFE_ACK_ENV) == "1"
 # before they are refused as exiting, and how long an HTTP handler may run on after that
 # before it is cancelled (aiohttp's default is 60 s).
 STOP_GRACE = 2.0
+# A stop still running after this long logs, once, where each of its tasks waits
+# (``_report_slow_stop``): a stop that hangs says on what.
+STOP_REPORT_AFTER = 10.0
 HTTP_SHUTDOWN_TIMEOUT = 5.0
 
 
@@ -244,6 +247,14 @@ class NsqdServer:
         persist everything, close connections. Bounded in time: nothing waits for what a
         stopping node cannot get (a commit from an ISR it no longer replicates to)."""
         log.info("nsqd stopping")
+        report = asyncio.get_running_loop().call_later(STOP_REPORT_AFTER, _report_slow_stop)
+        try:
+            await self._stop()
+        finally:
+            report.cancel()
+        log.info("nsqd stopped")
+
+    async def _stop(self) -> None:
         if self._tcp_server is not None:
             self._tcp_server.close()
         await self._stop_intake()
@@ -284,7 +295,6 @@ class NsqdServer:
         self._remove_unix_sockets()
         self.broker.close()
         self._refuse_waiting()
-        log.info("nsqd stopped")
 
     async def _stop_intake(self) -> None:
         """No new connections, requests or commands: the TCP connections run no more
@@ -684,3 +694,27 @@ class NsqdServer:
 
     def apply_log_level(self) -> None:
         logging.getLogger("nsqpy").setLevel(LOG_LEVELS.get(self.opts.log_level, logging.INFO))
+
+
+def _report_slow_stop() -> None:
+    """One warning: every task of the loop and where it waits (the innermost coroutine of
+    its await chain outside asyncio: file, line, function)."""
+    waits: list[str] = []
+    for task in asyncio.all_tasks():
+        frame: Any = None
+        coro: Any = task.get_coro()
+        while coro is not None:  # (down the chain of awaited coroutines, asyncio's aside)
+            found = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if found is not None and "/asyncio/" not in found.f_code.co_filename:
+                frame = found
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        where = "?"
+        if frame is not None:
+            code = frame.f_code
+            where = f"{code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {code.co_name}"
+        waits.append(f"{task.get_name()} at {where}")
+    log.warning(
+        "nsqd still stopping after %.1fs; its tasks wait at: %s",
+        STOP_REPORT_AFTER,
+        "; ".join(sorted(waits)),
+    )
