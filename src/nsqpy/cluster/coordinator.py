@@ -147,7 +147,8 @@ class Coordinator:
                 log.exception("coordinator: round failed")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.tick_s)
+                async with asyncio.timeout(self.settings.tick_s):
+                    await self._wake.wait()
 
     async def _register(self) -> None:
         """A live lease with our ``lookupds/<id>`` key on it (a new one after a loss)."""

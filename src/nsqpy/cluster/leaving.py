@@ -25,4 +25,5 @@ async def leave(task: asyncio.Task[Any] | None, lease: Lease | None) -> None:
             await task
     if lease is not None:
         with contextlib.suppress(EtcdError, TimeoutError):
-            await asyncio.wait_for(lease.revoke(), STOP_REVOKE_S)
+            async with asyncio.timeout(STOP_REVOKE_S):
+                await lease.revoke()

@@ -216,7 +216,8 @@ class Member:
             if self._lease is not None:
                 timeout = min(timeout, self.settings.lease_ttl_s / 3)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 if not self.live or loop.time() >= next_report:

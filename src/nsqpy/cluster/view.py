@@ -143,7 +143,8 @@ class ClusterView:
                 if left <= 0:
                     return False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), left)
+                    async with asyncio.timeout(left):
+                        await self._changed.wait()
         return True
 
     def _build(self) -> Snapshot:

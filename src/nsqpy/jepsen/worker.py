@@ -118,10 +118,11 @@ async def nsqpy_producer(
             bodies = [str(v).encode() for v in values]
             t0 = history.now()
             try:
-                if len(bodies) == 1:
-                    await asyncio.wait_for(producer.pub(topic, bodies[0]), PUBLISH_TIMEOUT)
-                else:
-                    await asyncio.wait_for(producer.mpub(topic, bodies), PUBLISH_TIMEOUT)
+                async with asyncio.timeout(PUBLISH_TIMEOUT):
+                    if len(bodies) == 1:
+                        await producer.pub(topic, bodies[0])
+                    else:
+                        await producer.mpub(topic, bodies)
             except (ProtocolError, NoConnectionsError) as exc:  # refused, or never sent
                 history.pub(values, t0, "fail", _error_code(exc))
             except Exception as exc:  # timeout, connection lost: indeterminate
@@ -142,11 +143,13 @@ class PlainConnection:
     @classmethod
     async def open(cls, address: str, timeout: float = 2.0) -> PlainConnection:
         host, _, port = address.rpartition(":")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, int(port))
         conn = cls(reader, writer)
         body = json.dumps({"client_id": "jepsen", "feature_negotiation": False}).encode()
         writer.write(b"  V2" + b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
-        kind, data = await asyncio.wait_for(conn.frame(), timeout)
+        async with asyncio.timeout(timeout):
+            kind, data = await conn.frame()
         if kind != 0:
             conn.close()
             raise ConnectionError(f"IDENTIFY: {data[:80]!r}")
@@ -192,7 +195,8 @@ async def plain_producer(
                 conn.writer.write(
                     f"PUB {args.topic[0]}\n".encode() + struct.pack(">I", len(body)) + body
                 )
-                kind, data = await asyncio.wait_for(conn.frame(), PUBLISH_TIMEOUT)
+                async with asyncio.timeout(PUBLISH_TIMEOUT):
+                    kind, data = await conn.frame()
             except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
                 history.pub([value], t0, "info", _error_code(exc))
                 conn.close()
@@ -244,7 +248,8 @@ async def _plain_subscription(
     conn = await PlainConnection.open(address)
     try:
         conn.writer.write(f"SUB {topic} {args.channel}\n".encode())
-        kind, data = await asyncio.wait_for(conn.frame(), 5.0)
+        async with asyncio.timeout(5.0):
+            kind, data = await conn.frame()
         if kind != 0:
             raise ConnectionError(f"SUB: {data[:80]!r}")
         conn.writer.write(b"RDY 100\n")
@@ -277,10 +282,9 @@ async def plain_consumer(
                         running[topic, address] = asyncio.create_task(
                             _quiet(_plain_subscription(address, topic, args, history, stop))
                         )
-            try:
-                await asyncio.wait_for(stop.wait(), LOOKUP_EVERY)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LOOKUP_EVERY):
+                    await stop.wait()
     finally:
         for task in running.values():
             task.cancel()

@@ -173,7 +173,8 @@ class AsyncWire:
 
         while True:
             while not self.frames:
-                data = await asyncio.wait_for(self.reader.read(65536), timeout)
+                async with asyncio.timeout(timeout):
+                    data = await self.reader.read(65536)
                 if not data:
                     raise ConnectionError("connection closed by server")
                 self.frames.extend(self.decoder.feed(data))
@@ -195,7 +196,8 @@ class AsyncWire:
         import asyncio
 
         while True:
-            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            async with asyncio.timeout(timeout):
+                data = await self.reader.read(65536)
             if not data:
                 await self.close()
                 return

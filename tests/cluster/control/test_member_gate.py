@@ -11,8 +11,6 @@ coordinator would):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -23,29 +21,7 @@ from nsqpy.nsqd.cluster import NsqdCluster
 from nsqpy.nsqd.gate import HERE
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.testing import eventually
-from nsqpy.testing.clock import FakeClock
-from nsqpy.testing.etcd import EtcdCluster
-from nsqpy.testing.inprocess import nsqd_options
 from nsqpy.testing.wire import AsyncWire, read_message
-
-from .conftest import bounded
-
-
-@pytest.fixture
-async def server(tmp_path: Path, etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqdServer]:
-    opts = nsqd_options(
-        tmp_path,
-        etcd_endpoints=",".join(etcd_single.endpoints),
-        cluster_id=keys.cluster_id,
-        rpc_address="127.0.0.1:0",
-    )
-    started = NsqdServer(opts, clock=FakeClock())
-    await started.start()
-    try:
-        yield started
-    finally:
-        await AsyncWire.close_all()
-        await bounded(started.stop())
 
 
 def cluster_of(server: NsqdServer) -> NsqdCluster:
