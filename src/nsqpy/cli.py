@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pipeline": ("nsqpy.spark.cli", "Spark pipelines: archive, replay, transform"),
     "channel": ("nsqpy.tools.channel", "replay a channel (setoffset), set its dead-letter limit"),
     "jepsen": ("nsqpy.jepsen.cli", "fault-test a cluster in network namespaces (root)"),
+    "cert": ("nsqpy.tools.cert", "make a secure cluster's certificates: its CA, nodes, clients"),
 }
 
 RUN_SUMMARY = (
