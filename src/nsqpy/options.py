@@ -33,6 +33,7 @@ from nsqpy.flags import (
     split_host_port,
     unless_empty,
 )
+from nsqpy.flags.cluster import ClusterSecurityOptions
 
 
 def default_node_id() -> int:
@@ -78,7 +79,7 @@ _POSITIVE = must(lambda v: v > 0, "--{flag} must be positive")
 
 
 @dataclass
-class NsqdOptions:
+class NsqdOptions(ClusterSecurityOptions):
     """nsqd's flags (SPEC 5.1), with NSQ's defaults; ``api=False`` marks the flags nsqd 1.3.0
     has no ``/config`` option for (nsqpy's own, and deprecated ones)."""
 

@@ -141,6 +141,7 @@ class NodeInfo:
     write it (its disk is full or failing): the coordinator hands the leadership to another
     ISR member. ``loads`` maps every partition the node holds to ``(msgs_per_sec, bytes)``:
     how fast its log grows (smoothed) and the bytes it keeps, what the rebalancer weighs.
+    ``secure``: its links to the other daemons are mutual TLS (``--cluster-tls-*``).
     Not hashable."""
 
     id: str
@@ -157,6 +158,7 @@ class NodeInfo:
     caught_up: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     failing: Mapping[str, int] = field(default_factory=dict)
     loads: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    secure: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
@@ -194,6 +196,7 @@ class NodeInfo:
             **({"failing": dict(sorted(self.failing.items()))} if self.failing else {}),
             **({"loads": {k: [rate, size] for k, (rate, size) in sorted(self.loads.items())}}
                if self.loads else {}),
+            **({"secure": True} if self.secure else {}),
         })  # fmt: skip
 
     @classmethod
@@ -220,6 +223,7 @@ class NodeInfo:
             rpc_address=_str(obj, "rpc_address", what), version=_str(obj, "version", what, empty=True),
             started_ns=_int(obj, "started_ns", what, default=0),
             load=Load.from_dict(obj.get("load", {}), f"{what}: field 'load'"), ends=parsed,
+            secure=obj.get("secure") is True,
         )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from nsqpy.cluster.replica import Link
 from nsqpy.cluster.replica_state import ReplicaState
+from nsqpy.cluster.tls import ClusterTls, dial
 from nsqpy.errors import StorageError
 from nsqpy.protocol.replication import (
     E_CLUSTER_MISMATCH,
@@ -82,8 +83,10 @@ class FollowerFetch:
         clock: Callable[[], float] = time.monotonic,
         wall_ns: Callable[[], int] = time.time_ns,
         logger: logging.Logger | None = None,
+        tls: ClusterTls | None = None,
     ) -> None:
         self.replica = state
+        self.tls = tls
         self.plog = state.log
         self.node_id, self.cluster_id = state.node_id, cluster_id
         self.topic, self.partition = state.topic, state.partition
@@ -199,7 +202,7 @@ class FollowerFetch:
         self.state = "connecting"
         host, _, port = address.rpartition(":")
         async with asyncio.timeout(self.timeout):
-            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            reader, writer = await dial(host.strip("[]"), int(port), self.tls)
         link = self._link = Link(reader, writer)
         try:
             hello = encode_hello(self.node_id, self.cluster_id, self.topic, self.partition, epoch)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from nsqpy.cluster.replica import Link, LinkClosed
 from nsqpy.cluster.replica_state import CHUNK, WINDOW, FollowerLink, Peer, Refused, ReplicaState
+from nsqpy.cluster.tls import ClusterTls, serve
 from nsqpy.protocol.replication import (
     E_CLUSTER_MISMATCH,
     E_NOT_REPLICA,
@@ -81,8 +82,10 @@ class LeaderFeed:
         timeout: float = 5.0,
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
+        tls: ClusterTls | None = None,
     ) -> None:
         self.node_id, self.cluster_id = node_id, cluster_id
+        self.tls = tls
         self._states = states
         self._cursors, self.cursor_interval = cursors, cursor_interval
         self.on_cursors_acked = on_cursors_acked
@@ -100,7 +103,7 @@ class LeaderFeed:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Listen; returns the bound (host, port)."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+        self._server = await serve(self._serve, host, port, self.tls, "replication", self.log)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 

@@ -43,6 +43,7 @@ from nsqpy.cluster.balance import imbalance, loads
 from nsqpy.cluster.coordinator import Coordinator, CoordinatorError
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
 from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
+from nsqpy.flags.cluster import cluster_tls_on
 from nsqpy.httpapi import Args, HttpError, first, query_args, v1_empty, v1_json
 from nsqpy.lookupd.cluster import LookupdCluster
 from nsqpy.lookupd.registry import Registry
@@ -241,6 +242,7 @@ class ClusterHttpApi:
                 "leader_load_factor": float(leaders.get(node.id, 0)),
                 "node_load_factor": float(held.get(node.id, 0)),
                 "load": node.load.to_dict(),
+                "secure": node.secure,
                 **(
                     {"replica_load": shares[node.id][0], "leader_load": shares[node.id][1]}
                     if node.id in shares
@@ -264,6 +266,9 @@ class ClusterHttpApi:
                 "degraded_partitions": degraded,
                 "moving_partitions": moving,
                 "removing_nodes": {n: held.get(n, 0) for n in sorted(snap.removing)},
+                # every link between daemons is mutual TLS: this lookupd's and each node's
+                "secure": cluster_tls_on(self.cluster.opts)
+                and all(node.secure for node in snap.nodes.values()),
             }
         )
 

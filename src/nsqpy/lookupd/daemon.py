@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
+from nsqpy.cluster.tls import INSECURE, ClusterTls, serve_protocol
 from nsqpy.flags import listen_host_port
 from nsqpy.lookupd.http import make_app
 from nsqpy.lookupd.options import NsqLookupdOptions
@@ -50,6 +51,7 @@ class NsqLookupd:
         self._http_runner: web.AppRunner | None = None
         self._tcp_port = 0
         self._http_port = 0
+        self.tls: ClusterTls | None = None  # (``start``: from the --cluster-tls-* flags)
         # With --etcd-endpoints: the cluster side (view, coordinator; lookupd.cluster).
         # (imported only then: the etcd client and gRPC cost memory a single lookupd does
         # not need)
@@ -89,12 +91,15 @@ class NsqLookupd:
 
     async def start(self) -> None:
         """Bind TCP then HTTP; on failure nothing stays bound."""
-        loop = asyncio.get_running_loop()
         tcp_host, tcp_port = listen_host_port("tcp-address", self.opts.tcp_address)
         http_host, http_port = listen_host_port("http-address", self.opts.http_address)
-        self._tcp_server = await loop.create_server(
-            lambda: V1Connection(self), tcp_host, tcp_port, reuse_address=True
-        )
+        self.tls = ClusterTls.from_options(self.opts)  # (nsqd registers over mutual TLS)
+        if self.tls is None and self.cluster is not None:
+            log.warning(INSECURE)
+        self._tcp_server = await serve_protocol(
+            lambda: V1Connection(self), tcp_host, tcp_port, self.tls, "TCP", log,
+            reuse_address=True,
+        )  # fmt: skip
         self._tcp_port = self._tcp_server.sockets[0].getsockname()[1]
         log.info("TCP: listening on %s:%d", tcp_host, self._tcp_port)
         try:

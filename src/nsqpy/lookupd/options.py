@@ -20,12 +20,13 @@ from nsqpy.flags import (
     must,
     option,
 )
+from nsqpy.flags.cluster import ClusterSecurityOptions
 
 _PORT = must(lambda v: 0 <= v <= 65535, "--{flag} {value} out of range 0-65535")
 
 
 @dataclass
-class NsqLookupdOptions:
+class NsqLookupdOptions(ClusterSecurityOptions):
     """nsqlookupd's flags with NSQ v1.3.0's defaults (ports 0 = pick a free port)."""
 
     tcp_address: str = option(

@@ -39,6 +39,7 @@ from nsqpy.cluster.member import (
     node_identity,
 )
 from nsqpy.cluster.model import Load, NodeInfo, Replicas, Snapshot, partition_name
+from nsqpy.cluster.tls import INSECURE, ClusterTls
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
@@ -172,6 +173,7 @@ class NsqdCluster:
         self.member: Member | None = None
         self.node_id = ""
         self.replication: Replication | None = None
+        self.tls: ClusterTls | None = None  # (``start``: from the --cluster-tls-* flags)
         self.forwarder = Forwarder(self.route)
         self._turns: dict[str, int] = {}  # per topic: the last partition forwarded to
         self.started = asyncio.Event()
@@ -188,6 +190,9 @@ class NsqdCluster:
     async def start(self) -> None:
         """Join: ConfigError when etcd cannot be reached or the data path cannot join."""
         opts = self.opts
+        self.tls = ClusterTls.from_options(opts)
+        if self.tls is None:
+            log.warning(INSECURE)
         self.node_id = self._identity(Path(opts.data_path))
         self.replication = Replication(
             self.host.broker,
@@ -195,6 +200,7 @@ class NsqdCluster:
             opts.cluster_id,
             self._replicas,
             self.host.replicated,
+            tls=self.tls,
         )
         rpc_host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
         await self.replication.start(rpc_host, rpc_port)  # (its port goes in the NodeInfo)
@@ -274,6 +280,7 @@ class NsqdCluster:
             rpc_address=f"{opts.broadcast_address}:{rpc_port}",
             version=CLUSTER_VERSION,
             started_ns=self.started_ns,
+            secure=self.tls is not None,
             load=Load(
                 partitions=len(held),
                 leaders=sum(1 for role, _e, _end in held.values() if role == LEADER),

@@ -32,6 +32,7 @@ from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.topic import Topic
+from nsqpy.cluster.tls import ClusterTls, dial
 from nsqpy.daemon import BackgroundTasks, cancel_and_wait
 from nsqpy.errors import StorageError
 from nsqpy.options import NsqdOptions
@@ -60,8 +61,10 @@ class LookupPeer:
         registrations: Callable[[], list[bytes]],
         *,
         ping_interval: float = PING_INTERVAL,
+        tls: Callable[[], ClusterTls | None] = lambda: None,
     ) -> None:
         self.address = address
+        self._tls = tls  # (read at each connect: the cluster's, once it started)
         self._identity = identity
         self._registrations = registrations
         self.ping_interval = ping_interval
@@ -133,7 +136,7 @@ class LookupPeer:
     async def _session(self) -> None:
         host, _, port = self.address.rpartition(":")
         async with asyncio.timeout(2.0):
-            reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            reader, writer = await dial(host.strip("[]"), int(port), self._tls())
         decoder = ResponseDecoder()
 
         async def request(data: bytes) -> bytes:
@@ -190,6 +193,11 @@ class LookupHost(Protocol):
     @property
     def http_port(self) -> int: ...
 
+    @property
+    def cluster_tls(self) -> ClusterTls | None:
+        """In a secure cluster, the mutual TLS every lookupd is dialled with."""
+        ...
+
 
 class LookupClient:
     """All lookupd peers of one nsqd, wired to the broker's topic/channel hooks."""
@@ -235,7 +243,11 @@ class LookupClient:
         for address in addresses:
             if address not in self.peers:
                 peer = LookupPeer(
-                    address, self.identity, self.registrations, ping_interval=self.ping_interval
+                    address,
+                    self.identity,
+                    self.registrations,
+                    ping_interval=self.ping_interval,
+                    tls=lambda: self.host.cluster_tls,
                 )
                 self.peers[address] = peer
                 peer.start()

@@ -33,6 +33,7 @@ from nsqpy.cluster.model import Replicas, Snapshot, partition_name
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
 from nsqpy.cluster.replica_state import FOLLOWER, LEADER, ReplicaState
+from nsqpy.cluster.tls import ClusterTls
 from nsqpy.errors import StorageError
 from nsqpy.protocol.replication import CHANNEL_PAUSED, ChannelCursor, Cursors
 from nsqpy.storage import PartitionLog
@@ -55,7 +56,9 @@ class Replication:
         *,
         clock: Callable[[], float] = time.monotonic,
         timeout: float = 5.0,
+        tls: ClusterTls | None = None,
     ) -> None:
+        self.tls = tls
         self.broker = broker
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -71,6 +74,7 @@ class Replication:
             on_cursors_acked=self._cursors_acked,
             timeout=timeout,
             clock=clock,
+            tls=tls,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
         # one state per durable partition held, and the partition it belongs to
@@ -355,6 +359,7 @@ class Replication:
                 leader_epoch=epoch,
                 on_cursors=self._adopt_cursors,
                 timeout=self.timeout,
+                tls=self.tls,
             )
             self.fetches[key] = fetch
             fetch.start()

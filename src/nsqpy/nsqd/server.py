@@ -60,6 +60,7 @@ from nsqpy.storage import Entry
 from nsqpy.storage.budget import OPEN_FILES
 
 if TYPE_CHECKING:
+    from nsqpy.cluster.tls import ClusterTls
     from nsqpy.nsqd.cluster import NsqdCluster
     from nsqpy.storage import CursorFile, MemoryLog, PartitionLog
 
@@ -673,6 +674,10 @@ class NsqdServer:
         found = self.cluster.lookupd_tcp_addresses if self.cluster is not None else []
         wanted = list(self.opts.lookupd_tcp_addresses)
         self.lookup.set_addresses(wanted + [a for a in found if a not in wanted])
+
+    @property
+    def cluster_tls(self) -> ClusterTls | None:
+        return self.cluster.tls if self.cluster is not None else None
 
     def log_read_end(self, part: Partition) -> int | None:
         return self.cluster.committed_end(part) if self.cluster is not None else None
