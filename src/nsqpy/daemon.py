@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from nsqpy import version_line
+from nsqpy.errors import ConfigError
 from nsqpy.flags import Option, declared, parse_flags
 from nsqpy.logs import setup_daemon_logging
 
@@ -102,6 +103,9 @@ class DaemonProgram(Generic[OptionsT]):
             run(self.serve(opts))
         except OSError as exc:
             logging.getLogger("nsqpy").error("FATAL: %s", self.fatal(opts, exc))
+            return 1
+        except ConfigError as exc:  # (etcd unreachable or refusing us, a flag's file)
+            print(f"{self.name}: error: {exc}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:  # a second Ctrl-C during shutdown
             return 0

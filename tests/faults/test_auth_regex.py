@@ -14,8 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from nsqpy.testing import StartNsqd, WireClient, pub, wait_for
-
-from .authstub import AuthStub, auth_reply, authed_client, grant, timed_pub
+from nsqpy.testing.auth import AuthStub, auth_reply, authed_client, grant, timed_pub
 
 EVIL_TOPIC = "a" * 40 + "-"  # a valid topic name that makes (a+)+$ backtrack 2**40 ways
 

@@ -24,8 +24,7 @@ import pytest
 
 from nsqpy.protocol.compress import STREAM_IDENTIFIER, masked_crc
 from nsqpy.testing import DaemonProcess, StartNsqd, WireClient, wait_for
-
-from .authstub import timed_pub
+from nsqpy.testing.auth import timed_pub
 
 RSS_BOUND = 32 * 1024 * 1024  # growth allowed while a bomb goes off
 _SOCKETS: list[socket.socket] = []

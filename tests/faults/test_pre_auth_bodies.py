@@ -20,8 +20,7 @@ import pytest
 
 from nsqpy.protocol.limits import MAX_IDENTIFY_BODY_SIZE, PRE_AUTH_BODY_SIZE
 from nsqpy.testing import StartNsqd, WireClient
-
-from .authstub import AuthStub, authed_client, grant, timed_pub
+from nsqpy.testing.auth import AuthStub, authed_client, grant, timed_pub
 
 MAX_BODY = 16 * 1024 * 1024  # --max-body-size: what an authenticated client may send
 

@@ -24,8 +24,7 @@ import pytest
 from nsqpy.nsqd.flow import pre_auth_budget
 from nsqpy.protocol.limits import Limits
 from nsqpy.testing import StartNsqd, WireClient, identify, pub, wait_for
-
-from .authstub import AuthStub, authed_client, grant
+from nsqpy.testing.auth import AuthStub, authed_client, grant
 
 SHORT = "--client-timeout=2s"  # heartbeat 1 s: the deadline is 2 s
 DEADLINE = 2.0

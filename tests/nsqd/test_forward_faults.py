@@ -30,6 +30,7 @@ from nsqpy.nsqd.forward import Forwarder, Route
 from nsqpy.nsqd.gate import ELSEWHERE
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.nsqd.tcp import ConnectionContext, V2Connection
+from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.testing import AsyncWire, FakeClock, eventually, nsqd_options, pub
 
 HANG = "hang"  # a fault: the forward never ends by itself
@@ -38,6 +39,8 @@ HANG = "hang"  # a fault: the forward never ends by itself
 class Gate:
     """A cluster in which every topic is led elsewhere; ``forward`` takes its next fault
     (an exception to raise, ``HANG``), or succeeds when none is left."""
+
+    peer_tls: TlsSettings | None = None  # (an insecure cluster)
 
     def __init__(self) -> None:
         self.faults: list[BaseException | str] = []

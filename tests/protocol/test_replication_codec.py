@@ -200,6 +200,17 @@ def test_golden_bytes_of_each_frame(frame: ReplicationFrame, data: bytes) -> Non
     assert read_all([MAGIC + data]) == ([frame], 0)
 
 
+def test_a_hello_carries_its_senders_incarnation_and_one_without_it_is_still_read() -> None:
+    """The incarnation is a string after the fixed fields; a HELLO of an older sender ends
+    before it and reads as "" (a rolling upgrade mixes both)."""
+    with_it = encode_hello("n1", "nsqpy", "t", 3, 7, "0a1b")
+    assert with_it[4:] == HELLO_BYTES[4:] + b"\x00\x040a1b"
+    assert int.from_bytes(with_it[:4]) == int.from_bytes(HELLO_BYTES[:4]) + 6
+    assert read_all([MAGIC + with_it]) == ([Hello("n1", "nsqpy", "t", 3, 7, "0a1b")], 0)
+    assert wire(Hello("n1", "nsqpy", "t", 3, 7, "0a1b")) == with_it
+    assert read_all([MAGIC + HELLO_BYTES]) == ([Hello("n1", "nsqpy", "t", 3, 7, "")], 0)
+
+
 def test_each_encoder_gives_the_golden_bytes() -> None:
     assert encode_hello("n1", "nsqpy", "t", 3, 7) == HELLO_BYTES
     assert encode_append(7, 100, 90, 2, b"BATCHES!") == [APPEND_HEADER, b"BATCHES!"]
@@ -347,7 +358,12 @@ def frame_of(frame_type: int, payload: bytes) -> bytes:
         (FrameType.HELLO, b"\x00\x05n1", "HELLO node_id (5 bytes at payload byte 2) runs past"),
         (FrameType.HELLO, b"\x00\x02n1\x00", "HELLO cluster_id length"),
         (FrameType.HELLO, b"\x00\x01\xff" + b"\x00\x00" * 2 + b"\x00" * 6, "node_id is not UTF-8"),
-        (FrameType.HELLO, HELLO_BYTES[5:] + b"!", "HELLO has 1 bytes after its fields"),
+        (
+            FrameType.HELLO,
+            HELLO_BYTES[5:] + b"!",
+            "HELLO incarnation length (2 bytes at payload byte 20) runs past",
+        ),
+        (FrameType.HELLO, HELLO_BYTES[5:] + b"\x00\x01a!", "HELLO has 1 bytes after its fields"),
         (FrameType.APPEND, APPEND_HEADER[5:-1], "APPEND payload is 23 bytes, shorter than its 24"),
         (FrameType.APPEND, APPEND_HEADER[5:], "APPEND count=2 with 0 bytes of batches"),
         (FrameType.APPEND, APPEND_HEADER[5:-4] + bytes(4) + b"x", "count=0 with 1 bytes"),

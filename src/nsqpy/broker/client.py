@@ -60,6 +60,7 @@ class Client:
     tls_negotiated_protocol: str = ""
     tls_negotiated_protocol_is_mutual: bool = False
     authed: bool = False
+    cluster_peer: bool = False  # a node of the cluster forwarding publishes (mutual TLS)
     auth_identity: str = ""
     auth_identity_url: str = ""
     pub_counts: dict[str, int] = field(default_factory=dict)
@@ -95,6 +96,8 @@ class Client:
             "snappy": self.snappy,
             "user_agent": self.user_agent,
         }
+        if self.cluster_peer:
+            out["cluster_peer"] = True
         if self.authed:
             out["authed"] = True
             if self.auth_identity:

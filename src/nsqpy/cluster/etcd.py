@@ -11,10 +11,19 @@ successful refresh; and ``watch_prefix``, which resumes after a lost stream from
 revision it delivered + 1, so no event is lost or repeated, and raises ``Compacted`` when
 etcd no longer has that revision. Keys are ``str`` (UTF-8), values ``bytes``.
 
+Security (``EtcdSecurity``, from the ``--etcd-*`` flags): the channel is gRPC's own TLS
+(``ssl_channel_credentials``, a client certificate when given), handed to aetcd by
+``_Client``, since aetcd 1.0.0 only opens insecure channels. With a user, ``Etcd``
+authenticates itself (aetcd would, once, with no deadline) and sends the token on every call
+and stream; a call that etcd refuses for its token (expired: ``--auth-token-ttl``, lost by a
+restarted member, or older than a change of users and roles) gets a new token and is sent
+again, once, within its deadline; a keep-alive and a watch do the same. ``connect`` turns
+etcd refusing the certificate or the credentials into one ``ConfigError`` line.
+
 The values and errors (``KV``, ``Event``, ``Compare``, ``PutOp``, ``DeleteOp``,
 ``EtcdError`` > ``EtcdUnavailable`` | ``Compacted``) live in ``etcd_types`` and are
-re-exported here. Imports aetcd (and the grpc it runs on) and the standard library; of
-nsqpy only ``etcd_types``.
+re-exported here, beside ``EtcdAuthFailed``. Imports aetcd (and the grpc it runs on) and the
+standard library; of nsqpy ``etcd_types``, ``errors`` and ``flags.cluster``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from nsqpy.cluster.etcd_types import (
     parse_endpoint,
     resolve,
 )
+from nsqpy.errors import ConfigError
+from nsqpy.flags.cluster import EtcdSecurity
 
 __all__ = [
     "KV",
@@ -50,6 +61,7 @@ __all__ = [
     "Compare",
     "DeleteOp",
     "Etcd",
+    "EtcdAuthFailed",
     "EtcdError",
     "EtcdUnavailable",
     "Event",
@@ -102,6 +114,73 @@ _TRANSIENT = (
     aetcd_errors.ConnectionTimeoutError,
     aetcd_errors.InternalError,
 )
+_TRANSIENT_CODES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INTERNAL,
+}
+# etcd's answers to a token it no longer takes (Go's clientv3 gets a new token on these).
+_STALE_TOKEN = ("invalid auth token", "revision of auth store is old", "user name is empty")
+# What gRPC says when the TLS handshake fails, and what that means here.
+_TLS_FAILURES = (
+    ("CERTIFICATE_VERIFY_FAILED", "etcd's certificate is not signed by --etcd-cacert"),
+    ("Hostname Verification", "etcd's certificate does not name {host}"),
+    (
+        "TSI_DATA_CORRUPTED",
+        "etcd refused this client's certificate (none given, or not signed by a CA etcd "
+        "trusts: --etcd-cert, --etcd-key)",
+    ),
+    ("Handshake read failed", "etcd ended the TLS handshake (does it serve TLS there?)"),
+)
+
+
+class EtcdAuthFailed(EtcdError):
+    """etcd refused the user's name or password (``connect`` raises ConfigError instead)."""
+
+
+def _stale_token(text: str) -> bool:
+    return any(mark in text for mark in _STALE_TOKEN)
+
+
+def _tls_failure(text: str, host: str) -> str | None:
+    """What a TLS handshake failure reported by gRPC in ``text`` means, or None."""
+    for mark, meaning in _TLS_FAILURES:
+        if mark in text:
+            return meaning.format(host=host)
+    return None
+
+
+def _channel(target: str, host: str, security: EtcdSecurity | None) -> Any:
+    """The gRPC channel to ``target``: TLS when ``security`` says so, with etcd's certificate
+    checked against ``host`` (one name for every member: gRPC's multi-address target has
+    no name of its own)."""
+    if security is None or not security.tls:
+        return grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS.items()))
+    credentials = grpc.ssl_channel_credentials(security.cacert, security.key, security.cert)
+    options = {**CHANNEL_OPTIONS, "grpc.ssl_target_name_override": host}
+    return grpc.aio.secure_channel(target, credentials, options=list(options.items()))
+
+
+class _Client(aetcd.Client):  # type: ignore[misc]
+    """aetcd's client on a channel opened by ``_channel``: aetcd 1.0.0's ``connect`` opens
+    an insecure channel (and authenticates with no deadline, once); this one only makes
+    aetcd's stubs on the given channel. Every aetcd call runs ``connect`` first, and sends
+    ``metadata`` (``Etcd`` keeps the token there)."""
+
+    def __init__(self, channel: Any) -> None:
+        super().__init__()
+        self._given = channel
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        self.channel = self._given
+        self.auth_stub = rpc.AuthStub(self._given)
+        self.kvstub = rpc.KVStub(self._given)
+        self.clusterstub = rpc.ClusterStub(self._given)
+        self.leasestub = rpc.LeaseStub(self._given)
+        self.maintenancestub = rpc.MaintenanceStub(self._given)
+        self._connected.set()
 
 
 def _b(key: str) -> bytes:
@@ -126,10 +205,20 @@ def _lease_id(lease: Lease | int | None) -> int | None:
 class Etcd:
     """A connection to one etcd cluster (every endpoint over one gRPC channel)."""
 
-    def __init__(self, client: Any, endpoints: Sequence[str], timeout: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        endpoints: Sequence[str],
+        timeout: float,
+        security: EtcdSecurity | None = None,
+    ) -> None:
         self._client = client
         self.endpoints = list(endpoints)
         self.timeout = timeout
+        self._user = security.username if security is not None else ""
+        self._password = security.password if security is not None else ""
+        self._token_generation = 0  # +1 at each Authenticate answered
+        self._token_lock = asyncio.Lock()
         self._closed = False
         self._closing = asyncio.Event()
         self._leases: set[Lease] = set()
@@ -137,22 +226,49 @@ class Etcd:
 
     @classmethod
     async def connect(
-        cls, endpoints: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, check: bool = True
+        cls,
+        endpoints: Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        check: bool = True,
+        security: EtcdSecurity | None = None,
     ) -> Etcd:
-        """A client of the etcd members at ``endpoints`` (``host:port``). With ``check``,
-        one read must succeed within ``timeout``, else ``EtcdUnavailable``."""
+        """A client of the etcd members at ``endpoints`` (``host:port``), over TLS and as a
+        user when ``security`` says so. With a user it authenticates at once; else, with
+        ``check``, one read must be answered. ``EtcdUnavailable`` when etcd does not answer
+        within ``timeout``; ``ConfigError`` (one line) when it refuses the TLS handshake or
+        the credentials."""
+        host = parse_endpoint(endpoints[0])[0] if endpoints else ""
         target = grpc_target(await resolve(endpoints))
-        host, _, port = target.rpartition(":")  # aetcd joins host and port back with ":"
-        client = aetcd.Client(host=host, port=int(port), options=CHANNEL_OPTIONS)
+        client = _Client(_channel(target, host, security))
         await client.connect()
-        etcd = cls(client, endpoints, timeout)
-        if check:
-            try:
-                await etcd.get("/")
-            except BaseException:
-                await etcd.close()
-                raise
+        etcd = cls(client, endpoints, timeout, security)
+        try:
+            await etcd._check(check, host)
+        except BaseException:
+            await etcd.close()
+            raise
         return etcd
+
+    async def _check(self, check: bool, host: str) -> None:
+        """Authenticate (a user given), or read once (``check``); a refusal as ConfigError."""
+        try:
+            if self._user:
+                await self._call(f"authenticate as {self._user}", self._authenticate, retry=True)
+            if check and self._client.metadata is None:
+                await self.get("/")
+        except EtcdAuthFailed as exc:
+            raise ConfigError(f"--etcd-username {self._user}: {exc}") from None
+        except EtcdUnavailable as exc:
+            tls = _tls_failure(str(exc), host)
+            if tls is not None:
+                raise ConfigError(
+                    f"--etcd-endpoints {','.join(self.endpoints)}: {tls}: {exc}"
+                ) from None
+            raise
+        except EtcdError as exc:
+            if "permission denied" not in str(exc):  # (etcd answered, to a certificate's CN)
+                raise ConfigError(f"--etcd-endpoints {','.join(self.endpoints)}: {exc}") from None
 
     async def close(self) -> None:
         """Stop every lease's keep-alive (leases are not revoked: they expire), end every
@@ -185,9 +301,11 @@ class Etcd:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         delay = BACKOFF_MIN
+        renewed = False  # a new token is asked for once per call
         while True:
             remaining = deadline - loop.time()
             attempt = min(remaining, max(self.timeout / 5, 0.5)) if retry else remaining
+            seen = self._token_generation
             try:
                 async with asyncio.timeout(attempt):
                     return await op()
@@ -196,11 +314,58 @@ class Etcd:
             except _TRANSIENT as exc:
                 last = str(exc) or type(exc).__name__
             except aetcd_errors.ClientError as exc:
-                raise EtcdError(f"{what}: {exc}") from exc
+                if renewed or not self._stale(exc):
+                    raise EtcdError(f"{what}: {exc}") from exc
+                renewed = True  # (refused before being applied: sent again, even unless retry)
+                failed = await self._renew(seen, deadline - loop.time())
+                if failed is None:
+                    continue
+                last = failed
             if not retry or loop.time() + delay >= deadline:
                 raise EtcdUnavailable(f"{what}: {last} (deadline {self.timeout}s)")
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
+
+    # -- the token ---------------------------------------------------------------------------
+
+    def _stale(self, exc: BaseException) -> bool:
+        """Whether etcd refused a call for its token (a user given)."""
+        return bool(self._user) and _stale_token(str(exc))
+
+    async def _authenticate(self, seen: int = 0) -> None:
+        """A new token, sent by every call from now on, unless one came since the token
+        ``seen`` (``_token_generation`` then). Transient failures raise aetcd's errors,
+        a refusal ``EtcdAuthFailed``. etcd without auth: no token (as Go's clientv3)."""
+        async with self._token_lock:
+            if self._token_generation != seen:
+                return
+            request = rpc.AuthenticateRequest(name=self._user, password=self._password)
+            try:
+                reply = await self._client.auth_stub.Authenticate(request)
+            except grpc.aio.AioRpcError as exc:
+                detail = exc.details() or exc.code().name
+                if exc.code() in _TRANSIENT_CODES:
+                    raise aetcd_errors.ConnectionFailedError(detail) from None
+                if "authentication is not enabled" not in detail:
+                    raise EtcdAuthFailed(f"etcd refused the credentials: {detail}") from None
+                log.warning("etcd: auth is not enabled; --etcd-username %s unused", self._user)
+                self._client.metadata = None
+            else:
+                self._client.metadata = (("token", reply.token),)
+                log.debug("etcd: authenticated as %s", self._user)
+            self._token_generation += 1
+
+    async def _renew(self, seen: int, within: float) -> str | None:
+        """``_authenticate(seen)`` within ``within`` seconds: None once done, else why not
+        (a refusal raises ``EtcdAuthFailed``)."""
+        try:
+            async with asyncio.timeout(max(0.0, within)):
+                await self._authenticate(seen)
+        except TimeoutError:
+            return f"no new token within {within:.2f}s"
+        except _TRANSIENT as exc:
+            return f"no new token: {exc}"
+        return None
 
     # -- keys ------------------------------------------------------------------------------
 
@@ -300,8 +465,16 @@ class Etcd:
         return lease
 
     async def _refresh(self, lease_id: int) -> int:
-        """One keep-alive; the TTL left (0 or less: the lease is gone)."""
-        reply = await self._client.refresh_lease(lease_id)
+        """One keep-alive; the TTL left (0 or less: the lease is gone). Refused for its
+        token (etcd 3.4 does not check it there, others may): a new token, and again."""
+        seen = self._token_generation
+        try:
+            reply = await self._client.refresh_lease(lease_id)
+        except aetcd_errors.ClientError as exc:
+            if not self._stale(exc):
+                raise
+            await self._authenticate(seen)
+            reply = await self._client.refresh_lease(lease_id)
         if reply is None:
             raise aetcd_errors.ConnectionFailedError("keep-alive stream ended without a reply")
         return int(reply.TTL)
@@ -364,7 +537,8 @@ class _Watch:
         delay = BACKOFF_MIN
         while not self.etcd._closed:
             stub = rpc.WatchStub(self.etcd._client.channel)
-            call = stub.Watch(metadata=REQUIRE_LEADER)
+            seen = self.etcd._token_generation
+            call = stub.Watch(metadata=REQUIRE_LEADER + (self.etcd._client.metadata or ()))
             self.etcd._calls.add(call)
             try:
                 async for batch in self._stream(call):
@@ -372,6 +546,8 @@ class _Watch:
                     yield batch
             except (grpc.aio.AioRpcError, _Restart) as exc:
                 self._failed(exc)
+                if self.etcd._stale(exc) and not await self._renewed(seen):
+                    return
             except _Closed:
                 return
             finally:
@@ -403,6 +579,18 @@ class _Watch:
                 batch = [_event(e) for e in resp.events]
                 self.next_revision = batch[-1].kv.mod_revision + 1
                 yield batch
+
+    async def _renewed(self, seen: int) -> bool:
+        """A new token for the next watch (etcd refused this one's); False once closed."""
+        try:
+            why = await self._io(self.etcd._renew(seen, self.etcd.timeout))
+        except EtcdAuthFailed as exc:
+            why = str(exc)
+        except _Closed:
+            return False
+        if why is not None:
+            log.warning("etcd watch %s: %s", self.prefix, why)
+        return True
 
     async def _io(self, step: Awaitable[T]) -> T:
         """``step`` (a read or write of the stream), or ``_Closed`` as soon as the client
@@ -492,7 +680,7 @@ class Lease:
             try:
                 async with asyncio.timeout(max(0.05, min(interval, self.expires - sent))):
                     left = await self.etcd._refresh(self.id)
-            except (TimeoutError, aetcd_errors.ClientError) as exc:
+            except (TimeoutError, aetcd_errors.ClientError, EtcdAuthFailed) as exc:
                 why = str(exc) or type(exc).__name__
                 if loop.time() >= self.expires:
                     return self._lose(f"no refresh within its {self.ttl}s TTL ({why})")

@@ -142,6 +142,9 @@ class NodeInfo:
     ISR member. ``loads`` maps every partition the node holds to ``(msgs_per_sec, bytes)``:
     how fast its log grows (smoothed) and the bytes it keeps, what the rebalancer weighs.
     ``secure``: its links to the other daemons are mutual TLS (``--cluster-tls-*``).
+    ``incarnation``: a random token of this start of the process, which its replication
+    HELLOs carry (a leader accepts a follower's link only from that incarnation; nothing
+    outside etcd shows it).
     Not hashable."""
 
     id: str
@@ -159,6 +162,7 @@ class NodeInfo:
     failing: Mapping[str, int] = field(default_factory=dict)
     loads: Mapping[str, tuple[float, int]] = field(default_factory=dict)
     secure: bool = False
+    incarnation: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ends", MappingProxyType(dict(self.ends)))
@@ -197,6 +201,7 @@ class NodeInfo:
             **({"loads": {k: [rate, size] for k, (rate, size) in sorted(self.loads.items())}}
                if self.loads else {}),
             **({"secure": True} if self.secure else {}),
+            **({"incarnation": self.incarnation} if self.incarnation else {}),
         })  # fmt: skip
 
     @classmethod
@@ -224,6 +229,8 @@ class NodeInfo:
             started_ns=_int(obj, "started_ns", what, default=0),
             load=Load.from_dict(obj.get("load", {}), f"{what}: field 'load'"), ends=parsed,
             secure=obj.get("secure") is True,
+            incarnation=_str({"incarnation": obj.get("incarnation", "")}, "incarnation", what,
+                             empty=True),
         )  # fmt: skip
 
 

@@ -84,9 +84,11 @@ class FollowerFetch:
         wall_ns: Callable[[], int] = time.time_ns,
         logger: logging.Logger | None = None,
         tls: ClusterTls | None = None,
+        incarnation: str = "",
     ) -> None:
         self.replica = state
         self.tls = tls
+        self.incarnation = incarnation  # this node's start, as its node key in etcd says
         self.plog = state.log
         self.node_id, self.cluster_id = state.node_id, cluster_id
         self.topic, self.partition = state.topic, state.partition
@@ -205,7 +207,9 @@ class FollowerFetch:
             reader, writer = await dial(host.strip("[]"), int(port), self.tls)
         link = self._link = Link(reader, writer)
         try:
-            hello = encode_hello(self.node_id, self.cluster_id, self.topic, self.partition, epoch)
+            hello = encode_hello(
+                self.node_id, self.cluster_id, self.topic, self.partition, epoch, self.incarnation
+            )
             link.send([MAGIC + hello])
             link.magic_sent = True
             await self._expect_hello(link, epoch)

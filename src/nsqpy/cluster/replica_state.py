@@ -137,8 +137,12 @@ class ReplicaState:
         chunk: int = CHUNK,
         timeout: float = 5.0,
         on_change: Callable[[ReplicaState], None] | None = None,
+        incarnation_of: Callable[[str], str | None] | None = None,
     ) -> None:
         self.node_id, self.topic, self.partition = node_id, topic, partition
+        # A node's incarnation as etcd has it now (None: not registered); a HELLO must say
+        # the same (``accept``). Without it (the simulation) no HELLO is checked so.
+        self.incarnation_of = incarnation_of
         self.log = log
         self.clock = clock
         self.window, self.chunk, self.timeout = window, chunk, timeout
@@ -301,7 +305,10 @@ class ReplicaState:
 
     def accept(self, hello: Hello) -> tuple[FollowerLink, FollowerLink | None]:
         """A follower's HELLO: its link, and the link it replaces (to close). Refused when
-        this node does not lead in that epoch or the node holds no replica here."""
+        this node does not lead in that epoch, the node holds no replica here, or (with
+        ``incarnation_of``) the HELLO is not from the node's incarnation registered in etcd:
+        a link takes over a live one only for the same node as etcd knows it, so a
+        stranger who knows a follower's id (``/cluster/stats`` lists them) cannot."""
         where = self.where
         if self.role != LEADER:
             raise Refused(0, E_NOT_LEADER, f"{where} is not led here")
@@ -314,6 +321,13 @@ class ReplicaState:
         node = hello.node_id
         if node == self.node_id or node not in self.holders:
             raise Refused(self.epoch, E_NOT_REPLICA, f"{where}: {node!r} holds no replica")
+        if self.incarnation_of is not None:
+            known = self.incarnation_of(node)
+            if known is None:
+                raise Refused(self.epoch, E_NOT_REPLICA, f"{where}: {node!r} is not registered")
+            if known and hello.incarnation != known:  # ("": a node of an older version)
+                text = f"{where}: a HELLO as {node!r} not from its incarnation in etcd"
+                raise Refused(self.epoch, E_NOT_REPLICA, text)
         peer = self.peers.setdefault(node, Peer(node))
         old = peer.link
         if old is not None:

@@ -67,7 +67,9 @@ class LookupdCluster:
             lookupd_id(address, tcp_port, http_port), address, tcp_port, http_port
         )
         try:
-            self.etcd = await Etcd.connect(etcd_endpoints(self.opts.etcd_endpoints))
+            self.etcd = await Etcd.connect(
+                etcd_endpoints(self.opts.etcd_endpoints), security=self.opts.etcd_security()
+            )
             self.view = ClusterView(self.etcd, self.keys)
             await self.view.start()
         except EtcdUnavailable as exc:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
 import socket
 import time
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from nsqpy.nsqd.forward import Forwarder, Route
 from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
 from nsqpy.nsqd.load import Rates
 from nsqpy.nsqd.replicas import Replication
+from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.options import NsqdOptions
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -174,6 +176,7 @@ class NsqdCluster:
         self.node_id = ""
         self.replication: Replication | None = None
         self.tls: ClusterTls | None = None  # (``start``: from the --cluster-tls-* flags)
+        self.peer_tls: TlsSettings | None = None  # (``TopicGate``: forwarders' upgrade)
         self.forwarder = Forwarder(self.route)
         self._turns: dict[str, int] = {}  # per topic: the last partition forwarded to
         self.started = asyncio.Event()
@@ -181,6 +184,7 @@ class NsqdCluster:
         # so NSQ's tools see this node's channels and clients through any lookupd.
         self.lookupd_tcp_addresses: list[str] = []
         self.started_ns = time.time_ns()
+        self.incarnation = secrets.token_hex(16)  # (``NodeInfo.incarnation``)
         self._node_rate = Rates()  # messages put into its topics (``Load.msgs_per_sec``)
         self._partition_rates = Rates()  # each held partition's log end (``NodeInfo.loads``)
         host.broker.cluster_mode = True
@@ -193,6 +197,15 @@ class NsqdCluster:
         self.tls = ClusterTls.from_options(opts)
         if self.tls is None:
             log.warning(INSECURE)
+        else:
+            self.forwarder.tls = self.tls.client
+            self.peer_tls = TlsSettings(
+                self.tls.server,
+                tcp_required=False,
+                http_required=False,
+                handshake_timeout=self.tls.handshake_timeout,
+                cluster_peer=True,
+            )
         self.node_id = self._identity(Path(opts.data_path))
         self.replication = Replication(
             self.host.broker,
@@ -201,11 +214,14 @@ class NsqdCluster:
             self._replicas,
             self.host.replicated,
             tls=self.tls,
+            incarnation=self.incarnation,
         )
         rpc_host, rpc_port = check_host_port("rpc-address", opts.rpc_address)
         await self.replication.start(rpc_host, rpc_port)  # (its port goes in the NodeInfo)
         try:
-            self.etcd = await Etcd.connect(etcd_endpoints(opts.etcd_endpoints))
+            self.etcd = await Etcd.connect(
+                etcd_endpoints(opts.etcd_endpoints), security=opts.etcd_security()
+            )
             self.view = ClusterView(self.etcd, self.keys)
             await self.view.start()
             self.member = Member(
@@ -281,6 +297,7 @@ class NsqdCluster:
             version=CLUSTER_VERSION,
             started_ns=self.started_ns,
             secure=self.tls is not None,
+            incarnation=self.incarnation,
             load=Load(
                 partitions=len(held),
                 leaders=sum(1 for role, _e, _end in held.values() if role == LEADER),

@@ -17,6 +17,11 @@ NSQ producer that retries). A forwarded publish is never forwarded again: the re
 node knows the forwarder by its user agent and answers ``E_FAILED_ON_NOT_LEADER`` when it
 does not lead either (views differ for a moment), so publishes never loop.
 
+In a secure cluster (``tls``) each connection to a leader asks for TLS in its IDENTIFY and
+shows the node's cluster certificate; the leader, checking it against the cluster's CA,
+trusts the connection as a node of the cluster (no AUTH: the client's rights were checked
+by the node it published to), and the forwarder checks the leader's the same way.
+
 ``close`` (nsqd stopping) ends every forward at once: one waiting for a leader, retrying,
 or waiting for its leader's answer is refused with ``E_FAILED_ON_NOT_LEADER`` (the client
 publishes again, elsewhere) and no connection is opened after it; ``in_flight`` tells the
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,6 +78,9 @@ class Forwarder:
         self.in_flight = 0  # publishes being forwarded now
         self.forwarded = 0  # messages answered OK through a leader
         self.failed = 0  # forwards that ended in an error for the client
+        # In a secure cluster, the context of its mutual TLS: each connection to a leader is
+        # upgraded to it after IDENTIFY (the leader then trusts it as a node: no AUTH).
+        self.tls: ssl.SSLContext | None = None
 
     async def publish(
         self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int = 0
@@ -135,7 +144,9 @@ class Forwarder:
     async def _send(self, route: Route, topic: str, bodies: Sequence[bytes], defer_ms: int) -> None:
         producer = self._producers.get(route.address)
         if producer is None:
-            identify = IdentifyOptions(user_agent=FORWARD_AGENT)
+            identify = IdentifyOptions(
+                user_agent=FORWARD_AGENT, tls_v1=self.tls is not None, tls_context=self.tls
+            )
             producer = Producer(
                 route.address, connect_timeout=self.connect_timeout, identify=identify
             )

@@ -13,9 +13,12 @@ only the standard library.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from nsqpy import __version__
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.tls import TlsSettings
 
 HERE, ELSEWHERE, ABSENT = "here", "elsewhere", "absent"
 
@@ -25,6 +28,11 @@ FORWARD_AGENT = f"nsqpy-forward/{__version__}"
 
 
 class TopicGate(Protocol):
+    # In a secure cluster: how a forwarding node's connection (IDENTIFY with
+    # ``FORWARD_AGENT``) is upgraded, to mutual TLS with the cluster's certificates; the
+    # node on the other end is then trusted as a member (no AUTH). None otherwise.
+    peer_tls: TlsSettings | None
+
     def where(self, topic: str) -> str:
         """``HERE``, ``ELSEWHERE`` or ``ABSENT`` (see the module docstring)."""
         ...

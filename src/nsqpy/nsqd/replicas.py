@@ -57,8 +57,12 @@ class Replication:
         clock: Callable[[], float] = time.monotonic,
         timeout: float = 5.0,
         tls: ClusterTls | None = None,
+        incarnation: str = "",
     ) -> None:
         self.tls = tls
+        # this start of the node (its HELLOs say it), and every live node's as etcd has it
+        self.incarnation = incarnation
+        self.incarnations: dict[str, str] = {}
         self.broker = broker
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -118,6 +122,7 @@ class Replication:
                 clock=self.clock,
                 timeout=self.timeout,
                 on_change=self._publish,
+                incarnation_of=self.incarnations.get,
             )
             self.states[key], self._held[key] = state, part
             self._publish(state)
@@ -288,6 +293,8 @@ class Replication:
         """Every held partition's state assigned as etcd says; fetches for those followed."""
         wanted: set[tuple[str, int]] = set()
         held: set[tuple[str, int]] = set()
+        self.incarnations.clear()  # (the states look it up: the same dict, kept current)
+        self.incarnations.update({n.id: n.incarnation for n in snap.nodes.values()})
         for topic in list(self.broker.topics.values()):
             if topic.ephemeral:
                 continue
@@ -360,6 +367,7 @@ class Replication:
                 on_cursors=self._adopt_cursors,
                 timeout=self.timeout,
                 tls=self.tls,
+                incarnation=self.incarnation,
             )
             self.fetches[key] = fetch
             fetch.start()

@@ -33,7 +33,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
 
@@ -376,7 +376,14 @@ class V2Connection(BufferedConnection):
 
     def identify(self, cmd: Identify) -> None:
         req = parse_identify(cmd.body, self.ctx.limits)
-        neg = negotiate(req, self.ctx.limits)
+        gate = self.ctx.cluster
+        peer_tls = gate.peer_tls if gate is not None and req.user_agent == FORWARD_AGENT else None
+        limits = (
+            self.ctx.limits if peer_tls is None else replace(self.ctx.limits, tls_available=True)
+        )
+        neg = negotiate(req, limits)
+        if peer_tls is not None and neg.tls_v1:  # trusted once its certificate is, else closed
+            limits = replace(limits, auth_required=False)
         c = self.client
         if req.client_id:
             c.client_id = req.client_id
@@ -396,9 +403,20 @@ class V2Connection(BufferedConnection):
         if not req.feature_negotiation:
             self._reply(None, OK_FRAME)
             return
-        self._reply(None, encode_response(identify_response(neg, self.ctx.limits)))
+        self._reply(None, encode_response(identify_response(neg, limits)))
         if neg.tls_v1 or neg.snappy or neg.deflate:
-            begin_upgrade(self, neg, self.ctx.tls)
+            begin_upgrade(
+                self, neg, peer_tls if peer_tls is not None and neg.tls_v1 else self.ctx.tls
+            )
+
+    def trust_cluster_peer(self) -> None:
+        """The client proved, with a certificate of the cluster's CA, that it is a node of
+        the cluster forwarding its clients' publishes: those clients' rights were checked
+        where they connected, so no AUTH is asked here."""
+        self.client.cluster_peer = True
+        self.auth = None
+        self._pre_auth_left = -1
+        self._pre_auth_ns = 0
 
     def sub(self, cmd: Sub) -> None:
         if not self._topic_here(cmd.topic, cmd, NotLeaderForSub):

@@ -63,6 +63,7 @@ class TlsSettings:
     http_required: bool  # the plain HTTP listener answers 403 TLS_REQUIRED
     client_context: ssl.SSLContext | None = None  # for HTTPS auth servers
     handshake_timeout: float = 5.0  # nsqd's deadline for the TLS handshake after IDENTIFY
+    cluster_peer: bool = False  # the cluster's mutual TLS: the client is one of its nodes
 
     @classmethod
     def from_options(cls, opts: NsqdOptions) -> TlsSettings:

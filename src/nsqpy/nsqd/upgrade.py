@@ -67,6 +67,10 @@ class Upgradable(Protocol):
 
     def release_replies(self) -> bool: ...
 
+    def trust_cluster_peer(self) -> None:
+        """The TLS handshake showed a certificate of the cluster's CA."""
+        ...
+
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as a task its server holds (and cancels when it stops)."""
         ...
@@ -126,6 +130,8 @@ def _switch(conn: Upgradable, neg: Negotiated, settings: TlsSettings) -> None:
     level = neg.deflate_level
 
     def compress_and_resume() -> None:
+        if neg.tls_v1 and settings.cluster_peer:
+            conn.trust_cluster_peer()
         if compression:
             log.info("[%s] upgrading connection to %s", conn.client.remote_address, compression)
             wire.set_codec(*stream_codec(compression, level))

@@ -17,6 +17,8 @@ it); all integers unsigned big-endian, every string ``length u16 | UTF-8``::
     type  frame        payload
     1     HELLO        node_id str | cluster_id str | topic str | partition u16
                        | leader_epoch u32 (the epoch the sender believes current)
+                       [| incarnation str (the sender's, as its node key in etcd says;
+                       absent from a sender of an older version: "")]
     2     APPEND       leader_epoch u32 | start_offset u64 | committed_offset u64
                        | count u32 | batches (the rest of the frame: whole log batches
                        from start_offset holding count records; none when count is 0)
@@ -36,7 +38,8 @@ it); all integers unsigned big-endian, every string ``length u16 | UTF-8``::
 
 The conversation: the follower sends the magic and HELLO; the leader answers the magic
 and its HELLO, or ERROR (``E_NOT_LEADER``, ``E_STALE_EPOCH``, ``E_CLUSTER_MISMATCH``,
-``E_NOT_REPLICA``) and closes. A rejoining follower asks EPOCH_QUERY(its last epoch) and
+``E_NOT_REPLICA``: also a HELLO whose incarnation is not the one etcd has for that
+node, so a stranger cannot take a replica's place by its node id) and closes. A rejoining follower asks EPOCH_QUERY(its last epoch) and
 gets EPOCH_END: as Kafka's OffsetsForLeaderEpoch, the largest epoch at most the one asked
 for that the leader has, and its end (the first offset after its last record, i.e. where
 the next epoch starts, or the leader's end for its current epoch); ``EpochEnd(-1, -1)``
@@ -145,6 +148,7 @@ class Hello:
     topic: str
     partition: int
     leader_epoch: int
+    incarnation: str = ""  # this start of the sender (``NodeInfo.incarnation``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +316,12 @@ def _frame(frame_type: FrameType, payload: bytes) -> bytes:
 
 
 def encode_hello(
-    node_id: str, cluster_id: str, topic: str, partition: int, leader_epoch: int
+    node_id: str,
+    cluster_id: str,
+    topic: str,
+    partition: int,
+    leader_epoch: int,
+    incarnation: str = "",
 ) -> bytes:
     names = ("partition", "leader_epoch")
     return _frame(
@@ -320,7 +329,8 @@ def encode_hello(
         _str("HELLO", "node_id", node_id)
         + _str("HELLO", "cluster_id", cluster_id)
         + _str("HELLO", "topic", topic)
-        + _pack(_HELLO_TAIL, "HELLO", names, partition, leader_epoch),
+        + _pack(_HELLO_TAIL, "HELLO", names, partition, leader_epoch)
+        + (_str("HELLO", "incarnation", incarnation) if incarnation else b""),
     )
 
 
@@ -424,8 +434,8 @@ def encode(frame: ReplicationFrame) -> list[Buffer]:
     match frame:
         case Append(epoch, start, committed, count, data):
             return encode_append(epoch, start, committed, count, data)
-        case Hello(node_id, cluster_id, topic, partition, epoch):
-            return [encode_hello(node_id, cluster_id, topic, partition, epoch)]
+        case Hello(node_id, cluster_id, topic, partition, epoch, incarnation):
+            return [encode_hello(node_id, cluster_id, topic, partition, epoch, incarnation)]
         case Ack(epoch, end, durable):
             return [encode_ack(epoch, end, durable)]
         case Fetch(epoch, start, max_bytes, last_epoch):
@@ -492,8 +502,9 @@ def _decode_hello(buf: bytearray, start: int, end: int) -> Hello:
     f = _Fields(buf, start, end, "HELLO")
     node_id, cluster_id, topic = f.string("node_id"), f.string("cluster_id"), f.string("topic")
     partition, epoch = f.unpack(_HELLO_TAIL, "partition and leader_epoch")
+    incarnation = f.string("incarnation") if f.pos < f.end else ""
     f.done()
-    return Hello(node_id, cluster_id, topic, partition, epoch)
+    return Hello(node_id, cluster_id, topic, partition, epoch, incarnation)
 
 
 def _decode_append(buf: bytearray, start: int, end: int) -> Append:

@@ -7,7 +7,9 @@ killed node is seen dead in seconds. ``start()`` returns once every nsqd is regi
 a lookupd coordinates; ``close()`` kills whatever runs, also after a failed start. A test
 kills, restarts, pauses and resumes any daemon by index and reads the cluster over HTTP
 (``lookupd_json``, ``nsqd_json``, ``post``). What ``docs/cluster.md`` runs by hand, in one
-object. Imports only the standard library and the rest of ``nsqpy.testing``.
+object. Extra flags and environment for the daemons (``nsqd_flags``, ``lookupd_flags``,
+``nsqd_env``, ``lookupd_env``) and an etcd of the caller's (``etcd``: a secure one, say)
+adapt it. Imports only the standard library and the rest of ``nsqpy.testing``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class LocalCluster:
         lookupd_flags: Sequence[str] = (),
         etcd: EtcdCluster | None = None,
         nsqd_env: Mapping[int, Mapping[str, str]] | None = None,
+        lookupd_env: Mapping[str, str] | None = None,
     ) -> None:
         self._tmp = None if directory is not None else tempfile.mkdtemp(prefix="nsqpy-cluster-")
         self.directory = Path(directory if directory is not None else self._tmp or ".")
@@ -53,6 +56,7 @@ class LocalCluster:
         self.nsqd_flags = list(nsqd_flags)
         self.lookupd_flags = list(lookupd_flags)
         self.nsqd_env = dict(nsqd_env or {})  # node index -> environment it adds
+        self.lookupd_env = dict(lookupd_env or {})  # what every nsqlookupd's environment adds
         self._own_etcd = etcd is None
         self.etcd = etcd or EtcdCluster(etcd_members, self.directory / "etcd")
         self.lookupds: list[DaemonProcess] = []
@@ -91,9 +95,11 @@ class LocalCluster:
 
     def _lookupd(self, i: int) -> DaemonProcess:
         tcp, http = self._lookupd_ports[i]
-        return lookupd_process(
+        proc = lookupd_process(
             *self._cluster_flags(), *self.lookupd_flags, tcp_port=tcp, http_port=http
         )
+        proc.env = dict(self.lookupd_env) or None
+        return proc
 
     def _nsqd(self, i: int) -> DaemonProcess:
         data = self.directory / f"nsqd{i}"

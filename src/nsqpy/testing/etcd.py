@@ -5,27 +5,43 @@ resume any member.
 
 Members use small raft timings (heartbeat 50 ms, election 500 ms) so elections finish fast.
 ``close()`` kills every member it started, also when ``start`` failed, and runs at exit as
-a last resort. Imports only the standard library and ``nsqpy.testing.processes``.
+a last resort.
+
+Secure members, when asked: ``tls`` (a ``CertFiles`` of ``nsqpy.testing.certs``) serves
+clients over TLS only and wants their certificate signed by that CA (``https://`` client
+URLs, ``--client-cert-auth``; peers stay plain); ``auth_token_ttl`` sets how long etcd's
+simple tokens live; ``add_user`` (a user whose role may read and write one key prefix
+only) and ``enable_auth`` (the root user, then auth on) go through the JSON gateway without
+a token: every ``add_user`` comes before ``enable_auth``. With TLS and auth on, etcd 3.4's
+gateway refuses any client certificate with a common name: ``status`` and ``leader`` then
+answer None (``/health`` still answers). Imports only the standard library and
+``nsqpy.testing.processes``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from nsqpy.testing.processes import die_with_parent, free_ports
+
+if TYPE_CHECKING:
+    from nsqpy.testing.certs import CertFiles
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 START_TIMEOUT = 20.0  # seconds: a fresh 3-member cluster elects in well under 2 s
@@ -35,7 +51,8 @@ class EtcdCluster:
     """``size`` etcd members on ``host`` (127.0.0.1) with data and logs under ``directory``.
 
     ``start()`` (or ``await astart()``) returns once every member answers ``/health``;
-    ``endpoints`` lists the members' client addresses as ``"127.0.0.1:port"``.
+    ``endpoints`` lists the members' client addresses as ``"127.0.0.1:port"``. ``tls`` and
+    ``auth_token_ttl``: see the module docstring.
     """
 
     def __init__(
@@ -47,6 +64,8 @@ class EtcdCluster:
         election_ms: int = 500,
         host: str = "127.0.0.1",
         prefix: Sequence[str] = (),
+        tls: CertFiles | None = None,
+        auth_token_ttl: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"an etcd cluster needs at least 1 member, not {size}")
@@ -58,6 +77,9 @@ class EtcdCluster:
             host  # the members listen here (another host: a namespace of the Jepsen harness)
         )
         self.prefix = list(prefix)  # runs each member (``ip netns exec <ns>``), when given
+        self.tls = tls
+        self.auth_token_ttl = auth_token_ttl
+        self.scheme = "https" if tls is not None else "http"
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
@@ -95,8 +117,18 @@ class EtcdCluster:
         peers = ",".join(
             f"{self.name(j)}=http://{self.host}:{self.peer_ports[j]}" for j in range(self.size)
         )
-        client = f"http://{self.host}:{self.client_ports[i]}"
+        client = f"{self.scheme}://{self.host}:{self.client_ports[i]}"
         peer = f"http://{self.host}:{self.peer_ports[i]}"
+        secure = []
+        if self.tls is not None:
+            secure += [
+                f"--cert-file={self.tls.server_cert}",
+                f"--key-file={self.tls.server_key}",
+                f"--trusted-ca-file={self.tls.ca}",
+                "--client-cert-auth",
+            ]
+        if self.auth_token_ttl is not None:
+            secure.append(f"--auth-token-ttl={self.auth_token_ttl}")
         return [
             *self.prefix,
             ETCD,
@@ -114,6 +146,7 @@ class EtcdCluster:
             "--logger=zap",
             "--log-outputs=stderr",
             "--log-level=warn",
+            *secure,
         ]
 
     # -- life cycle --------------------------------------------------------------------
@@ -234,9 +267,8 @@ class EtcdCluster:
         """Member ``i`` answers ``/health`` with ``true`` (it is running and has a leader)."""
         if not self.running(i) or i in self._paused:
             return False
-        url = f"http://{self.host}:{self.client_ports[i]}/health"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
+            with self._open(i, "/health", None, timeout) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -264,13 +296,8 @@ class EtcdCluster:
         """Member ``i``'s maintenance status (JSON gateway), or None when it does not answer."""
         if not self.running(i) or i in self._paused:
             return None
-        req = urllib.request.Request(
-            f"http://{self.host}:{self.client_ports[i]}/v3/maintenance/status",
-            data=b"{}",
-            method="POST",
-        )
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with self._open(i, "/v3/maintenance/status", {}, timeout) as resp:
                 found = json.loads(resp.read())
         except (OSError, ValueError):
             return None
@@ -298,12 +325,59 @@ class EtcdCluster:
             time.sleep(0.05)
         return found
 
+    # -- the JSON gateway, users -------------------------------------------------------
+
+    def _open(self, i: int, path: str, body: dict[str, Any] | None, timeout: float) -> Any:
+        """GET ``path`` of member ``i`` (POST of ``body`` as JSON when given), over TLS with
+        the client certificate when the members serve TLS."""
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(cafile=self.tls.ca)
+            context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        request = urllib.request.Request(
+            f"{self.scheme}://{self.host}:{self.client_ports[i]}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            method="GET" if body is None else "POST",
+        )
+        return urllib.request.urlopen(request, timeout=timeout, context=context)
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        """POST ``body`` to the first running member's gateway; RuntimeError unless 200."""
+        i = next(j for j in range(self.size) if self.running(j))
+        try:
+            with self._open(i, path, body, 10.0) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"etcd {path}: {exc.code} {exc.read().decode()!r}") from None
+
+    def add_user(self, name: str, password: str, prefix: str) -> None:
+        """User ``name`` whose role (also ``name``) may read and write the keys under
+        ``prefix`` and nothing else (``etcdctl role grant-permission --prefix=true``)."""
+        start = prefix.encode()
+        end = start[:-1] + bytes([start[-1] + 1])  # (etcd's range end of a prefix)
+        self._post("/v3/auth/role/add", {"name": name})
+        perm = {"permType": "READWRITE", "key": _b64(start), "range_end": _b64(end)}
+        self._post("/v3/auth/role/grant", {"name": name, "perm": perm})
+        self._post("/v3/auth/user/add", {"name": name, "password": password})
+        self._post("/v3/auth/user/grant", {"user": name, "role": name})
+
+    def enable_auth(self, root_password: str = "root") -> None:
+        """The user ``root`` (role ``root``, as etcd wants before auth goes on), then auth
+        on: from now on every call needs a user's token (or a certificate's common name)."""
+        self._post("/v3/auth/user/add", {"name": "root", "password": root_password})
+        self._post("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self._post("/v3/auth/enable", {})
+
     def log_tail(self, i: int, lines: int = 15) -> str:
         try:
             text = self.log_path(i).read_text(errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
 
 
 def _accepts(host: str, port: int) -> bool:

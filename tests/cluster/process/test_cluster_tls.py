@@ -7,6 +7,13 @@
   plain TCP (the magic and a HELLO naming a real follower: today's protocol, which an
   insecure cluster serves), with a certificate of another CA, with none. The same for a
   lookupd's TCP port (what nsqd registers on).
+- A publish to a node that does not lead is forwarded to the leader over the same mutual
+  TLS; under ``--auth-http-address`` the node the client publishes to checks the client's
+  rights itself, and the leader trusts the forwarding connection as a node (no AUTH) only
+  for its cluster certificate: a stranger who says it forwards is an ordinary client.
+- Also without TLS, a HELLO posing as a real follower (whose id ``/cluster/stats`` lists)
+  is refused: a leader takes a follower's link only from the node's incarnation in etcd,
+  so the real follower keeps its link and its acknowledgements still count.
 - Without the flags a cluster still runs, each daemon logs one warning at start, and
   ``/cluster/stats`` says it is not secure (``test_topics.py`` checks that on the shared
   cluster). Flags given in part stop the daemon with one line.
@@ -14,8 +21,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +32,16 @@ from pathlib import Path
 import pytest
 
 from nsqpy.cluster.tls import INSECURE
-from nsqpy.protocol.replication import MAGIC, encode_hello
+from nsqpy.nsqd.gate import FORWARD_AGENT
+from nsqpy.protocol.replication import (
+    E_NOT_REPLICA,
+    MAGIC,
+    ErrorFrame,
+    ReplicationReader,
+    encode_hello,
+)
+from nsqpy.testing import WireClient, pub
+from nsqpy.testing.auth import AuthStub, authed_client, grant
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.http import http_request
 from nsqpy.tools.cert import cert_pem, create_ca, create_leaf, write_key
@@ -59,8 +77,15 @@ def tls_flags(files: dict[str, Path]) -> list[str]:
 
 @pytest.fixture
 def secure(own_cluster: OwnCluster, tmp_path: Path) -> LocalCluster:
+    return two_nodes(own_cluster, tmp_path)
+
+
+def two_nodes(own_cluster: OwnCluster, tmp_path: Path, *nsqd_flags: str) -> LocalCluster:
+    """Two nsqd and a lookupd with certificates of one CA; topic TOPIC on both."""
     flags = tls_flags(certs(tmp_path / "certs", "ours"))
-    cluster = own_cluster(nodes=2, lookupds=1, nsqd_flags=flags, lookupd_flags=flags)
+    cluster = own_cluster(
+        nodes=2, lookupds=1, nsqd_flags=[*flags, *nsqd_flags], lookupd_flags=flags
+    )
     assert create(cluster, TOPIC, partition_num=1, replicator=2) == (200, None)
     cluster.wait_for(
         lambda: all(len(p["isr"]) == 2 for p in cluster.partitions(TOPIC).values()),
@@ -70,7 +95,12 @@ def secure(own_cluster: OwnCluster, tmp_path: Path) -> LocalCluster:
 
 
 def refusals(cluster: LocalCluster, proc_logs: list[str], what: str) -> list[str]:
-    return [line for line in proc_logs if f"{what}: refused 127.0.0.1:" in line]
+    """The TLS handshakes ``what`` refused (other refusals, of a HELLO say, are not)."""
+    return [
+        line
+        for line in proc_logs
+        if f"{what}: refused 127.0.0.1:" in line and "TLS handshake failed" in line
+    ]
 
 
 def test_a_secure_cluster_replicates_registers_and_says_so(secure: LocalCluster) -> None:
@@ -175,18 +205,94 @@ def test_outsiders_are_refused_at_the_handshake_with_one_log_line(
     )
 
 
-@pytest.mark.parametrize(
-    "given", [("cluster-tls-cert",), ("cluster-tls-root-ca-file", "cluster-tls-key")]
-)
-def test_flags_given_in_part_stop_nsqd_with_one_line(
-    tmp_path: Path, given: tuple[str, ...]
+PARTIAL = [("cluster-tls-cert",), ("cluster-tls-root-ca-file", "cluster-tls-key")]
+
+
+@pytest.mark.parametrize("program", ["nsqd", "nsqlookupd"])
+@pytest.mark.parametrize("given", PARTIAL)
+def test_flags_given_in_part_stop_the_daemon_with_one_line(
+    tmp_path: Path, program: str, given: tuple[str, ...]
 ) -> None:
-    argv = [str(Path(sys.executable).with_name("nsqd")), f"--data-path={tmp_path}",
-            "--etcd-endpoints=127.0.0.1:1", "--tcp-address=127.0.0.1:0",
-            "--http-address=127.0.0.1:0", "--rpc-address=127.0.0.1:0",
+    argv = [str(Path(sys.executable).with_name(program)), "--etcd-endpoints=127.0.0.1:1",
+            "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
             *(f"--{flag}={tmp_path / flag}" for flag in given)]  # fmt: skip
+    if program == "nsqd":
+        argv += [f"--data-path={tmp_path}", "--rpc-address=127.0.0.1:0"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if "missing" in line]
     assert len(errors) == 1 and "mutual TLS between the daemons needs all three" in errors[0]
     assert "Traceback" not in done.stderr
+
+
+def forwarders(cluster: LocalCluster, i: int) -> list[dict[str, object]]:
+    """The clients of nsqd ``i`` that forward publishes (as its /stats lists them)."""
+    doc = cluster.nsqd_json(i, "/stats?format=json&include_clients=true")
+    return [c for c in doc.get("producers", []) if c.get("user_agent") == FORWARD_AGENT]
+
+
+def test_a_publish_to_a_follower_goes_to_the_leader_over_mutual_tls_with_the_clients_rights(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    with AuthStub() as auth:
+        auth.replies["writer"] = grant(TOPIC, "publish")
+        auth.replies["reader"] = grant(TOPIC, "subscribe")
+        cluster = two_nodes(own_cluster, tmp_path, f"--auth-http-address={auth.address}")
+        leader = leaders(cluster, TOPIC)[0]
+        follower = 1 - leader
+        port = cluster.nodes[follower].ports["TCP"]
+
+        writer = authed_client(port, "writer", timeout=10.0)
+        writer.send(pub(TOPIC, b"through the leader"))
+        assert writer.read_frame() == (0, b"OK")  # (the leader answered it: forwarded)
+        writer.close()
+        peers = forwarders(cluster, leader)
+        assert len(peers) == 1
+        assert peers[0]["tls"] is True and peers[0]["cluster_peer"] is True
+
+        reader = authed_client(port, "reader", timeout=10.0)  # may read, not publish
+        reader.send(pub(TOPIC, b"refused where it came in"))
+        ftype, data = reader.read_frame()
+        assert ftype == 1 and data.startswith(b"E_UNAUTHORIZED"), data
+        reader.close()
+
+        # A stranger on the leader's own port who says it forwards, without a certificate:
+        # an ordinary client there, asked to AUTH like any other.
+        stranger = WireClient(cluster.nodes[leader].ports["TCP"], timeout=10.0)
+        body = json.dumps({"user_agent": FORWARD_AGENT, "feature_negotiation": True}).encode()
+        stranger.send(b"  V2IDENTIFY\n" + struct.pack(">i", len(body)) + body)
+        ftype, data = stranger.read_frame()
+        assert ftype == 0 and json.loads(data)["tls_v1"] is False
+        stranger.send(pub(TOPIC, b"forged"))
+        ftype, data = stranger.read_frame()
+        assert ftype == 1 and data.startswith(b"E_AUTH_FIRST"), data
+        stranger.close()
+
+
+def test_in_an_insecure_cluster_a_hello_posing_as_a_follower_takes_nothing_over(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
+    info = shared.partitions(topic_name)[0]
+    leader = shared.node_index(info["id"])
+    (follower,) = [n for n in info["isr"] if n != info["id"]]
+
+    def publish(n: int) -> int:
+        status, _, _ = http_request(
+            "POST", f"http://{shared.nsqd_http(leader)}/pub?topic={topic_name}", b"%d" % n, 10.0
+        )
+        return status
+
+    assert publish(0) == 200  # (answered once the follower has it: its link is up)
+    hello = encode_hello(follower, shared.cluster_id, topic_name, 0, info["leader_epoch"])
+    reader = ReplicationReader(expect_magic=True)
+    with socket.create_connection(("127.0.0.1", rpc_port(shared, leader)), timeout=10) as sock:
+        sock.sendall(MAGIC + hello)
+        while (piece := sock.recv(65536)) != b"":
+            reader.feed(piece)
+    (answer,) = list(reader.frames())
+    assert isinstance(answer, ErrorFrame) and answer.code == E_NOT_REPLICA, answer
+    assert "not from its incarnation" in answer.text
+    for n in range(1, 6):  # still answered: the real follower's link and ACKs were kept
+        assert publish(n) == 200
+    assert shared.partitions(topic_name)[0]["isr"] == info["isr"]

@@ -501,3 +501,30 @@ def test_reports_never_seen_are_merged_not_dropped(
     assert leader.joining == {"F"}, "the first report's member is still waited for"
     leader.seen(2 + 3 * MAX_REPORTS)
     assert leader.joining == set()
+
+
+def test_a_hello_as_a_replica_is_taken_only_from_its_incarnation_in_etcd(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """Whoever knows a follower's node id (``/cluster/stats`` lists them) could say it in a
+    HELLO: the leader takes the link only from the start of that node etcd has (its
+    ``NodeInfo.incarnation``), so the real follower's link is never closed by a stranger,
+    and a node etcd does not have at all is refused. A node of an older version
+    registers no incarnation: its HELLOs are taken as before."""
+    registered = {"F": "f-start-2"}
+    leader = state("L", tmp_path, logs, clock, incarnation_of=registered.get)
+    leader.assign(LEADER, 1, ("L", "F", "G"), (), 3)
+    link, _ = leader.accept(Hello("F", "c", TOPIC, 0, 1, "f-start-2"))
+    for forged in ("", "f-start-1", "guessed"):
+        with pytest.raises(Refused) as refused:
+            leader.accept(Hello("F", "c", TOPIC, 0, 1, forged))
+        assert refused.value.frame[1] == E_NOT_REPLICA
+        assert "not from its incarnation" in refused.value.frame[2]
+        assert link.open and leader.peers["F"].link is link  # (the real one stays)
+    with pytest.raises(Refused, match="is not registered"):
+        leader.accept(Hello("G", "c", TOPIC, 0, 1, "g"))
+    registered["F"] = "f-start-3"  # F restarted: its new start takes over
+    again, replaced = leader.accept(Hello("F", "c", TOPIC, 0, 1, "f-start-3"))
+    assert replaced is link and not link.open and again.open
+    registered["G"] = ""  # an older version
+    leader.accept(Hello("G", "c", TOPIC, 0, 1))

@@ -1,4 +1,4 @@
-"""An HTTP auth server for fault tests against a real nsqd, and clients that AUTH with it.
+"""An HTTP auth server for tests against a real nsqd, and clients that AUTH with it.
 
 ``AuthStub`` answers nsqd's ``GET /auth?secret=...`` from a table of replies keyed by the
 secret (a thread on 127.0.0.1:0; a context manager). ``authed_client`` connects to nsqd and
