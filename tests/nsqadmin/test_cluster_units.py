@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsqpy.nsqadmin.cluster_state import ClusterState, with_leases
+from nsqpy.nsqadmin.cluster_state import ClusterState, _merge, with_leases
 from nsqpy.nsqadmin.partitions import is_cluster_topic, merge, node_partitions
 from nsqpy.nsqadmin.render import Links
 from nsqpy.nsqadmin.stats import Producer
-from nsqpy.nsqadmin.views_cluster import partitions_section
+from nsqpy.nsqadmin.views_cluster import cluster_summary, partitions_section
 
 ADDR = {"A": "h:1", "B": "h:2", "C": "h:3"}
 
@@ -114,3 +114,21 @@ def test_node_list_marks_leases_and_adds_nodes_only_etcd_knows() -> None:
         "c": ("C", True, 0, 1),
     }
     assert nodes["c"]["http_port"] == 3 and nodes["c"]["topics"] == []
+
+
+def test_the_cluster_is_secure_only_when_every_lookupd_says_so() -> None:
+    """A lookupd's ``/cluster/stats`` says ``secure`` when it and every node it lists run
+    with mutual TLS; one that says otherwise, or nothing (an older version), makes the view
+    insecure, and the node list's summary warns."""
+    for answers, secure in (
+        ([True, True], True),
+        ([True, False], False),
+        ([True, None], False),
+    ):
+        state = ClusterState()
+        for said in answers:
+            stats = {} if said is None else {"secure": said}
+            _merge(state, stats, {})
+        assert state.secure is secure and state.to_json()["secure"] is secure
+        page = cluster_summary(Links("/"), state.to_json())
+        assert ("insecure cluster" in page) is not secure

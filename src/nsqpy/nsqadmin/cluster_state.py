@@ -37,6 +37,7 @@ class ClusterState:
     balanced: bool = True
     moving: dict[str, Json] = field(default_factory=dict)  # "topic/p" -> {from, to, leader}
     removing: dict[str, int] = field(default_factory=dict)  # node id -> replicas it holds
+    secure: bool = True  # every lookupd says every link between daemons is mutual TLS
 
     def address(self, node_id: str) -> str:
         """nsqadmin's name of a live node: ``broadcast_address:http_port`` ("" if unknown)."""
@@ -63,6 +64,7 @@ class ClusterState:
             "balanced": self.balanced,
             "moving_partitions": self.moving,
             "removing_nodes": self.removing,
+            "secure": self.secure,
         }
 
 
@@ -108,6 +110,7 @@ def _merge(state: ClusterState, stats: Json, listing: Json) -> None:
     state.coordinator = state.coordinator or as_str(stats.get("coordinator"))
     state.stable = state.stable and stats.get("stable") is not False
     state.balanced = state.balanced and stats.get("balanced") is not False
+    state.secure = state.secure and stats.get("secure") is True
     for name, move in as_dict(stats.get("moving_partitions")).items():
         if isinstance(move, dict):
             state.moving.setdefault(name, move)

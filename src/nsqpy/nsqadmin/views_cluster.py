@@ -236,6 +236,13 @@ def cluster_summary(links: Links, summary: Json) -> str:
     balance = "balanced" if summary.get("balanced", True) else "not balanced"
     bad = [*summary["unavailable_partitions"], *summary["degraded_partitions"]]
     note = alert("warning", "degraded partitions: " + ", ".join(bad)) if bad else ""
+    if not summary.get("secure", True):
+        note += alert(
+            "warning",
+            "insecure cluster: the links between its daemons are not mutual TLS "
+            "(--cluster-tls-root-ca-file, --cluster-tls-cert, --cluster-tls-key): whoever "
+            "reaches them can read the partitions' messages",
+        )
     moving = summary.get("moving_partitions") or {}
     if moving:
         note += alert("info", "moving: " + ", ".join(
