@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--kinds", default="", help="only these nemeses, comma-separated "
                    f"(default every kind: {','.join(KINDS)})")  # fmt: skip
+    p.add_argument("--insecure", action="store_true",
+                   help="the daemons' links in plain TCP (default: mutual TLS, nsqpy cert's)")  # fmt: skip
     p.add_argument("--unsafe-ack-before-replication", action="store_true",
                    help="test only: nsqd acknowledges before replicating (must lose data)")  # fmt: skip
     return p
@@ -164,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = RunConfig(
             profile=args.profile, seed=seed, out=str(out), prefix=net.prefix,
             hosts=net.hosts, netem=bool(net.netem),
-            unsafe_ack=args.unsafe_ack_before_replication, kinds=kinds, cycles=args.cycles,
+            unsafe_ack=args.unsafe_ack_before_replication, insecure=args.insecure, kinds=kinds,
+            cycles=args.cycles,
         )  # fmt: skip
         print(f"nsqpy jepsen: profile {args.profile}, seed {seed}, results in {out}", flush=True)
         inner = [*net.exec_prefix("c"), sys.executable, "-m", "nsqpy.jepsen.harness",

@@ -52,6 +52,7 @@ class RunConfig:
     hosts: list[str]
     netem: bool = False  # whether the kernel has netem (the network probed it)
     unsafe_ack: bool = False
+    insecure: bool = False  # the daemons' links without mutual TLS (secure by default)
     kinds: list[str] = field(default_factory=list)  # only these nemeses (default: all)
     cycles: int = 0  # steps of each kind (default: the profile's)
 
@@ -92,7 +93,9 @@ def run(config: RunConfig) -> int:
         nemesis_history.log(msg)
         print(f"[jepsen {nemesis_history.now():7.1f}s] {msg}", flush=True)
 
-    cluster = Cluster(config.hosts, net, out, unsafe_ack=config.unsafe_ack)
+    cluster = Cluster(
+        config.hosts, net, out, unsafe_ack=config.unsafe_ack, secure=not config.insecure
+    )
     workers = Workers(cluster, out, origin, profile)
     say(f"profile {profile.name}, seed {config.seed}, {len(steps)} steps; starting the cluster")
     try:
@@ -184,6 +187,7 @@ def _write_run(config: RunConfig, out: Path, wall: float) -> None:
         "cycles": config.run_profile().cycles,
         "hosts": config.hosts,
         "unsafe_ack": config.unsafe_ack,
+        "secure": not config.insecure,
         "netem": config.netem,
         "commit": _commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - wall)),

@@ -29,6 +29,7 @@ from nsqpy.jepsen.netns import Network
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.disks import SmallDisk
 from nsqpy.testing.processes import DaemonProcess
+from nsqpy.tools.cert import Made, cert_pem, create_ca, create_leaf, write_key
 
 CLUSTER_ID = "jepsen"
 DISK_BYTES = 512 << 20
@@ -75,9 +76,15 @@ class Cluster:
     namespace."""
 
     def __init__(
-        self, hosts: Sequence[str], net: Network, out: Path, unsafe_ack: bool = False
+        self,
+        hosts: Sequence[str],
+        net: Network,
+        out: Path,
+        unsafe_ack: bool = False,
+        secure: bool = True,
     ) -> None:
         self.unsafe_ack = unsafe_ack
+        self.secure = secure  # mutual TLS between the daemons (``_tls_flags``)
         self.net = net
         self.out = out
         self.nodes = [h for h in hosts if h.startswith("n")]
@@ -89,6 +96,7 @@ class Cluster:
         self.nsqd: dict[str, DaemonProcess] = {}
         self.lookupd: dict[str, DaemonProcess] = {}
         self.paused: set[str] = set()
+        self._ca: Made | None = None  # the run's CA (``_tls_flags``)
 
     @property
     def etcd_endpoints(self) -> str:
@@ -104,7 +112,7 @@ class Cluster:
             "nsqlookupd",
             [f"--tcp-address={addr}:4160", f"--http-address={addr}:4161",
              f"--broadcast-address={addr}", f"--etcd-endpoints={self.etcd_endpoints}",
-             f"--cluster-id={CLUSTER_ID}"],
+             f"--cluster-id={CLUSTER_ID}", *self._tls_flags(host)],
             prefix=self.net.exec_prefix(host), log_path=self.out / "logs" / f"{host}.log",
         )  # fmt: skip
 
@@ -116,10 +124,30 @@ class Cluster:
             [f"--tcp-address={addr}:4150", f"--http-address={addr}:4151",
              f"--rpc-address={addr}:4250", f"--broadcast-address={addr}",
              f"--data-path={self.disks[host].path}", f"--etcd-endpoints={self.etcd_endpoints}",
-             f"--cluster-id={CLUSTER_ID}", f"--node-id={self.nodes.index(host) + 1}"],
+             f"--cluster-id={CLUSTER_ID}", f"--node-id={self.nodes.index(host) + 1}",
+             *self._tls_flags(host)],
             env=env, prefix=self.net.exec_prefix(host),
             log_path=self.out / "logs" / f"{host}.log",
         )  # fmt: skip
+
+    def _tls_flags(self, host: str) -> list[str]:
+        """``--cluster-tls-*`` of ``host``'s daemon: the run's CA and a certificate for the
+        host's address (made once per run, under ``certs/``), or none when not secure."""
+        if not self.secure:
+            return []
+        certs = self.out / "certs"
+        if self._ca is None:
+            certs.mkdir(parents=True, exist_ok=True)
+            self._ca = create_ca("nsqpy jepsen CA", days=7)
+            (certs / "ca.pem").write_bytes(cert_pem(self._ca.cert))
+        mine = certs / host
+        if not (mine / "node.pem").exists():
+            mine.mkdir(exist_ok=True)
+            leaf = create_leaf(self._ca, [self.net.address(host)], days=7)
+            (mine / "node.pem").write_bytes(cert_pem(leaf.cert))
+            write_key(leaf.key, mine / "node.key")
+        return [f"--cluster-tls-root-ca-file={certs / 'ca.pem'}",
+                f"--cluster-tls-cert={mine / 'node.pem'}", f"--cluster-tls-key={mine / 'node.key'}"]  # fmt: skip
 
     def start(self) -> None:
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
