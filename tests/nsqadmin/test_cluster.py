@@ -135,7 +135,7 @@ async def test_nodes_show_ids_leases_counts_and_the_coordinator(
     assert {lk["id"] for lk in summary["lookupds"]} == {lk["ID"] for lk in listing["lookupdnodes"]}
     assert [lk["id"] for lk in summary["lookupds"] if lk["coordinator"]] == [cluster.coordinator()]
     assert sorted(summary["live_nodes"]) == sorted(cluster.node_id(i) for i in range(3))
-    assert summary["secure"] is False  # (no --cluster-tls-*: /cluster/stats says so)
+    assert summary["secure"] is cluster.secure  # (as /cluster/stats says)
 
 
 async def test_node_page_shows_its_roles(topic: Topic, make_admin: MakeAdmin) -> None:
@@ -188,7 +188,8 @@ async def test_pages_show_the_partitions_table(topic: Topic, make_admin: MakeAdm
         assert all(node_id in page for node_id in info["isr"])
     status, page = await admin.get("/nodes")
     assert status == 200 and 'id="lookupds"' in page and topic.cluster.coordinator() in page
-    assert "insecure cluster: the links between its daemons are not mutual TLS" in page
+    warned = "insecure cluster: the links between its daemons are not mutual TLS" in page
+    assert warned is not topic.cluster.secure
 
 
 # -- in Chromium ----------------------------------------------------------------------------

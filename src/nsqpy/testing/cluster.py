@@ -23,11 +23,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nsqpy.testing.certs import make_certs
 from nsqpy.testing.etcd import EtcdCluster
 from nsqpy.testing.http import http_request
 from nsqpy.testing.processes import DaemonProcess, free_ports, lookupd_process, nsqd_process
 
 START_TIMEOUT = 30.0
+SECURE_ENV = "NSQPY_TEST_CLUSTER_TLS"  # "1": every LocalCluster runs with mutual TLS
+
+
+def _cluster_tls_flags(directory: Path) -> list[str]:
+    """``--cluster-tls-*`` with a new CA and a certificate for 127.0.0.1 (``nsqpy cert``'s)."""
+    files = make_certs(directory)
+    return [
+        f"--cluster-tls-root-ca-file={files.ca}",
+        f"--cluster-tls-cert={files.server_cert}",
+        f"--cluster-tls-key={files.server_key}",
+    ]
 
 
 class LocalCluster:
@@ -48,6 +60,7 @@ class LocalCluster:
         etcd: EtcdCluster | None = None,
         nsqd_env: Mapping[int, Mapping[str, str]] | None = None,
         lookupd_env: Mapping[str, str] | None = None,
+        secure: bool | None = None,
     ) -> None:
         self._tmp = None if directory is not None else tempfile.mkdtemp(prefix="nsqpy-cluster-")
         self.directory = Path(directory if directory is not None else self._tmp or ".")
@@ -55,6 +68,16 @@ class LocalCluster:
         self.lease_ttl = lease_ttl
         self.nsqd_flags = list(nsqd_flags)
         self.lookupd_flags = list(lookupd_flags)
+        # Mutual TLS between the daemons (a CA and one certificate for 127.0.0.1 made here);
+        # by default as $NSQPY_TEST_CLUSTER_TLS says ("1": every cluster of a test run).
+        given = any(f.startswith("--cluster-tls-") for f in self.nsqd_flags)
+        if secure is None:
+            secure = given or os.environ.get(SECURE_ENV) == "1"
+        self.secure = secure
+        if secure and not given:
+            tls = _cluster_tls_flags(self.directory / "cluster-certs")
+            self.nsqd_flags += tls
+            self.lookupd_flags += tls
         self.nsqd_env = dict(nsqd_env or {})  # node index -> environment it adds
         self.lookupd_env = dict(lookupd_env or {})  # what every nsqlookupd's environment adds
         self._own_etcd = etcd is None

@@ -270,8 +270,9 @@ def test_a_publish_to_a_follower_goes_to_the_leader_over_mutual_tls_with_the_cli
 
 
 def test_in_an_insecure_cluster_a_hello_posing_as_a_follower_takes_nothing_over(
-    shared: LocalCluster, topic_name: str
+    own_cluster: OwnCluster, topic_name: str
 ) -> None:
+    shared = own_cluster(nodes=2, lookupds=1, secure=False)
     assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
     info = shared.partitions(topic_name)[0]
     leader = shared.node_index(info["id"])

@@ -221,15 +221,19 @@ def test_cluster_stats_lists_the_three_nodes(shared: LocalCluster) -> None:
                 "127.0.0.1", shared.nodes[i].ports["TCP"], shared.nodes[i].ports["HTTP"])  # fmt: skip
             assert isinstance(node["leader_load_factor"], float)
             assert isinstance(node["node_load_factor"], float)
-            assert node["secure"] is False  # (no --cluster-tls-*)
-        assert doc["secure"] is False
+            assert node["secure"] is shared.secure  # (--cluster-tls-* or not)
+        assert doc["secure"] is shared.secure
 
 
 def test_an_insecure_cluster_warns_once_per_daemon_at_start(shared: LocalCluster) -> None:
     for proc in [*shared.nodes, *shared.lookupds]:
         warned = [line for line in proc.log_lines if INSECURE in line]
         starts = [line for line in proc.log_lines if "TCP: listening on" in line]
-        assert len(warned) == len(starts) >= 1, proc.log_lines[:20]  # (a restart warns again)
+        assert len(starts) >= 1
+        if shared.secure:  # ($NSQPY_TEST_CLUSTER_TLS=1: a secure cluster warns of nothing)
+            assert warned == []
+            continue
+        assert len(warned) == len(starts), proc.log_lines[:20]  # (a restart warns again)
         assert all("WARNING" in line for line in warned)
 
 
