@@ -95,12 +95,14 @@ class Coordinator:
         settings: CoordinatorSettings,
         *,
         clock: Callable[[], int] = time.time_ns,
+        rpc_address: str = "",
     ) -> None:
         self.etcd = etcd
         self.view = view
         self.keys: Keys = view.keys
         self.me = me
         self.http_address = http_address
+        self.rpc_address = rpc_address  # (a secure cluster's: ``CoordinatorInfo``)
         self.settings = settings
         self.clock = clock
         self._lease: Lease | None = None
@@ -163,7 +165,7 @@ class Coordinator:
     async def _campaign(self) -> None:
         assert self._lease is not None
         key = self.keys.coordinator
-        info = CoordinatorInfo(self.me.id, self.http_address)
+        info = CoordinatorInfo(self.me.id, self.http_address, self.rpc_address)
         if await self.etcd.create(key, info.to_json(), self._lease):
             kv = await self.etcd.get(key)
             if kv is None or kv.lease != self._lease.id:

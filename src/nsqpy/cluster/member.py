@@ -35,6 +35,7 @@ from nsqpy.cluster.etcd import Compare, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import check_segment
 from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
+from nsqpy.cluster.tls import ClusterTls, coordinator_url
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
 
@@ -144,6 +145,7 @@ class Member:
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
         self.registered = asyncio.Event()
+        self.tls: ClusterTls | None = None  # a secure cluster's: the coordinator is called so
         # Called with the snapshot after each ``apply`` (the node's replication follows).
         self.on_applied: list[Callable[[Snapshot], None]] = []
         # after each NodeInfo is written, with the revision of the write
@@ -358,11 +360,12 @@ class Member:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         url = (
-            f"http://{coordinator.http_address}/topic/create?topic={quote(topic)}"
+            f"{coordinator_url(coordinator, self.tls)}/topic/create?topic={quote(topic)}"
             f"&implicit=true&suggest_leader={quote(self.node_id)}"
         )
+        tls = self.tls.client if self.tls is not None and url.startswith("https:") else True
         try:
-            async with self._http.post(url) as resp:
+            async with self._http.post(url, ssl=tls) as resp:
                 if resp.status >= 400:
                     text = await resp.text()
                     raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"coordinator said {text.strip()}")

@@ -315,19 +315,24 @@ class LookupdInfo:
 
 @dataclass(frozen=True)
 class CoordinatorInfo:
-    """The holder of the coordinator lock: a lookupd id and its HTTP address."""
+    """The holder of the coordinator lock: a lookupd id, its HTTP address, and in a secure
+    cluster the address where the other daemons call it over mutual TLS (its
+    ``--rpc-address``; "" otherwise, or from an older version)."""
 
     id: str
     http_address: str
+    rpc_address: str = ""
 
     def to_json(self) -> bytes:
-        return _dump({"id": self.id, "http_address": self.http_address})
+        return _dump({"id": self.id, "http_address": self.http_address,
+                      **({"rpc_address": self.rpc_address} if self.rpc_address else {})})  # fmt: skip
 
     @classmethod
     def from_json(cls, data: bytes | str) -> CoordinatorInfo:
         what = "CoordinatorInfo"
         obj = _load(data, what)
-        return cls(_str(obj, "id", what), _str(obj, "http_address", what))
+        rpc = _str({"rpc_address": obj.get("rpc_address", "")}, "rpc_address", what, empty=True)
+        return cls(_str(obj, "id", what), _str(obj, "http_address", what), rpc)
 
 
 @dataclass(frozen=True)

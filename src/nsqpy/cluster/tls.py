@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nsqpy.cluster.model import CoordinatorInfo
 from nsqpy.errors import ConfigError
 from nsqpy.flags.cluster import cluster_tls_check
 
@@ -101,9 +102,11 @@ async def serve_protocol(
     tls: ClusterTls | None,
     what: str,
     log: logging.Logger,
+    on_secured: Callable[[], None] | None = None,
     **server_args: Any,
 ) -> asyncio.Server:
-    """``serve`` for a protocol made by ``factory`` (``loop.create_server``'s)."""
+    """``serve`` for a protocol made by ``factory`` (``loop.create_server``'s);
+    ``on_secured`` is called after each handshake that succeeded."""
     loop = asyncio.get_running_loop()
     if tls is None:
         return await loop.create_server(factory, host, port, **server_args)
@@ -114,7 +117,7 @@ async def serve_protocol(
             loop, factory(), tls.server, waiter, server_side=True,
             ssl_handshake_timeout=tls.handshake_timeout,
         )  # fmt: skip
-        waiter.add_done_callback(lambda done: _refused(done, secured, what, log))
+        waiter.add_done_callback(lambda done: _refused(done, secured, what, log, on_secured))
         return secured
 
     return await loop.create_server(connection, host, port, **server_args)
@@ -132,8 +135,18 @@ class _Secured(sslproto.SSLProtocol):
         super().connection_made(transport)
 
 
-def _refused(done: asyncio.Future[None], secured: _Secured, what: str, log: logging.Logger) -> None:
-    if done.cancelled() or done.exception() is None:
+def _refused(
+    done: asyncio.Future[None],
+    secured: _Secured,
+    what: str,
+    log: logging.Logger,
+    on_secured: Callable[[], None] | None,
+) -> None:
+    if done.cancelled():
+        return
+    if done.exception() is None:
+        if on_secured is not None:
+            on_secured()
         return
     exc = done.exception()
     reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
@@ -151,3 +164,12 @@ async def dial(
         host, port, ssl=tls.client, server_hostname=host,
         ssl_handshake_timeout=tls.handshake_timeout,
     )  # fmt: skip
+
+
+def coordinator_url(coordinator: CoordinatorInfo, tls: ClusterTls | None) -> str:
+    """Where the other daemons call the coordinator: ``https://`` its ``rpc_address`` in a
+    secure cluster (the request then goes with ``tls.client``), else ``http://`` its HTTP
+    address (also when the coordinator runs a version without one)."""
+    if tls is not None and coordinator.rpc_address:
+        return f"https://{coordinator.rpc_address}"
+    return f"http://{coordinator.http_address}"

@@ -20,6 +20,7 @@ from nsqpy.cluster.coordinator import Coordinator, CoordinatorSettings
 from nsqpy.cluster.etcd import Etcd, EtcdUnavailable
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import LookupdInfo
+from nsqpy.cluster.tls import ClusterTls, coordinator_url
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
 from nsqpy.flags import etcd_endpoints
@@ -57,9 +58,15 @@ class LookupdCluster:
         self.coordinator: Coordinator | None = None
         self.me: LookupdInfo | None = None
         self._http: aiohttp.ClientSession | None = None
+        self.tls: ClusterTls | None = None
 
-    async def start(self, tcp_port: int, http_port: int) -> None:
-        """Connect, load the view, start campaigning; ConfigError when etcd is unreachable."""
+    async def start(
+        self, tcp_port: int, http_port: int, rpc_port: int = 0, tls: ClusterTls | None = None
+    ) -> None:
+        """Connect, load the view, start campaigning; ConfigError when etcd is unreachable.
+        With ``tls`` (a secure cluster), this lookupd is called by the others at its
+        ``rpc_port``, and calls the coordinator at its own, over mutual TLS."""
+        self.tls = tls
         address = self.opts.broadcast_address or socket.gethostname()
         tcp_port = self.opts.broadcast_tcp_port or tcp_port
         http_port = self.opts.broadcast_http_port or http_port
@@ -76,8 +83,9 @@ class LookupdCluster:
             await self.stop()
             raise ConfigError(f"--etcd-endpoints: etcd unreachable: {exc}") from exc
         self.coordinator = Coordinator(
-            self.etcd, self.view, self.me, f"{address}:{http_port}", self.settings
-        )
+            self.etcd, self.view, self.me, f"{address}:{http_port}", self.settings,
+            rpc_address=f"{address}:{rpc_port}" if tls is not None and rpc_port else "",
+        )  # fmt: skip
         await self.coordinator.start()
         log.info("cluster %s: joined as lookupd %s", self.keys.cluster_id, self.me.id)
 
@@ -104,13 +112,14 @@ class LookupdCluster:
             raise HttpError(503, "MISSING_COORDINATOR")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))
-        url = f"http://{target.http_address}{request.rel_url}"
+        url = coordinator_url(target, self.tls) + str(request.rel_url)
         headers = {FORWARDED_HEADER: "1"}
         accept = request.headers.get("Accept")
         if accept:
             headers["Accept"] = accept
         try:
-            async with self._http.request(request.method, url, headers=headers) as resp:
+            tls = self.tls.client if self.tls is not None and url.startswith("https:") else True
+            async with self._http.request(request.method, url, headers=headers, ssl=tls) as resp:
                 body = await resp.read()
                 out = web.Response(status=resp.status, body=body)
                 for name in ("Content-Type", "X-NSQ-Content-Type"):

@@ -52,6 +52,9 @@ class NsqLookupd:
         self._tcp_port = 0
         self._http_port = 0
         self.tls: ClusterTls | None = None  # (``start``: from the --cluster-tls-* flags)
+        self._rpc_server: asyncio.Server | None = None  # (a secure cluster's --rpc-address)
+        self._rpc_port = 0
+        self.rpc_connections = 0  # from the cluster's daemons, over mutual TLS (/metrics)
         # With --etcd-endpoints: the cluster side (view, coordinator; lookupd.cluster).
         # (imported only then: the etcd client and gRPC cost memory a single lookupd does
         # not need)
@@ -113,6 +116,16 @@ class NsqLookupd:
             self._http_runner = runner
             site = web.TCPSite(runner, http_host, http_port, reuse_address=True)
             await site.start()
+            if self.cluster is not None and self.tls is not None:
+                # the same API where the cluster's daemons call it, over mutual TLS
+                rpc_host, rpc_port = listen_host_port("rpc-address", self.opts.rpc_address)
+                assert runner.server is not None  # (set up)
+                self._rpc_server = await serve_protocol(
+                    runner.server, rpc_host, rpc_port, self.tls, "RPC", log,
+                    on_secured=self._rpc_connected, reuse_address=True,
+                )  # fmt: skip
+                self._rpc_port = self._rpc_server.sockets[0].getsockname()[1]
+                log.info("RPC: listening on %s:%d", rpc_host, self._rpc_port)
         except BaseException:
             await self.stop()
             raise
@@ -120,10 +133,13 @@ class NsqLookupd:
         log.info("HTTP: listening on %s:%d", http_host, self._http_port)
         if self.cluster is not None:
             try:
-                await self.cluster.start(self._tcp_port, self._http_port)
+                await self.cluster.start(self._tcp_port, self._http_port, self._rpc_port, self.tls)
             except BaseException:
                 await self.stop()
                 raise
+
+    def _rpc_connected(self) -> None:
+        self.rpc_connections += 1
 
     async def stop(self) -> None:
         """Stop accepting, close every connection (peers leave the registry), stop HTTP;
@@ -137,6 +153,10 @@ class NsqLookupd:
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
             self._tcp_server = None
+        if self._rpc_server is not None:
+            self._rpc_server.close()
+            await self._rpc_server.wait_closed()
+            self._rpc_server = None
         if self._http_runner is not None:
             await self._http_runner.cleanup()
             self._http_runner = None

@@ -84,6 +84,13 @@ class NsqLookupdOptions(ClusterSecurityOptions):
         "nsqpy: the cluster's name (its keys in etcd)",
         check=check_cluster_id,
     )
+    rpc_address: str = option(
+        "rpc-address",
+        "0.0.0.0:4260",
+        "nsqpy: <addr>:<port> where the cluster's daemons call this lookupd (the coordinator) "
+        "over mutual TLS; opened only with --cluster-tls-*",
+        check=check_host_port,
+    )
     etcd_lease_ttl_ms: int = option(
         "etcd-lease-ttl",
         10_000,

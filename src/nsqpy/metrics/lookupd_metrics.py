@@ -2,7 +2,8 @@
 
 Gauges for the connected nsqd (``nsqlookupd_producers``), known topics and channels and
 the live producers of each topic (label ``topic``); counters for the TCP commands received
-(``nsqlookupd_tcp_commands_total{command=...}``) and, through ``routes``, the HTTP
+(``nsqlookupd_tcp_commands_total{command=...}``), the cluster's calls on ``--rpc-address``
+(``nsqlookupd_rpc_connections_total``) and, through ``routes``, the HTTP
 responses. One call registers the route: ``add_lookupd_metrics(app, daemon)`` from
 lookupd's HTTP module. Reads the registry; never changes it.
 """
@@ -40,6 +41,11 @@ class LookupdView(Protocol):
     @property
     def connections(self) -> Collection[Peer]: ...
 
+    @property
+    def rpc_connections(self) -> int:
+        """Connections the cluster's daemons opened on ``--rpc-address`` (mutual TLS)."""
+        ...
+
 
 def lookupd_families(daemon: LookupdView) -> list[Family]:
     registry = daemon.registry
@@ -67,6 +73,11 @@ def lookupd_families(daemon: LookupdView) -> list[Family]:
         Family("nsqlookupd_channels", "gauge", "channels known").add(channels),
         per_topic,
         commands,
+        Family(
+            "nsqlookupd_rpc_connections",
+            "counter",
+            "connections of the cluster's daemons on --rpc-address (mutual TLS, handshake done)",
+        ).add(daemon.rpc_connections),
     ]
 
 

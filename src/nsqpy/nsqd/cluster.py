@@ -227,6 +227,7 @@ class NsqdCluster:
             self.member = Member(
                 self.etcd, self.view, self.node_info, self.partitions, self.settings
             )
+            self.member.tls = self.tls
             self.member.on_applied.append(self.replication.apply)
             self.member.on_reported.append(self.replication.reported)
             await self.member.start()

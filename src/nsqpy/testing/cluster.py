@@ -78,6 +78,8 @@ class LocalCluster:
             tls = _cluster_tls_flags(self.directory / "cluster-certs")
             self.nsqd_flags += tls
             self.lookupd_flags += tls
+        if secure and not any(f.startswith("--rpc-address") for f in self.lookupd_flags):
+            self.lookupd_flags.append("--rpc-address=127.0.0.1:0")  # (the coordinator's)
         self.nsqd_env = dict(nsqd_env or {})  # node index -> environment it adds
         self.lookupd_env = dict(lookupd_env or {})  # what every nsqlookupd's environment adds
         self._own_etcd = etcd is None

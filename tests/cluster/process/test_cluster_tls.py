@@ -297,3 +297,37 @@ def test_in_an_insecure_cluster_a_hello_posing_as_a_follower_takes_nothing_over(
     for n in range(1, 6):  # still answered: the real follower's link and ACKs were kept
         assert publish(n) == 200
     assert shared.partitions(topic_name)[0]["isr"] == info["isr"]
+
+
+def rpc_calls(cluster: LocalCluster, i: int) -> float:
+    """nsqlookupd ``i``'s count of connections on its --rpc-address (its /metrics)."""
+    status, body, _ = http_request("GET", f"http://{cluster.lookupd_http(i)}/metrics", b"", 10.0)
+    assert status == 200
+    for line in body.decode().splitlines():
+        if line.startswith("nsqlookupd_rpc_connections_total"):
+            return float(line.split()[-1])
+    raise AssertionError("no nsqlookupd_rpc_connections_total in /metrics")
+
+
+def test_the_coordinator_is_called_over_mutual_tls(own_cluster: OwnCluster, tmp_path: Path) -> None:
+    """In a secure cluster the coordinating lookupd is called at its --rpc-address over the
+    cluster's mutual TLS: an nsqd creating a topic on a first publish, a lookupd handing it an
+    admin write it received. Its public HTTP port serves clients as before."""
+    flags = tls_flags(certs(tmp_path / "certs", "ours"))
+    cluster = own_cluster(nodes=2, lookupds=2, nsqd_flags=flags, lookupd_flags=flags)
+    coordinator = cluster.coordinator_index()
+    other = 1 - coordinator
+    before = rpc_calls(cluster, coordinator)
+    status, _, _ = http_request(
+        "POST", f"http://{cluster.nsqd_http(0)}/pub?topic=implicit_tls", b"x", 10.0
+    )
+    assert status == 200  # (created through the coordinator on the way)
+    assert "implicit_tls" in cluster.lookupd_json("/topics", coordinator)["topics"]
+    after_create = rpc_calls(cluster, coordinator)
+    assert after_create > before
+    assert (
+        cluster.post("/topic/create?topic=forwarded_tls&partition_num=1&replicator=1", other)[0]
+        == 200
+    )
+    assert rpc_calls(cluster, coordinator) > after_create  # (the other lookupd handed it on)
+    assert rpc_calls(cluster, other) == 0  # (nobody calls a lookupd that does not coordinate)
