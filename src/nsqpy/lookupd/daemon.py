@@ -83,10 +83,13 @@ class NsqLookupd:
         return self._http_port
 
     def identify_reply(self) -> dict[str, object]:
-        """What an IDENTIFY is answered with (nsqd uses broadcast_address and http_port)."""
+        """What an IDENTIFY is answered with (nsqd uses broadcast_address and http_port; in
+        a secure cluster ``rpc_port``, where an nsqd reads this lookupd's HTTP API over
+        mutual TLS)."""
         return {
             "tcp_port": self.opts.broadcast_tcp_port or self._tcp_port,
             "http_port": self.opts.broadcast_http_port or self._http_port,
+            **({"rpc_port": self._rpc_port} if self._rpc_port else {}),
             "version": NSQ_VERSION,
             "broadcast_address": self.opts.broadcast_address,
             "hostname": self.hostname,

@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -94,6 +95,17 @@ class LookupPeer:
         if isinstance(host, str) and isinstance(port, int):
             return f"{host}:{port}"
         return None
+
+    def api_url(self) -> tuple[str, ssl.SSLContext | bool] | None:
+        """Where this lookupd's HTTP API is read, and the TLS to read it with: over the
+        cluster's mutual TLS at its ``rpc_port`` when both ends have it, else plain HTTP."""
+        tls = self._tls()
+        host = self.lookupd_info.get("broadcast_address")
+        rpc = self.lookupd_info.get("rpc_port")
+        if tls is not None and isinstance(host, str) and isinstance(rpc, int) and rpc > 0:
+            return f"https://{host}:{rpc}", tls.client
+        address = self.http_address
+        return (f"http://{address}", True) if address is not None else None
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -295,12 +307,13 @@ class LookupClient:
                         await peer.connected.wait()
                 except TimeoutError:
                     continue
-                address = peer.http_address
-                if address is None:
+                api = peer.api_url()
+                if api is None:
                     continue
-                url = f"http://{address}/channels"
+                address, tls = api
+                url = f"{address}/channels"
                 try:
-                    async with session.get(url, params={"topic": topic.name}) as resp:
+                    async with session.get(url, params={"topic": topic.name}, ssl=tls) as resp:
                         if resp.status != 200:
                             continue
                         doc = await resp.json(content_type=None)
