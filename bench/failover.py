@@ -119,11 +119,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="leader kills")
     parser.add_argument("--rejoin-mb", type=int, default=256, help="partition size (MB)")
     parser.add_argument("--lease-ttl", default="2s", help="nsqd's --etcd-lease-ttl")
+    parser.add_argument("--secure", action="store_true", help="mutual TLS between the daemons")
     args = parser.parse_args()
-    print(f"failover: {platform.node()}, {args.rounds} leader kills, lease {args.lease_ttl}")
+    print(f"failover: {platform.node()}, {args.rounds} leader kills, lease {args.lease_ttl}"
+          f"{', mutual TLS' if args.secure else ''}")  # fmt: skip
     with (
         tempfile.TemporaryDirectory(prefix="nsqpy-failover-") as tmp,
-        LocalCluster(tmp, lease_ttl=args.lease_ttl) as cluster,
+        LocalCluster(tmp, lease_ttl=args.lease_ttl, secure=args.secure) as cluster,
     ):
         status, _ = cluster.post(f"/topic/create?topic={TOPIC}&partition_num=1&replicator=3")
         assert status == 200
