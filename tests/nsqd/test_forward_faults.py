@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,12 @@ from nsqpy.nsqd.gate import ELSEWHERE
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.nsqd.tcp import ConnectionContext, V2Connection
 from nsqpy.nsqd.tls import TlsSettings
+from nsqpy.protocol.extend import (
+    encode_mpub_ext,
+    encode_pub_ext,
+    encode_pub_trace,
+    encode_traced_reply,
+)
 from nsqpy.testing import AsyncWire, FakeClock, eventually, nsqd_options, pub
 
 HANG = "hang"  # a fault: the forward never ends by itself
@@ -45,6 +51,8 @@ class Gate:
     def __init__(self) -> None:
         self.faults: list[BaseException | str] = []
         self.calls = 0
+        self.commands: list[tuple[bytes, bytes]] = []  # (encoded for partition 3, key)
+        self.answer = b"OK"  # what the leader answers a forwarded Youzan form
 
     def where(self, topic: str) -> str:
         return ELSEWHERE
@@ -64,6 +72,13 @@ class Gate:
             await asyncio.Event().wait()
         if isinstance(fault, BaseException):
             raise fault
+
+    async def forward_command(
+        self, topic: str, partition: int, count: int, encode: Callable[[int], bytes], key: bytes
+    ) -> bytes:
+        await self.forward(topic, partition, [], 0, key)
+        self.commands.append((encode(3), key))
+        return self.answer
 
 
 @dataclasses.dataclass
@@ -204,3 +219,39 @@ async def test_close_ends_a_forward_waiting_for_a_leader() -> None:
     assert isinstance(exc, NotLeader)
     with pytest.raises(NotLeader, match="exiting"):  # and a forward after close at once
         await asyncio.wait_for(forwarder.publish("t", -1, [b"m"]), 1)
+
+
+# -- Youzan's forms -------------------------------------------------------------------------
+
+
+async def test_a_traced_publish_forwarded_gets_the_leaders_traced_reply(
+    forwarding: Forwarding,
+) -> None:
+    """PUB_TRACE to a node that does not lead goes to the leader, encoded again naming the
+    partition asked of it, and the client gets the leader's traced reply as it is."""
+    forwarding.gate.answer = encode_traced_reply(7, 42, 100, 50)
+    wire = await AsyncWire.connect(forwarding.port)
+    await wire.send(encode_pub_trace("t", 42, b"body") + pub("t", b"after"))
+    assert await wire.read_frame() == (0, forwarding.gate.answer)
+    assert await wire.read_frame() == (0, b"OK")  # (a plain PUB behind it: its own reply)
+    assert forwarding.gate.commands[0] == (encode_pub_trace("t", 42, b"body", 3), b"")
+
+
+async def test_extended_publishes_are_forwarded_when_they_go_to_one_partition(
+    forwarding: Forwarding,
+) -> None:
+    wire = await AsyncWire.connect(forwarding.port)
+    header = b'{"k":"v","##partition_key":"a"}'
+    await wire.send(encode_pub_ext("t", header, b"one"))
+    assert await wire.read_frame() == (0, b"OK")
+    assert forwarding.gate.commands[-1] == (encode_pub_ext("t", header, b"one", 3), b"a")
+    same = [(b'{"##partition_key":"a"}', b"x"), (b'{"##partition_key":"a"}', b"y")]
+    await wire.send(encode_mpub_ext("t", same))
+    assert await wire.read_frame() == (0, b"OK")
+    assert forwarding.gate.commands[-1] == (encode_mpub_ext("t", same, 3), b"a")
+    calls = forwarding.gate.calls
+    split = [(b'{"##partition_key":"a"}', b"x"), (b'{"##partition_key":"b"}', b"y")]
+    await wire.send(encode_mpub_ext("t", split))  # (two partitions, maybe two leaders)
+    ftype, data = await wire.read_frame()
+    assert ftype == 1 and data.startswith(b"E_FAILED_ON_NOT_LEADER"), data
+    assert forwarding.gate.calls == calls

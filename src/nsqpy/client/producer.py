@@ -136,10 +136,17 @@ class Producer:
         await self.close()
 
     # ---- internals -------------------------------------------------------------------------
-    async def _send(self, data: bytes) -> None:
+    async def command(self, data: bytes) -> bytes:
+        """Send an already encoded publish of any form (PUB_EXT, MPUB_EXT, PUB_TRACE,
+        MPUB_TRACE: ``nsqpy.protocol.extend``'s encoders) and return nsqd's response (``OK``,
+        or a traced publish's reply); nsqd's error raises as for ``pub``. Checks nothing of
+        ``data``."""
+        return await self._send(data)
+
+    async def _send(self, data: bytes) -> bytes:
         conn = await self._pick()
         await conn.drain()
-        await conn.command(data)
+        return await conn.command(data)
 
     async def _pick(self) -> Connection:
         if self._closed:

@@ -21,7 +21,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -369,6 +369,15 @@ class NsqdCluster:
             if meta is not None:
                 partition = key_partition(key, meta.partition_num)
         await self.forwarder.publish(topic, partition, bodies, defer_ms)
+
+    async def forward_command(
+        self, topic: str, partition: int, count: int, encode: Callable[[int], bytes], key: bytes
+    ) -> bytes:
+        if partition < 0 and key and self.view is not None:
+            meta = self.view.snapshot().topics.get(topic)
+            if meta is not None:
+                partition = key_partition(key, meta.partition_num)
+        return await self.forwarder.publish_command(topic, partition, count, encode)
 
     def route(self, topic: str, partition: int, tried: frozenset[int]) -> Route | None:
         """(``nsqd.forward``) The leader of ``partition`` of ``topic`` (-1: of the next

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from nsqpy.client.conn import IdentifyOptions
@@ -87,15 +87,51 @@ class Forwarder:
     ) -> None:
         """PUB/MPUB/DPUB ``bodies`` to ``topic`` through the leader; returns once it
         answered OK. Raises the leader's error (a ProtocolError) or NotLeader."""
+
+        async def send(producer: Producer, route: Route) -> bytes:
+            if defer_ms:
+                await producer.dpub(topic, defer_ms / 1000, bodies[0])
+            elif len(bodies) == 1:
+                await producer.pub(topic, bodies[0], partition=route.partition)
+            else:
+                await producer.mpub(topic, bodies, partition=route.partition)
+            return b"OK"
+
+        await self._through(topic, partition, len(bodies), send)
+
+    async def publish_command(
+        self, topic: str, partition: int, count: int, encode: Callable[[int], bytes]
+    ) -> bytes:
+        """A publish the client sent in one of Youzan's forms (PUB_EXT, MPUB_EXT, PUB_TRACE,
+        MPUB_TRACE): ``encode(p)`` is that command naming partition ``p``, the one whose
+        leader it goes to. Returns the leader's response (``OK``, or the traced reply);
+        raises as ``publish``."""
+
+        async def send(producer: Producer, route: Route) -> bytes:
+            return await producer.command(encode(route.partition))
+
+        return await self._through(topic, partition, count, send)
+
+    async def _through(
+        self,
+        topic: str,
+        partition: int,
+        count: int,
+        send: Callable[[Producer, Route], Awaitable[bytes]],
+    ) -> bytes:
         self.in_flight += 1
         try:
-            await self._publish(topic, partition, bodies, defer_ms)
+            return await self._retrying(topic, partition, count, send)
         finally:
             self.in_flight -= 1
 
-    async def _publish(
-        self, topic: str, partition: int, bodies: Sequence[bytes], defer_ms: int
-    ) -> None:
+    async def _retrying(
+        self,
+        topic: str,
+        partition: int,
+        count: int,
+        send: Callable[[Producer, Route], Awaitable[bytes]],
+    ) -> bytes:
         deadline = time.monotonic() + self.patience
         tried: set[int] = set()
         last: ProtocolError | None = None
@@ -112,7 +148,7 @@ class Forwarder:
                     # (bounded: a leader that is paused, or answers nothing, must not
                     # hold this publish, and the client's later replies, for ever)
                     async with asyncio.timeout(max(0.05, deadline - time.monotonic())):
-                        await self._send(route, topic, bodies, defer_ms)
+                        answer = await send(self._producer(route.address), route)
                 except NotLeader as exc:  # its view and ours differ for a moment
                     last = exc
                     tried.add(route.partition)
@@ -126,8 +162,8 @@ class Forwarder:
                     tried.add(route.partition)
                     self._drop(route.address)
                 else:
-                    self.forwarded += len(bodies)
-                    return
+                    self.forwarded += count
+                    return answer
             if time.monotonic() >= deadline:
                 self.failed += 1
                 err = last or NotLeader(f"no live leader of topic {topic}")
@@ -141,22 +177,15 @@ class Forwarder:
             except TimeoutError:
                 pass
 
-    async def _send(self, route: Route, topic: str, bodies: Sequence[bytes], defer_ms: int) -> None:
-        producer = self._producers.get(route.address)
+    def _producer(self, address: str) -> Producer:
+        producer = self._producers.get(address)
         if producer is None:
             identify = IdentifyOptions(
                 user_agent=FORWARD_AGENT, tls_v1=self.tls is not None, tls_context=self.tls
             )
-            producer = Producer(
-                route.address, connect_timeout=self.connect_timeout, identify=identify
-            )
-            self._producers[route.address] = producer
-        if defer_ms:
-            await producer.dpub(topic, defer_ms / 1000, bodies[0])
-        elif len(bodies) == 1:
-            await producer.pub(topic, bodies[0], partition=route.partition)
-        else:
-            await producer.mpub(topic, bodies, partition=route.partition)
+            producer = Producer(address, connect_timeout=self.connect_timeout, identify=identify)
+            self._producers[address] = producer
+        return producer
 
     def _drop(self, address: str) -> None:
         producer = self._producers.pop(address, None)

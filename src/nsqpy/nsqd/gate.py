@@ -12,7 +12,7 @@ only the standard library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from nsqpy import __version__
@@ -55,4 +55,11 @@ class TopicGate(Protocol):
         hashes to, or with no key any partition of the topic) and return once it answered
         OK; raises its error, or NotLeader when no leader could be reached in time
         (``nsqpy.nsqd.forward``)."""
+        ...
+
+    async def forward_command(
+        self, topic: str, partition: int, count: int, encode: Callable[[int], bytes], key: bytes
+    ) -> bytes:
+        """``forward`` for one of Youzan's publish forms: ``encode(p)`` is the command
+        naming partition ``p``; returns the leader's response (``OK`` or a traced reply)."""
         ...

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -74,7 +74,7 @@ from nsqpy.nsqd.tls import TlsSettings
 from nsqpy.nsqd.upgrade import begin_upgrade
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.commands import CommandParser
-from nsqpy.protocol.extend import MpubExt, MpubTrace, PubExt, PubTrace
+from nsqpy.protocol.extend import MpubExt, MpubTrace, PubExt, PubTrace, encode_extended
 from nsqpy.protocol.frames import (
     CLOSE_WAIT_FRAME,
     OK_FRAME,
@@ -560,9 +560,12 @@ class V2Connection(BufferedConnection):
             raise failed(f"{failed_verb(failed)} failed {exc}") from exc
         except NotLeader:
             gate = self.ctx.cluster
-            if gate is None or entries is not None or self.client.user_agent == FORWARD_AGENT:
-                raise  # (PUB_EXT is not forwarded; a forwarded publish never again)
-            self._forward(gate, topic_name, partition, bodies, deliver_at, failed)
+            if gate is None or self.client.user_agent == FORWARD_AGENT:
+                raise  # (a forwarded publish is never forwarded again)
+            if entries is None:
+                self._forward(gate, topic_name, partition, bodies, deliver_at, failed)
+            elif not self._forward_extended(gate, command, entries, partition, failed):
+                raise  # (keys that hash to several partitions: not one leader to ask)
             return []
         counts = self.client.pub_counts
         counts[topic_name] = counts.get(topic_name, 0) + (
@@ -587,14 +590,54 @@ class V2Connection(BufferedConnection):
         """A publish this node does not lead goes to the leader (``nsqd.forward``); its
         reply waits, in order with the others, for the leader's answer."""
         defer_ms = max(1, (deliver_at - self.broker.clock()) // 1_000_000) if deliver_at else 0
+
+        async def call() -> bytes:
+            await gate.forward(topic, partition, bodies, defer_ms, b"")
+            return b"OK"
+
+        self._forward_with(topic, sum(len(body) for body in bodies), len(bodies), failed, call)
+
+    def _forward_extended(
+        self,
+        gate: TopicGate,
+        cmd: object,
+        entries: Sequence[Entry],
+        partition: int,
+        failed: type[ProtocolError],
+    ) -> bool:
+        """PUB_EXT, MPUB_EXT, PUB_TRACE, MPUB_TRACE this node does not lead, to the leader
+        of the one partition they go to (named, the one their common ``##partition_key``
+        hashes to, or any when none has a key); the client gets the leader's reply, a traced
+        one included. False when their keys go to several partitions (not forwarded)."""
+        keys = {entry.partition_key for entry in entries}
+        if partition < 0 and len(keys) > 1:
+            return False
+        assert isinstance(cmd, PubExt | MpubExt | PubTrace | MpubTrace)
+        topic, key = cmd.topic, next(iter(keys)) if partition < 0 else b""
+
+        async def call() -> bytes:
+            encode = partial(encode_extended, cmd)
+            return await gate.forward_command(topic, partition, len(entries), encode, key)
+
+        held = sum(len(entry.body) + len(entry.headers) for entry in entries)
+        self._forward_with(topic, held, len(entries), failed, call)
+        return True
+
+    def _forward_with(
+        self,
+        topic: str,
+        held: int,
+        count: int,
+        failed: type[ProtocolError],
+        call: Callable[[], Awaitable[bytes]],
+    ) -> None:
         ack = Ack(-1, failed)
         self._reply(ack, OK_FRAME)
         counts = self.client.pub_counts
-        counts[topic] = counts.get(topic, 0) + len(bodies)
+        counts[topic] = counts.get(topic, 0) + count
         # The bodies wait in memory for the leader: they count as replies the client has
         # not read (``nsqd.flow``), so a client pipelining publishes to a node that does
         # not lead is throttled as one that does not read its answers.
-        held = sum(len(body) for body in bodies)
         self._held_bytes += held
         if self._reply_bytes + self._held_bytes > WRITE_HIGH_WATER and not self._throttled:
             self._throttle()
@@ -604,8 +647,10 @@ class V2Connection(BufferedConnection):
             # forward cancelled at stop answers, unless it ends otherwise first:
             error: ProtocolError | None = NotLeader("nsqd is exiting: publish not forwarded")
             try:
-                await gate.forward(topic, partition, bodies, defer_ms, b"")
+                answer = await call()
                 error = None
+                if answer != b"OK":  # (a traced publish's reply: the client's as it is)
+                    self._replace_reply(ack, encode_response(answer))
             except ProtocolError as err:  # the leader's answer, or no leader in time
                 error = err
             except Exception as exc:  # a fault of the forward itself: the client may retry

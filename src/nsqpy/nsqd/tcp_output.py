@@ -187,6 +187,17 @@ class BufferedConnection(asyncio.Protocol):
         self._waiting_bytes += cost
         self._replies.append((ack, frame, close))
 
+    def _replace_reply(self, ack: Ack, frame: bytes) -> None:
+        """The reply queued behind ``ack`` is ``frame`` after all (a forwarded traced
+        publish: the leader's reply); nothing when it is gone (the connection closed)."""
+        for n, (queued, old, close) in enumerate(self._replies):
+            if queued is ack:
+                grown = len(frame) - len(old)
+                self._waiting_bytes += grown
+                self._reply_bytes += grown
+                self._replies[n] = (ack, frame, close)
+                return
+
     def release_replies(self) -> bool:
         """Move replies whose acknowledgement arrived to the output, in order; True while
         some still wait for theirs."""

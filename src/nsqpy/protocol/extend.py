@@ -334,6 +334,20 @@ def encode_mpub_trace(
     return _mpub(b"MPUB_TRACE", topic, partition, [_U64.pack(t) + b for t, b in messages])
 
 
+def encode_extended(cmd: PubExt | MpubExt | PubTrace | MpubTrace, partition: int) -> bytes:
+    """A parsed extended publish encoded again, naming ``partition`` (a forward to its
+    leader: the same messages, headers and trace ids)."""
+    match cmd:
+        case PubExt(topic, header, body):
+            return encode_pub_ext(topic, header, body, partition)
+        case MpubExt(topic, headers, bodies):
+            return encode_mpub_ext(topic, list(zip(headers, bodies, strict=True)), partition)
+        case PubTrace(topic, trace_id, body):
+            return encode_pub_trace(topic, trace_id, body, partition)
+        case MpubTrace(topic, trace_ids, bodies):
+            return encode_mpub_trace(topic, list(zip(trace_ids, bodies, strict=True)), partition)
+
+
 def encode_sub_partition(
     topic: str, channel: str, partition: int | None = None, *, ordered: bool = False
 ) -> bytes:

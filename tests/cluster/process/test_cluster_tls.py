@@ -33,6 +33,7 @@ import pytest
 
 from nsqpy.cluster.tls import INSECURE
 from nsqpy.nsqd.gate import FORWARD_AGENT
+from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.protocol.replication import (
     E_NOT_REPLICA,
     MAGIC,
@@ -334,3 +335,29 @@ def test_the_lookupds_are_called_over_mutual_tls(own_cluster: OwnCluster, tmp_pa
     # Every lookupd is asked for a new topic's channels by the nsqd that take it up, over
     # the same mutual TLS (the one that does not coordinate too).
     assert rpc_calls(cluster, other) > 0
+
+
+def test_youzans_publish_forms_are_forwarded_and_answered_as_the_leader_answers(
+    secure: LocalCluster,
+) -> None:
+    """PUB_TRACE and PUB_EXT to the node that does not lead go to the leader (over the
+    cluster's mutual TLS); a traced publish gets the leader's traced reply: OK, the message
+    id, its trace id, the offset the leader stored it at, its size."""
+    leader = leaders(secure, TOPIC)[0]
+    client = WireClient(secure.nodes[1 - leader].ports["TCP"], timeout=10.0)
+    client.send(b"  V2" + encode_pub_trace(TOPIC, 99, b"traced"))
+    ftype, data = client.read_frame()
+    assert ftype == 0 and data[:2] == b"OK" and len(data) == 30, data
+    _, trace_id, offset, _ = struct.unpack(">QQQI", data[2:])
+    assert trace_id == 99
+    client.send(encode_pub_ext(TOPIC, b'{"k":"v"}', b"with a header"))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    secure.wait_for(
+        lambda: any(
+            p["partition"] == 0 and p["high_watermark"] >= offset + 2
+            for t in secure.nsqd_json(leader, f"/stats?format=json&topic={TOPIC}")["topics"]
+            for p in t["partitions"]
+        ),
+        10, "both on the leader",
+    )  # fmt: skip
