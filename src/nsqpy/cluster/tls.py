@@ -14,8 +14,10 @@ handshake (plain TCP, a certificate of another CA, none, a silent peer past the 
 is one log line naming the peer and the reason, then the socket is closed. The handshake
 runs in asyncio's own ``SSLProtocol`` over whatever transport the loop gives: uvloop's TLS
 server reports no refused handshake at all, and its ``start_tls`` does not complete a
-server handshake. ``dial(host, port, tls, timeout)`` opens a connection, over TLS when
-``tls`` says so. Imports ssl and asyncio.
+server handshake. ``serve_protocol`` is the same for any protocol (nsqlookupd's TCP
+protocol, its HTTP API on ``--rpc-address``). ``dial(host, port, tls)`` opens a connection,
+over TLS when ``tls`` says so; ``coordinator_url`` is where the coordinator is called.
+Imports ssl, asyncio and the cluster model.
 """
 
 from __future__ import annotations
