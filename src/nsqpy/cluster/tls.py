@@ -37,8 +37,9 @@ from nsqpy.flags.cluster import cluster_tls_check
 HANDSHAKE_TIMEOUT = 5  # seconds a peer has to complete its handshake
 INSECURE = (
     "cluster: the links between daemons are not secured (no --cluster-tls-root-ca-file, "
-    "--cluster-tls-cert, --cluster-tls-key): whoever reaches them can pose as a replica and "
-    "read its partitions (docs/security.md)"
+    "--cluster-tls-cert, --cluster-tls-key): whoever can listen on the network reads every "
+    "replicated message, whoever reaches nsqlookupd can register a fake nsqd "
+    "(docs/security.md)"
 )
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
