@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -46,8 +47,14 @@ class EtcdMembers:
         *,
         heartbeat_ms: int = 100,
         election_ms: int = 1000,
+        certs: Path | None = None,
     ) -> None:
         self.hosts = list(hosts)
+        # With ``certs`` (``ca.pem``, ``<host>/node.pem``, ``node.key``): TLS for clients and
+        # peers, each side showing a certificate of that CA (etcd's --client-cert-auth and
+        # --peer-client-cert-auth).
+        self.certs = certs
+        self.scheme = "https" if certs is not None else "http"
         self.address = address
         self.exec_prefix = exec_prefix
         self.directory = directory
@@ -66,9 +73,17 @@ class EtcdMembers:
 
     def argv(self, host: str) -> list[str]:
         """The command that runs ``host``'s member, inside its namespace."""
-        cluster = ",".join(f"{h}=http://{self.address(h)}:{PEER_PORT}" for h in self.hosts)
-        client = f"http://{self.address(host)}:{CLIENT_PORT}"
-        peer = f"http://{self.address(host)}:{PEER_PORT}"
+        scheme = self.scheme
+        cluster = ",".join(f"{h}={scheme}://{self.address(h)}:{PEER_PORT}" for h in self.hosts)
+        client = f"{scheme}://{self.address(host)}:{CLIENT_PORT}"
+        peer = f"{scheme}://{self.address(host)}:{PEER_PORT}"
+        tls: list[str] = []
+        if self.certs is not None:
+            ca, cert, key = (self.certs / "ca.pem", self.certs / host / "node.pem",
+                             self.certs / host / "node.key")  # fmt: skip
+            tls = [f"--cert-file={cert}", f"--key-file={key}", f"--trusted-ca-file={ca}",
+                   "--client-cert-auth", f"--peer-cert-file={cert}", f"--peer-key-file={key}",
+                   f"--peer-trusted-ca-file={ca}", "--peer-client-cert-auth"]  # fmt: skip
         return [
             *self.exec_prefix(host), ETCD, f"--name={host}",
             f"--data-dir={self.directory / host}",
@@ -78,7 +93,7 @@ class EtcdMembers:
             "--initial-cluster-token=nsqpy-jepsen",
             f"--heartbeat-interval={self.heartbeat_ms}",
             f"--election-timeout={self.election_ms}",
-            "--logger=zap", "--log-outputs=stderr", "--log-level=warn",
+            "--logger=zap", "--log-outputs=stderr", "--log-level=warn", *tls,
         ]  # fmt: skip
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
@@ -111,9 +126,13 @@ class EtcdMembers:
 
     def healthy(self, host: str, timeout: float = 1.0) -> bool:
         """``host``'s member answers ``/health`` with true (it runs and has a leader)."""
-        url = f"http://{self.address(host)}:{CLIENT_PORT}/health"
+        url = f"{self.scheme}://{self.address(host)}:{CLIENT_PORT}/health"
+        context = None
+        if self.certs is not None:
+            context = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
+            context.load_cert_chain(self.certs / host / "node.pem", self.certs / host / "node.key")
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:
+            with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, ValueError):
             return False

@@ -29,7 +29,7 @@ from nsqpy.jepsen.netns import Network
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.disks import SmallDisk
 from nsqpy.testing.processes import DaemonProcess
-from nsqpy.tools.cert import Made, cert_pem, create_ca, create_leaf, write_key
+from nsqpy.tools.cert import cert_pem, create_ca, create_leaf, write_key
 
 CLUSTER_ID = "jepsen"
 DISK_BYTES = 512 << 20
@@ -49,6 +49,20 @@ def _post(address: str, path: str) -> tuple[int, bytes]:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+
+
+def make_run_certs(directory: Path, names: dict[str, list[str]]) -> None:
+    """A CA for the run (``directory/ca.pem``) and, for each host, a certificate for the
+    addresses given (``directory/<host>/node.pem``, ``node.key``): every daemon's and etcd
+    member's, used to serve and to dial."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = create_ca("nsqpy jepsen CA", days=7)
+    (directory / "ca.pem").write_bytes(cert_pem(ca.cert))
+    for host, addresses in names.items():
+        (directory / host).mkdir(exist_ok=True)
+        leaf = create_leaf(ca, addresses, days=7)
+        (directory / host / "node.pem").write_bytes(cert_pem(leaf.cert))
+        write_key(leaf.key, directory / host / "node.key")
 
 
 wait_for = LocalCluster.wait_for  # (OSError, ValueError, KeyError: not yet; TimeoutError)
@@ -84,19 +98,28 @@ class Cluster:
         secure: bool = True,
     ) -> None:
         self.unsafe_ack = unsafe_ack
-        self.secure = secure  # mutual TLS between the daemons (``_tls_flags``)
+        self.secure = secure  # mutual TLS between the daemons, etcd over TLS (``certs``)
         self.net = net
         self.out = out
         self.nodes = [h for h in hosts if h.startswith("n")]
         self.lookupd_hosts = list(LOOKUPD_HOSTS)
-        self.etcd = EtcdMembers(ETCD_HOSTS, net.address, net.exec_prefix, out / "etcd")
+        self.certs = out / "certs"
+        if secure:
+            # (every etcd member's names all three: one gRPC channel checks one name for
+            # every member, the first endpoint's)
+            members = [net.address(h) for h in ETCD_HOSTS]
+            names = {h: [net.address(h)] for h in [*self.nodes, *self.lookupd_hosts]}
+            make_run_certs(self.certs, {**names, **{h: members for h in ETCD_HOSTS}})
+        self.etcd = EtcdMembers(
+            ETCD_HOSTS, net.address, net.exec_prefix, out / "etcd",
+            certs=self.certs if secure else None,
+        )  # fmt: skip
         self.disks = {
             h: SmallDisk(Path(f"/tmp/{net.prefix}disks/{h}"), DISK_BYTES) for h in self.nodes
         }
         self.nsqd: dict[str, DaemonProcess] = {}
         self.lookupd: dict[str, DaemonProcess] = {}
         self.paused: set[str] = set()
-        self._ca: Made | None = None  # the run's CA (``_tls_flags``)
 
     @property
     def etcd_endpoints(self) -> str:
@@ -131,23 +154,15 @@ class Cluster:
         )  # fmt: skip
 
     def _tls_flags(self, host: str) -> list[str]:
-        """``--cluster-tls-*`` of ``host``'s daemon: the run's CA and a certificate for the
-        host's address (made once per run, under ``certs/``), or none when not secure."""
+        """``host``'s daemon's flags for the run's CA and its certificate: mutual TLS with
+        the other daemons and TLS to etcd (none when the run is not secure)."""
         if not self.secure:
             return []
-        certs = self.out / "certs"
-        if self._ca is None:
-            certs.mkdir(parents=True, exist_ok=True)
-            self._ca = create_ca("nsqpy jepsen CA", days=7)
-            (certs / "ca.pem").write_bytes(cert_pem(self._ca.cert))
-        mine = certs / host
-        if not (mine / "node.pem").exists():
-            mine.mkdir(exist_ok=True)
-            leaf = create_leaf(self._ca, [self.net.address(host)], days=7)
-            (mine / "node.pem").write_bytes(cert_pem(leaf.cert))
-            write_key(leaf.key, mine / "node.key")
-        return [f"--cluster-tls-root-ca-file={certs / 'ca.pem'}",
-                f"--cluster-tls-cert={mine / 'node.pem'}", f"--cluster-tls-key={mine / 'node.key'}"]  # fmt: skip
+        ca, mine = self.certs / "ca.pem", self.certs / host
+        cert, key = mine / "node.pem", mine / "node.key"
+        return [f"--cluster-tls-root-ca-file={ca}", f"--cluster-tls-cert={cert}",
+                f"--cluster-tls-key={key}", f"--etcd-cacert={ca}", f"--etcd-cert={cert}",
+                f"--etcd-key={key}"]  # fmt: skip
 
     def start(self) -> None:
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
