@@ -111,11 +111,22 @@ def stats_partitions(cluster: LocalCluster, i: int, topic: str) -> dict[int, dic
     return found
 
 
-def wire(cluster: LocalCluster, i: int) -> WireClient:
+def wire(cluster: LocalCluster, i: int, timeout: float = 5.0) -> WireClient:
     """A protocol V2 connection to nsqd ``i`` (magic sent)."""
-    client = WireClient(cluster.nodes[i].ports["TCP"])
+    client = WireClient(cluster.nodes[i].ports["TCP"], timeout=timeout)
     client.send(b"  V2")
     return client
+
+
+def explain(cluster: LocalCluster, topic: str, lines: int = 25) -> str:
+    """What a failed wait shows: the topic as lookupd says and each nsqd's last log lines."""
+    try:
+        parts = repr(cluster.partitions(topic))
+    except (OSError, ValueError, KeyError) as exc:
+        parts = f"(lookupd: {exc!r})"
+    logs = [f"--- nsqd {i}:\n" + "\n".join(node.log_lines[-lines:])
+            for i, node in enumerate(cluster.nodes)]  # fmt: skip
+    return "\n".join([f"partitions of {topic}: {parts}", *logs])
 
 
 def run_client(script: str, *args: object, timeout: float = 60.0) -> dict[str, Any]:

@@ -17,7 +17,15 @@ from nsqpy.testing import WireClient, consume, dpub, http_request, mpub
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.disks import SmallDisk
 
-from .conftest import OwnCluster, create, leaders, stats_partitions, three_replicas, wire
+from .conftest import (
+    OwnCluster,
+    create,
+    explain,
+    leaders,
+    stats_partitions,
+    three_replicas,
+    wire,
+)
 
 
 def test_acknowledged_messages_survive_the_leaders_death(own_cluster: OwnCluster) -> None:
@@ -431,11 +439,17 @@ def test_a_leader_whose_disk_is_full_hands_the_partition_to_a_follower(
         )
         new = leaders(cluster, topic)[0]
         assert leader_id in cluster.partitions(topic)[0]["catchup"]
-        client = wire(cluster, new)
+        # (answered once the other ISR member follows the new leader and has it: the test
+        # asserts that writes go on, bench/failover.py how fast; a loaded CI run took over 5 s)
+        client = wire(cluster, new, timeout=30.0)
         cluster.wait_for(lambda: stats_partitions(cluster, new, topic)[0]["role"] == "leader", 10,
                          "the new leader took over")  # fmt: skip
         client.send(mpub(topic, [b"after"] * 10))
-        assert client.read_frame() == (0, b"OK")
+        try:
+            answer = client.read_frame()
+        except TimeoutError:
+            raise AssertionError(f"no answer within 30 s\n{explain(cluster, topic)}") from None
+        assert answer == (0, b"OK"), explain(cluster, topic)
         client.close()
         disks[leader].free()
         cluster.wait_for(
