@@ -203,3 +203,30 @@ async def test_consumer_sends_its_auth_secret_to_lookupd(
             while not seen:
                 await asyncio.sleep(0.01)
         assert seen[0] == "Bearer open-sesame"
+
+
+@pytest.mark.both_loops
+async def test_a_producer_closes_a_tls_connection_whose_nsqd_stopped_reading(
+    make_nsqd: MakeNsqd, certs: CertFiles, tls_opts: dict[str, Any]
+) -> None:
+    """Over TLS a close waits for the peer's close_notify. An nsqd that stopped reading (it
+    is stopping: its connections are held) never sends it; the producer aborts the
+    connection after its grace instead of waiting for the loop's TLS shutdown timeout (30 s):
+    this hung a stopping nsqd whose forwarder was connected to itself."""
+    server = await make_nsqd(**tls_opts)
+    identify = IdentifyOptions(tls_v1=True, tls_context=tls_context(root_ca_file=certs.ca))
+    producer = Producer(f"127.0.0.1:{server.tcp_port}", identify=identify)
+    await producer.pub("held", b"m")
+    for conn in server.connections:
+        conn.hold()  # (what a stopping nsqd does first: its connections are read no more)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.wait_for(producer.close(grace=0.5), 10)
+    assert loop.time() - started < 5
+    started = loop.time()
+    again = Producer(f"127.0.0.1:{server.tcp_port}", identify=identify)
+    await again.pub("held", b"m")
+    for conn in server.connections:
+        conn.hold()
+    await asyncio.wait_for(again.close(grace=0), 10)  # (the forwarder's: abort at once)
+    assert loop.time() - started < 5

@@ -29,6 +29,8 @@ from nsqpy.protocol.names import valid_topic_name
 
 log = logging.getLogger("nsqpy.client")
 
+CLOSE_GRACE = 2.0  # seconds ``close`` waits for a connection to close before aborting it
+
 
 class _Endpoint:
     __slots__ = ("address", "conn", "dead_until", "last_error", "lock")
@@ -115,14 +117,25 @@ class Producer:
         """The connections currently open."""
         return [ep.conn for ep in self._endpoints if ep.conn is not None and ep.up]
 
-    async def close(self) -> None:
-        """Close every connection; publishes still waiting fail with ConnectionClosedError."""
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        """Close every connection; publishes still waiting fail with ConnectionClosedError.
+        A connection not closed within ``grace`` seconds is aborted: over TLS a close waits
+        for the peer's close_notify, which a peer that stopped reading never sends (0:
+        abort at once)."""
         self._closed = True
         conns = [ep.conn for ep in self._endpoints if ep.conn is not None]
         for conn in conns:
-            conn.close()
+            if grace > 0:
+                conn.close()
+            else:
+                conn.abort()
         for conn in conns:
-            await conn.wait_closed()
+            try:
+                async with asyncio.timeout(grace if grace > 0 else None):
+                    await conn.wait_closed()
+            except TimeoutError:
+                conn.abort()
+                await conn.wait_closed()
 
     async def __aenter__(self) -> Producer:
         return self

@@ -198,6 +198,6 @@ class Forwarder:
         """End every forward (each raises NotLeader) and close every connection."""
         self._closed.set()
         producers, self._producers = list(self._producers.values()), {}
-        for producer in producers:
-            await producer.close()
+        for producer in producers:  # (aborted: a TLS close waits for the peer's answer, and
+            await producer.close(grace=0)  # the peer may be this node, no longer reading)
         await asyncio.gather(*self._closing, return_exceptions=True)
