@@ -259,6 +259,10 @@ async def test_heartbeats_sent_and_silent_client_closed(nsqd: NsqdServer, clock:
     with pytest.raises(TimeoutError):
         await wire.read_frame(timeout=0.3)  # not yet 2 heartbeats without a command
     await wire.send(b"NOP\n")  # any command resets the read deadline
+    # (once nsqd has read it: the ticker may run in this very turn of the loop, before the
+    # NOP is read, and would see the time below with no command since IDENTIFY)
+    (conn,) = nsqd.connections
+    await eventually(lambda: conn.last_recv == clock(), 5, what="nsqd read the NOP")
     clock.advance_ms(1500)
     assert await wire.read_frame(timeout=3) == (0, b"_heartbeat_")
     clock.advance_ms(2001)
