@@ -121,61 +121,52 @@ class Forwarder:
     ) -> bytes:
         self.in_flight += 1
         try:
-            return await self._retrying(topic, partition, count, send)
+            deadline = time.monotonic() + self.patience
+            tried: set[int] = set()
+            last: ProtocolError | None = None
+            while True:
+                if self._closed.is_set():  # (before a producer is made: none after ``close``)
+                    self.failed += 1
+                    raise NotLeader(f"publish to {topic} not forwarded: nsqd is exiting")
+                route = self._resolve(topic, partition, frozenset(tried))
+                if route is None and tried:  # every partition was tried: over again
+                    tried.clear()
+                    route = self._resolve(topic, partition, frozenset())
+                if route is not None:
+                    try:
+                        # (bounded: a leader that is paused, or answers nothing, must not
+                        # hold this publish, and the client's later replies, for ever)
+                        async with asyncio.timeout(max(0.05, deadline - time.monotonic())):
+                            answer = await send(self._producer(route.address), route)
+                    except NotLeader as exc:  # its view and ours differ for a moment
+                        last = exc
+                        tried.add(route.partition)
+                    except ProtocolError:  # the leader's own answer is the client's
+                        self.failed += 1
+                        raise
+                    except (ClientError, OSError) as exc:  # the leader went away (or was silent)
+                        last = NotLeader(
+                            f"forward to {route.address} failed: {exc or type(exc).__name__}"
+                        )
+                        tried.add(route.partition)
+                        self._drop(route.address)
+                    else:
+                        self.forwarded += count
+                        return answer
+                if time.monotonic() >= deadline:
+                    self.failed += 1
+                    err = last or NotLeader(f"no live leader of topic {topic}")
+                    log.warning(
+                        "publish to %s not forwarded within %.0fs: %s", topic, self.patience, err
+                    )
+                    raise err
+                try:  # the cluster view catches up meanwhile (``close`` ends the wait)
+                    async with asyncio.timeout(RETRY_INTERVAL):
+                        await self._closed.wait()
+                except TimeoutError:
+                    pass
         finally:
             self.in_flight -= 1
-
-    async def _retrying(
-        self,
-        topic: str,
-        partition: int,
-        count: int,
-        send: Callable[[Producer, Route], Awaitable[bytes]],
-    ) -> bytes:
-        deadline = time.monotonic() + self.patience
-        tried: set[int] = set()
-        last: ProtocolError | None = None
-        while True:
-            if self._closed.is_set():  # (before a producer is made: none after ``close``)
-                self.failed += 1
-                raise NotLeader(f"publish to {topic} not forwarded: nsqd is exiting")
-            route = self._resolve(topic, partition, frozenset(tried))
-            if route is None and tried:  # every partition was tried: over again
-                tried.clear()
-                route = self._resolve(topic, partition, frozenset())
-            if route is not None:
-                try:
-                    # (bounded: a leader that is paused, or answers nothing, must not
-                    # hold this publish, and the client's later replies, for ever)
-                    async with asyncio.timeout(max(0.05, deadline - time.monotonic())):
-                        answer = await send(self._producer(route.address), route)
-                except NotLeader as exc:  # its view and ours differ for a moment
-                    last = exc
-                    tried.add(route.partition)
-                except ProtocolError:  # the leader's own answer is the client's
-                    self.failed += 1
-                    raise
-                except (ClientError, OSError) as exc:  # the leader went away (or was silent)
-                    last = NotLeader(
-                        f"forward to {route.address} failed: {exc or type(exc).__name__}"
-                    )
-                    tried.add(route.partition)
-                    self._drop(route.address)
-                else:
-                    self.forwarded += count
-                    return answer
-            if time.monotonic() >= deadline:
-                self.failed += 1
-                err = last or NotLeader(f"no live leader of topic {topic}")
-                log.warning(
-                    "publish to %s not forwarded within %.0fs: %s", topic, self.patience, err
-                )
-                raise err
-            try:  # the cluster view catches up meanwhile (``close`` ends the wait)
-                async with asyncio.timeout(RETRY_INTERVAL):
-                    await self._closed.wait()
-            except TimeoutError:
-                pass
 
     def _producer(self, address: str) -> Producer:
         producer = self._producers.get(address)
