@@ -21,6 +21,7 @@ import logging
 import socket
 import struct
 from collections.abc import Sized
+from functools import partial
 from typing import Protocol
 
 from aiohttp import web
@@ -32,7 +33,6 @@ from nsqpy.broker.partition import Partition
 from nsqpy.broker.stats import stats, stats_text
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import (
-    BadPartition,
     NotLeader,
     NotWritable,
     ProtocolError,
@@ -54,6 +54,7 @@ from nsqpy.metrics.nsqd_metrics import add_nsqd_metrics
 from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_args import (
     HttpHost,
+    forwarded,
     named_topic_args,
     publish_target,
     query_args,
@@ -65,6 +66,7 @@ from nsqpy.nsqd.http_limits import body_deadline
 from nsqpy.nsqd.logread import add_logread_routes
 from nsqpy.nsqd.params import BOOL_PARAMS, parse_int64
 from nsqpy.options import config_value
+from nsqpy.protocol.extend import PubTrace, encode_extended
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 from nsqpy.storage import Entry
 
@@ -221,7 +223,7 @@ class HttpApi:
         source: str = "",
     ) -> web.StreamResponse:
         if isinstance(topic, str):  # (cluster) led elsewhere only: through its leader
-            return await self._forward(topic, bodies, defer_ms, args, partition)
+            return await self._forward(topic, bodies, defer_ms, args, partition, trace_id)
         if topic.deleted:
             raise HttpError(503, "EXITING")
         now = self.broker.clock()
@@ -238,9 +240,9 @@ class HttpApi:
                 key=key, source=source, trace_id=trace_id,
             )  # fmt: skip
         except NotLeader as exc:  # (cluster) the partition named or keyed is led elsewhere
-            if self.server.cluster is None or trace_id:  # (a traced publish is not forwarded)
+            if self.server.cluster is None:
                 raise HttpError(400, exc.code) from None
-            return await self._forward(topic.name, bodies, defer_ms, args, partition)
+            return await self._forward(topic.name, bodies, defer_ms, args, partition, trace_id)
         except NotWritable as exc:  # (cluster mode: youzan's answer)
             raise HttpError(400, exc.code) from None
         except (ProtocolError, OSError, StorageError):
@@ -248,22 +250,29 @@ class HttpApi:
         return v1_text("OK")
 
     async def _forward(
-        self, topic: str, bodies: list[bytes], defer_ms: int, args: Args, partition: int
+        self,
+        topic: str,
+        bodies: list[bytes],
+        defer_ms: int,
+        args: Args,
+        partition: int,
+        trace_id: int,
     ) -> web.StreamResponse:
         """A publish of a topic this node leads no partition of, or of a partition (named,
         or picked by a partition key) it does not lead (``nsqd.forward``): answered as the
-        leader answered (a partition key picks the partition here)."""
+        leader answered (a partition key picks the partition here). A traced one goes as
+        PUB_TRACE; deferred and traced at once has no form to go in: 400
+        ``E_FAILED_ON_NOT_LEADER``, to be sent to the leader itself."""
         gate = self.server.cluster
         assert gate is not None
         key = (first(args, "partition_key") or "").encode()
-        try:
-            await gate.forward(topic, partition, bodies, defer_ms, key)
-        except (NotLeader, NotWritable) as exc:
-            raise HttpError(400, exc.code) from None
-        except BadPartition:
-            raise HttpError(404, "PARTITION_NOT_FOUND") from None
-        except ProtocolError:
-            raise HttpError(503, "EXITING") from None
+        if not trace_id:
+            await forwarded(gate.forward(topic, partition, bodies, defer_ms, key))
+        elif defer_ms:
+            raise HttpError(400, NotLeader.code)
+        else:
+            encode = partial(encode_extended, PubTrace(topic, trace_id, bodies[0]))
+            await forwarded(gate.forward_command(topic, partition, 1, encode, key))
         return v1_text("OK")
 
     async def pub(self, request: web.Request) -> web.StreamResponse:

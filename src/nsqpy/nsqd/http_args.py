@@ -19,15 +19,15 @@ broker; never the server.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Sequence
+from typing import Protocol, TypeVar
 
 from aiohttp import web
 
 from nsqpy import httpapi
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
-from nsqpy.errors import BadPartition, NotLeader, ProtocolError, StorageError
+from nsqpy.errors import BadPartition, NotLeader, NotWritable, ProtocolError, StorageError
 from nsqpy.httpapi import Args, HttpError, first
 from nsqpy.nsqd.gate import ABSENT, HERE, TopicGate
 from nsqpy.nsqd.params import parse_int64
@@ -36,6 +36,7 @@ from nsqpy.protocol.names import is_ephemeral, valid_topic_name
 from nsqpy.storage import Entry
 
 log = logging.getLogger("nsqpy.nsqd")
+T = TypeVar("T")
 
 
 class HttpHost(Protocol):
@@ -141,11 +142,10 @@ def named_topic_args(
     return args, name
 
 
-async def cluster_topic(gate: TopicGate, name: str, *, forward: bool = False) -> bool:
+async def cluster_topic(gate: TopicGate, name: str) -> bool:
     """True when the topic is usable here, created through the coordinator when the
-    cluster lacks it: 404 ``E_TOPIC_NOT_EXIST`` when it cannot be. When only other nodes
-    hold it: False with ``forward`` (a publish, which goes to a leader), else 400
-    ``E_FAILED_ON_NOT_LEADER`` (youzan's answers)."""
+    cluster lacks it: 404 ``E_TOPIC_NOT_EXIST`` when it cannot be (youzan's answer). False
+    when only other nodes hold it (a publish, which goes to a leader)."""
     if is_ephemeral(name):
         return True
     where = gate.where(name)
@@ -155,35 +155,34 @@ async def cluster_topic(gate: TopicGate, name: str, *, forward: bool = False) ->
         except ProtocolError as exc:
             raise HttpError(404, exc.code) from None
         where = gate.where(name)
-    if where == HERE:
-        return True
-    if not forward:
-        raise HttpError(400, NotLeader.code)
-    return False
-
-
-async def topic_from_query(
-    host: HttpHost, request: web.Request, *, with_partition: bool = False
-) -> tuple[Args, Topic, int]:
-    """nsqd's getTopicFromQuery: arguments, a valid topic name, the topic (created),
-    and with ``with_partition`` the ``partition`` argument, checked before creating. In a
-    cluster the topic is created through the coordinator (``cluster_topic``)."""
-    args, name = named_topic_args(request)
-    if host.cluster is not None:
-        await cluster_topic(host.cluster, name)
-    partition = checked_partition(host.broker, args, name) if with_partition else -1
-    return args, _created(host.broker, name), partition
+    return where == HERE
 
 
 async def publish_target(host: HttpHost, request: web.Request) -> tuple[Args, Topic | str, int]:
-    """``topic_from_query`` with the partition, for a publish: in a cluster, a topic held
-    only by other nodes comes back as its name (the publish is forwarded to a leader,
-    which checks the partition)."""
+    """For a publish (nsqd's getTopicFromQuery): arguments, a valid topic name, the topic
+    (created; in a cluster through the coordinator, ``cluster_topic``) and the
+    ``partition`` argument, checked before creating. In a cluster, a topic held only by
+    other nodes comes back as its name (the publish is forwarded to a leader, which checks
+    the partition)."""
     args, name = named_topic_args(request)
-    if host.cluster is not None and not await cluster_topic(host.cluster, name, forward=True):
+    if host.cluster is not None and not await cluster_topic(host.cluster, name):
         return args, name, partition_arg(args)
     partition = checked_partition(host.broker, args, name)
     return args, _created(host.broker, name), partition
+
+
+async def forwarded(call: Awaitable[T]) -> T:
+    """The leader's answer to a publish forwarded to it (``TopicGate.forward*``), its
+    failures as HTTP errors: 400 with the leader's code (not leader, not writable), 404
+    PARTITION_NOT_FOUND, 503 EXITING for any other (nsqd answers a failed put so)."""
+    try:
+        return await call
+    except (NotLeader, NotWritable) as exc:
+        raise HttpError(400, exc.code) from None
+    except BadPartition:
+        raise HttpError(404, "PARTITION_NOT_FOUND") from None
+    except ProtocolError:
+        raise HttpError(503, "EXITING") from None
 
 
 def _created(broker: Broker, name: str) -> Topic:

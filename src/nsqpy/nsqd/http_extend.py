@@ -15,7 +15,9 @@ only, a cluster's topics grow through nsqlookupd) and three routes of youzan's n
     POST /channel/setorder?topic=T&channel=C&order=true|false
         400 INVALID_OPTION, 404 TOPIC_NOT_FOUND / CHANNEL_NOT_FOUND.
 
-Partition arguments: ``partition`` as ``nsqd.http_args`` reads it; ``partition_num`` is
+In a cluster, /pub_ext and /pubtrace on a node that does not lead where the message goes
+are forwarded to the leader as PUB_EXT and PUB_TRACE (``nsqd.forward``), and answered as
+it answered. Partition arguments: ``partition`` as ``nsqd.http_args`` reads it; ``partition_num`` is
 1-255 else 400 INVALID_ARG_TOPIC_PARTITION_NUM; an ephemeral topic has one partition
 (``partition_num`` above 1: 400 INVALID_ARG_EPHEMERAL_PARTITION_NUM). Nothing is created or
 stored when an argument is bad. Errors are raised as ``HttpError``. Imports aiohttp, the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 
 from aiohttp import web
 
@@ -44,13 +47,22 @@ from nsqpy.errors import (
 from nsqpy.httpapi import Args, HttpError, first, v1_empty, v1_json, v1_text
 from nsqpy.nsqd.http_args import (
     HttpHost,
+    forwarded,
+    publish_target,
     query_args,
     read_message,
-    topic_from_query,
 )
 from nsqpy.nsqd.http_features import http_source
 from nsqpy.nsqd.params import BOOL_PARAMS, parse_int64
-from nsqpy.protocol.extend import Headers, headers_from_mapping, parse_headers
+from nsqpy.protocol.extend import (
+    Headers,
+    PubExt,
+    PubTrace,
+    decode_traced_reply,
+    encode_extended,
+    headers_from_mapping,
+    parse_headers,
+)
 from nsqpy.protocol.message import OFFSET_BITS
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 from nsqpy.storage import Entry
@@ -141,15 +153,26 @@ class ExtendHttp:
         self.host = host
         self.broker = host.broker
 
-    async def _message(self, request: web.Request) -> tuple[Args, Topic, int, bytes]:
-        """Body, then topic and partition arguments, as /pub reads them."""
+    async def _message(self, request: web.Request) -> tuple[Args, Topic | str, int, bytes]:
+        """Body, then topic and partition arguments, as /pub reads them (in a cluster, a
+        topic held only by other nodes comes back as its name: forwarded)."""
         body = await read_message(request, self.host.opts.max_msg_size)
-        args, topic, partition = await topic_from_query(self.host, request, with_partition=True)
+        args, topic, partition = await publish_target(self.host, request)
         return args, topic, partition, body
 
     async def _store(
-        self, request: web.Request, topic: Topic, partition: int, entry: Entry, traced: bool
+        self,
+        request: web.Request,
+        topic: Topic | str,
+        partition: int,
+        entry: Entry,
+        cmd: PubExt | PubTrace,
+        traced: bool,
     ) -> web.StreamResponse:
+        """Publish ``entry`` here, or in a cluster through the leader as ``cmd`` (the same
+        message in TCP's form) when this node does not lead where it goes."""
+        if isinstance(topic, str):
+            return await self._forward(entry, cmd, partition, traced)
         if topic.deleted:
             raise HttpError(503, "EXITING")
         try:
@@ -157,7 +180,11 @@ class ExtendHttp:
                 topic, [], 0, PubFailed, entries=[entry], partition=partition,
                 key=entry.partition_key, source=http_source(request),
             )  # fmt: skip
-        except (NotLeader, NotWritable) as exc:  # (cluster mode: youzan's answers)
+        except NotLeader as exc:  # (cluster) the partition named or keyed is led elsewhere
+            if self.host.cluster is None:
+                raise HttpError(400, exc.code) from None
+            return await self._forward(entry, cmd, partition, traced)
+        except NotWritable as exc:  # (cluster mode: youzan's answer)
             raise HttpError(400, exc.code) from None
         except (ProtocolError, OSError, StorageError):
             raise HttpError(503, "EXITING") from None
@@ -166,12 +193,33 @@ class ExtendHttp:
         msg_id = (placed.partition.number << OFFSET_BITS) | placed.first
         return v1_json(traced_doc(msg_id, entry.trace_id, placed.first, stored_size(entry)))
 
+    async def _forward(
+        self, entry: Entry, cmd: PubExt | PubTrace, partition: int, traced: bool
+    ) -> web.StreamResponse:
+        """(``nsqd.forward``) Through the leader; a traced publish is answered with the
+        leader's id, offset and size."""
+        gate = self.host.cluster
+        assert gate is not None
+        encode = partial(encode_extended, cmd)
+        answer = await forwarded(
+            gate.forward_command(cmd.topic, partition, 1, encode, entry.partition_key)
+        )
+        if not traced:
+            return v1_text("OK")
+        try:
+            msg_id, trace_id, offset, size = decode_traced_reply(answer)
+        except ValueError:  # (a leader that is not nsqpy's may answer a plain OK)
+            raise HttpError(503, "EXITING") from None
+        return v1_json(traced_doc(msg_id, trace_id, offset, size))
+
     async def pub_ext(self, request: web.Request) -> web.StreamResponse:
         args, topic, partition, body = await self._message(request)
         headers = request_headers(request, args)
         entry = Entry(body, self.broker.clock(), trace_id=headers.trace_id)
         entry.partition_key, entry.headers = headers.partition_key, headers.json
-        return await self._store(request, topic, partition, entry, headers.traced)
+        name = topic if isinstance(topic, str) else topic.name
+        cmd = PubExt(name, headers.json, body)
+        return await self._store(request, topic, partition, entry, cmd, headers.traced)
 
     async def pub_trace(self, request: web.Request) -> web.StreamResponse:
         args, topic, partition, body = await self._message(request)
@@ -179,7 +227,9 @@ class ExtendHttp:
         if not _DIGITS.fullmatch(raw) or int(raw) >= 1 << 64:
             raise HttpError(400, "INVALID_TRACE_ID")
         entry = Entry(body, self.broker.clock(), trace_id=int(raw))
-        return await self._store(request, topic, partition, entry, True)
+        name = topic if isinstance(topic, str) else topic.name
+        cmd = PubTrace(name, int(raw), body)
+        return await self._store(request, topic, partition, entry, cmd, True)
 
     async def channel_setorder(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import threading
 import zlib
+from urllib.parse import quote
 
 from nsqpy.nsqd.gate import FORWARD_AGENT
+from nsqpy.protocol.logread import decode_columns
 from nsqpy.testing import consume, dpub, http_request, identify, mpub, pub, wait_for
 from nsqpy.testing.cluster import LocalCluster
 
@@ -101,6 +103,46 @@ def test_a_partitioned_pub_goes_to_that_partitions_leader(
     held = stats_partitions(shared, led[target], topic_name)
     assert held[target]["message_count"] == 3
     assert stats_partitions(shared, first_node, topic_name)[0]["message_count"] == 0
+
+
+def test_http_publishes_with_headers_or_trace_ids_go_to_the_leader(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """/pub_ext, /pubtrace and /pub?trace_id on a node that does not lead go to the leader
+    with their headers and trace ids; the traced forms answer with the leader's message
+    id and offset. Deferred and traced at once has no form to go in: refused."""
+    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    leader = leaders(shared, topic_name)[0]
+    other = (leader + 1) % 3
+    wait_for(lambda: stats_partitions(shared, leader, topic_name))
+    at = f"http://{shared.nsqd_http(other)}"
+    ext = quote('{"k":"v"}')
+    status, answer, _ = http_request("POST", f"{at}/pub_ext?topic={topic_name}&ext={ext}", b"e")
+    assert (status, answer) == (200, b"OK")
+    traced_ext = quote('{"##trace_id":"41","k":"w"}')
+    url = f"{at}/pub_ext?topic={topic_name}&ext={traced_ext}"
+    status, answer, _ = http_request("POST", url, b"te")
+    doc = json.loads(answer)
+    assert status == 200 and doc["trace_id"] == "41" and doc["queue_offset"] == 1, doc
+    status, answer, _ = http_request("POST", f"{at}/pubtrace?topic={topic_name}&trace_id=42", b"t")
+    doc = json.loads(answer)
+    assert status == 200 and doc["trace_id"] == "42" and doc["queue_offset"] == 2, doc
+    assert doc["id"] == 2, "partition 0, offset 2"
+    status, answer, _ = http_request("POST", f"{at}/pub?topic={topic_name}&trace_id=43", b"p")
+    assert (status, answer) == (200, b"OK")
+    url = f"{at}/pub?topic={topic_name}&trace_id=44&defer=1000"
+    status, answer, _ = http_request("POST", url, b"d")
+    assert (status, json.loads(answer)) == (400, {"message": "E_FAILED_ON_NOT_LEADER"})
+    assert stats_partitions(shared, other, topic_name) == {}, "nothing of it was created here"
+    url = f"http://{shared.nsqd_http(leader)}/log/read?topic={topic_name}&offset=0"
+    status, body, _ = http_request("GET", url)
+    assert status == 200
+    records = decode_columns(body)
+    assert [(r.body, r.trace_id) for r in records] == [
+        (b"e", 0), (b"te", 41), (b"t", 42), (b"p", 43)
+    ]  # fmt: skip
+    assert json.loads(records[0].headers) == {"k": "v"}
+    assert json.loads(records[1].headers)["k"] == "w"
 
 
 def test_a_forwarded_publish_is_never_forwarded_again(
