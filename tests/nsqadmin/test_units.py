@@ -363,6 +363,19 @@ def test_base_path_is_normalised_like_nsq(raw: str, want: str) -> None:
         ({"nsqd_http_addresses": ["a:1"], "proxy_graphite": True}, "--proxy-graphite"),
         ({"nsqd_http_addresses": ["a:1"], "http_client_tls_cert": "c"}, "--http-client-tls-key"),
         ({"nsqd_http_addresses": ["a:1"], "allow_config_from_cidr": "1.2.3"}, "CIDR"),
+        (
+            {"lookupd_http_addresses": ["a:1"], "cluster_tls_root_ca_file": "ca.pem"},
+            "--cluster-tls-cert, --cluster-tls-key missing",
+        ),
+        (
+            {
+                "lookupd_http_addresses": ["a:1"],
+                **dict.fromkeys(("cluster_tls_root_ca_file", "cluster_tls_cert"), "f"),
+                "cluster_tls_key": "k",
+                "http_client_tls_root_ca_file": "other.pem",
+            },
+            "both given: with the cluster.s certificates",
+        ),
         ({"nsqd_http_addresses": ["a:1"], "stats_history_size": 1}, "--stats-history-size"),
     ],
 )

@@ -1,5 +1,6 @@
 """The security flags nsqd and nsqlookupd share in cluster mode: ``ClusterSecurityOptions``,
-a dataclass both daemons' options extend.
+a dataclass both daemons' options extend (nsqadmin's extend ``ClusterTlsOptions``, its
+first three).
 
 - ``--cluster-tls-root-ca-file``, ``--cluster-tls-cert``, ``--cluster-tls-key`` (NSQ's
   naming of its TLS flags): mutual TLS on every link between the cluster's daemons, each
@@ -37,7 +38,9 @@ def _unshown(declared: T) -> T:
 
 
 @dataclass
-class ClusterSecurityOptions:
+class ClusterTlsOptions:
+    """The ``--cluster-tls-*`` flags (nsqd, nsqlookupd, and nsqadmin, which calls them)."""
+
     cluster_tls_root_ca_file: str = option(
         "cluster-tls-root-ca-file",
         "",
@@ -54,6 +57,10 @@ class ClusterSecurityOptions:
     cluster_tls_key: str = option(
         "cluster-tls-key", "", "nsqpy: the key of --cluster-tls-cert", api=False
     )
+
+
+@dataclass
+class ClusterSecurityOptions(ClusterTlsOptions):
     etcd_cacert: str = option(
         "etcd-cacert", "", "nsqpy: CA that signed etcd's certificates (etcd over TLS)", api=False
     )

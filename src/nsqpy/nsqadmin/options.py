@@ -29,6 +29,7 @@ from nsqpy.flags import (
     shown_log_level,
     unless_empty,
 )
+from nsqpy.flags.cluster import ClusterTlsOptions, cluster_tls_check, cluster_tls_on
 
 
 def check_upstream(flag: str, address: str) -> None:
@@ -59,8 +60,9 @@ _POSITIVE = must(lambda v: v > 0, "--{flag} must be positive")
 
 
 @dataclass
-class NsqAdminOptions:
-    """nsqadmin's flags with NSQ v1.3.0's defaults."""
+class NsqAdminOptions(ClusterTlsOptions):
+    """nsqadmin's flags with NSQ v1.3.0's defaults (and the cluster's certificates, with
+    which it calls nsqlookupd where the cluster's daemons do: over mutual TLS)."""
 
     http_address: str = option(
         "http-address",
@@ -221,4 +223,16 @@ def validate(opts: NsqAdminOptions) -> None:
         raise ConfigError("--proxy-graphite needs --graphite-url")
     if bool(opts.http_client_tls_cert) != bool(opts.http_client_tls_key):
         raise ConfigError("--http-client-tls-cert and --http-client-tls-key must be given together")
+    problem = cluster_tls_check(opts)
+    if problem:
+        raise ConfigError(problem)
+    if cluster_tls_on(opts) and (
+        opts.http_client_tls_root_ca_file
+        or opts.http_client_tls_cert
+        or opts.http_client_tls_insecure_skip_verify
+    ):
+        raise ConfigError(
+            "--cluster-tls-* and --http-client-tls-* both given: with the cluster's "
+            "certificates nsqadmin trusts the cluster's CA only"
+        )
     opts.base_path = normalize_base_path(opts.base_path)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from nsqpy.daemon import cancel_and_wait
 from nsqpy.flags import listen_host_port
+from nsqpy.flags.cluster import cluster_tls_on
 from nsqpy.httpapi import HttpError, nsq_middleware
 from nsqpy.nsqadmin.api import Api, cluster_errors
 from nsqpy.nsqadmin.api import routes as api_routes
@@ -60,23 +61,37 @@ class NsqAdmin:
     def __init__(self, opts: NsqAdminOptions) -> None:
         validate(opts)  # ConfigError naming the bad option; normalises --base-path
         self.opts = opts
-        self.upstream = Upstream(
-            connect_timeout_s=opts.http_client_connect_timeout_ms / 1000,
-            request_timeout_s=opts.http_client_request_timeout_ms / 1000,
-            ssl_context=tls_context(
+        lookupds = list(opts.lookupd_http_addresses)
+        if cluster_tls_on(opts):  # a secure cluster's nsqlookupd, at its --rpc-address
+            context = tls_context(
+                root_ca=opts.cluster_tls_root_ca_file,
+                cert=opts.cluster_tls_cert,
+                key=opts.cluster_tls_key,
+            )
+            lookupds = [a if "://" in a else f"https://{a}" for a in lookupds]
+        else:
+            context = tls_context(
                 insecure=opts.http_client_tls_insecure_skip_verify,
                 root_ca=opts.http_client_tls_root_ca_file,
                 cert=opts.http_client_tls_cert,
                 key=opts.http_client_tls_key,
-            ),
+            )
+        connect_s = opts.http_client_connect_timeout_ms / 1000
+        request_s = opts.http_client_request_timeout_ms / 1000
+        self.upstream = Upstream(  # the daemons
+            connect_timeout_s=connect_s, request_timeout_s=request_s, ssl_context=context
         )
-        self.cluster = Cluster(
-            self.upstream, list(opts.lookupd_http_addresses), list(opts.nsqd_http_addresses)
+        # graphite and --notification-http-endpoint: the system's CAs, not the cluster's
+        self.outside = (
+            Upstream(connect_timeout_s=connect_s, request_timeout_s=request_s)
+            if cluster_tls_on(opts)
+            else self.upstream
         )
+        self.cluster = Cluster(self.upstream, lookupds, list(opts.nsqd_http_addresses))
         self.history = History(opts.stats_history_size)
         self.sampled = asyncio.Condition()
         self.samples_taken = 0  # sampling attempts, failed ones included
-        self.notifier = Notifier(self.upstream, opts.notification_http_endpoint)
+        self.notifier = Notifier(self.outside, opts.notification_http_endpoint)
         self.http_port = 0
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
@@ -92,7 +107,7 @@ class NsqAdmin:
             await site.start()
         except OSError:
             await self._runner.cleanup()
-            await self.upstream.close()
+            await self._close_upstreams()
             raise
         sockets = getattr(site._server, "sockets", None) or []  # asyncio's or uvloop's Server
         self.http_port = sockets[0].getsockname()[1]
@@ -109,7 +124,12 @@ class NsqAdmin:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self._close_upstreams()
+
+    async def _close_upstreams(self) -> None:
         await self.upstream.close()
+        if self.outside is not self.upstream:
+            await self.outside.close()
 
     # -- sampling ------------------------------------------------------------------------
 
@@ -155,7 +175,7 @@ class NsqAdmin:
             opts=self.opts,
             cluster=self.cluster,
             history=self.history,
-            upstream=self.upstream,
+            upstream=self.outside,
             notifier=self.notifier,
         )
 
@@ -196,7 +216,7 @@ class NsqAdmin:
         if request.query_string:
             url += "?" + request.query_string
         try:
-            status, ctype, body = await self.upstream.fetch(url)
+            status, ctype, body = await self.outside.fetch(url)
         except UpstreamError as exc:
             raise HttpError(502, f"UPSTREAM_ERROR: {exc}") from None
         return web.Response(body=body, status=status, headers={"Content-Type": ctype})

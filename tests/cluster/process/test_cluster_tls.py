@@ -27,11 +27,16 @@ import ssl
 import struct
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from nsqpy.cluster.tls import INSECURE
+from nsqpy.nsqadmin.app import NsqAdmin, NsqAdminOptions
 from nsqpy.nsqd.gate import FORWARD_AGENT
 from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.protocol.replication import (
@@ -45,6 +50,7 @@ from nsqpy.testing import WireClient, pub
 from nsqpy.testing.auth import AuthStub, authed_client, grant
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.http import http_request
+from nsqpy.testing.processes import free_ports
 from nsqpy.tools.cert import cert_pem, create_ca, create_leaf, write_key
 
 from .conftest import OwnCluster, create, leaders
@@ -53,18 +59,24 @@ TOPIC = "secret"
 
 
 def certs(directory: Path, name: str) -> dict[str, Path]:
-    """A CA of its own and a certificate for 127.0.0.1 signed by it, as files."""
+    """A CA of its own, a certificate for 127.0.0.1 and a client-only one (``nsqpy cert
+    create-client``'s) signed by it, as files."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = create_ca(f"{name} CA")
     leaf = create_leaf(ca, ["127.0.0.1", "localhost"])
+    client = create_leaf(ca, [], "nsqadmin", server=False)
     files = {
         "ca": directory / "ca.pem",
         "cert": directory / "node.pem",
         "key": directory / "node.key",
+        "client": directory / "nsqadmin.pem",
+        "client_key": directory / "nsqadmin.key",
     }
     files["ca"].write_bytes(cert_pem(ca.cert))
     files["cert"].write_bytes(cert_pem(leaf.cert))
     write_key(leaf.key, files["key"])
+    files["client"].write_bytes(cert_pem(client.cert))
+    write_key(client.key, files["client_key"])
     return files
 
 
@@ -361,3 +373,69 @@ def test_youzans_publish_forms_are_forwarded_and_answered_as_the_leader_answers(
         ),
         10, "both on the leader",
     )  # fmt: skip
+
+
+async def test_nsqadmin_with_the_cluster_certificates_calls_lookupd_over_mutual_tls(
+    own_cluster: OwnCluster, tmp_path: Path
+) -> None:
+    """nsqadmin given ``--cluster-tls-*`` reads and acts on nsqlookupd at its
+    --rpc-address, over the cluster's mutual TLS (the address without a scheme is dialled
+    in TLS); one with the CA but no certificate is refused at the handshake, and says so."""
+    files = certs(tmp_path / "certs", "ours")
+    (rpc,) = free_ports(1)
+    flags = tls_flags(files)
+    cluster = own_cluster(
+        nodes=2, lookupds=1, nsqd_flags=flags,
+        lookupd_flags=[*flags, f"--rpc-address=127.0.0.1:{rpc}"],
+    )  # fmt: skip
+    cluster_tls = {
+        "cluster_tls_root_ca_file": str(files["ca"]),
+        "cluster_tls_cert": str(files["client"]),  # (a client-only certificate will do)
+        "cluster_tls_key": str(files["client_key"]),
+    }
+    before = rpc_calls(cluster, 0)
+    async with admin_at(f"127.0.0.1:{rpc}", **cluster_tls) as call:
+        status, doc = await call("POST", "/api/cluster/topics", {
+            "topic": "made_by_admin", "partition_num": 1, "replicator": 2,
+        })  # fmt: skip
+        assert status == 200, doc
+        status, doc = await call("GET", "/api/nodes")
+        assert status == 200 and doc["cluster"]["secure"] is True, doc
+        assert len(doc["nodes"]) == 2
+    assert "made_by_admin" in cluster.lookupd_json("/topics")["topics"]
+    assert rpc_calls(cluster, 0) > before
+
+    refused_before = len(refusals(cluster, cluster.lookupds[0].log_lines, "RPC"))
+    no_cert = {"http_client_tls_root_ca_file": str(files["ca"])}
+    async with admin_at(f"https://127.0.0.1:{rpc}", **no_cert) as call:
+        status, doc = await call("GET", "/api/nodes")
+        assert status >= 500 and "127.0.0.1" in json.dumps(doc), doc
+    cluster.wait_for(
+        lambda: len(refusals(cluster, cluster.lookupds[0].log_lines, "RPC")) > refused_before,
+        10, "the handshake refused in the lookupd's log",
+    )  # fmt: skip
+
+
+@asynccontextmanager
+async def admin_at(
+    lookupd: str, **options: Any
+) -> AsyncIterator[Callable[..., Awaitable[tuple[int, Any]]]]:
+    """An nsqadmin in this process reading ``lookupd``, and a call to its API."""
+    opts = NsqAdminOptions(
+        http_address="127.0.0.1:0", lookupd_http_addresses=[lookupd],
+        stats_sample_interval_ms=0, **options,
+    )  # fmt: skip
+    admin = NsqAdmin(opts)
+    await admin.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+                url = f"http://127.0.0.1:{admin.http_port}{path}"
+                data = json.dumps(body).encode() if body is not None else None
+                async with session.request(method, url, data=data) as resp:
+                    return resp.status, json.loads(await resp.read())
+
+            yield call
+    finally:
+        await admin.stop()
