@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from nsqpy.cluster.balance import rebalance
 from nsqpy.cluster.decisions import plan, track_missing
-from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdUnavailable, Lease, PutOp
+from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdError, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import (
@@ -80,6 +80,7 @@ class CoordinatorSettings:
     default_replicas: int = 3  # at most the live nodes (``min(3, live)``)
     wait_s: float = 5.0  # how long a create waits to see its own write in the view
     rebalance_interval_ns: int = 0  # 0: no rebalancing
+    compact_interval_ns: int = 0  # how often etcd's history is compacted (0: never)
 
 
 class Coordinator:
@@ -115,6 +116,11 @@ class Coordinator:
         self.changes_applied = 0
         self.elected_at = 0  # clock when this lookupd last took the lock
         self.rebalanced_at = 0  # clock of the last rebalancing look
+        # (clock, etcd revision) when the last compaction was looked at: the next one, an
+        # interval later, compacts up to that revision (an interval of history is kept for
+        # watchers to resume from)
+        self._compact_mark = (0, 0)
+        self.compacted = 0  # the revision etcd's history was compacted up to, by us
 
     @property
     def leading(self) -> bool:
@@ -173,6 +179,7 @@ class Coordinator:
             self._lock_revision = kv.create_revision
             self._missing = {}
             self.elected_at = self.rebalanced_at = self.clock()
+            self._compact_mark = (self.elected_at, self.view.snapshot().revision)
             log.info("coordinator: %s now coordinates cluster %s", self.me.id, self.keys.cluster_id)
             return
         kv = await self.etcd.get(key)
@@ -228,7 +235,34 @@ class Coordinator:
                 written += 1
         await self._forget_drained(snap)
         self.changes_applied += written
+        await self._compact(snap, now)
         return written
+
+    async def _compact(self, snap: Snapshot, now: int) -> None:
+        """Every ``compact_interval_ns``: compact etcd's history up to the revision seen an
+        interval ago (Kubernetes' API server does the same every five minutes), so etcd's
+        database stays flat however long the cluster runs. A refusal is logged and tried
+        again an interval later (etcd 3.4 lets any user compact)."""
+        interval = self.settings.compact_interval_ns
+        then, target = self._compact_mark
+        if not interval or now - then < interval:
+            return
+        self._compact_mark = (now, snap.revision)
+        if target <= self.compacted:
+            return
+        try:
+            await self.etcd.compact(target)
+        except EtcdUnavailable:
+            raise
+        except EtcdError as exc:
+            if "compacted" not in str(exc):  # (else: etcd compacted it already itself)
+                log.warning(
+                    "coordinator: compacting etcd failed (%s): its database grows until it "
+                    "is compacted (etcd's --auto-compaction-retention does it too)", exc,
+                )  # fmt: skip
+            return
+        self.compacted = target
+        log.debug("coordinator: etcd history compacted up to revision %d", target)
 
     async def _write_change(self, change: Change) -> bool:
         key = self.keys.replicas(change.topic, change.partition)

@@ -1,8 +1,9 @@
 """An nsqd's membership in a cluster: its registration, and the partitions etcd gives it.
 
 ``Member`` keeps ``nodes/<node-id>`` alive under a lease (its addresses, rpc endpoint,
-load and the ``(leader_epoch, end)`` of every partition it holds, refreshed every
-``report_s``), and makes the node's partitions what the ``replicas`` keys say
+load and the ``(leader_epoch, end)`` of every partition it holds; built every
+``report_s`` and written only when it changed, load figures alone at most every
+``load_report_s``: a cluster at rest writes nothing to etcd), and makes the node's partitions what the ``replicas`` keys say
 (level-triggered, on every change of the view): a partition the node holds is created,
 led when the key names it leader, followed otherwise; one it no longer holds is released.
 When the lease is lost (etcd unreachable for a TTL, the process paused) the node leads
@@ -108,7 +109,8 @@ def node_identity(data_path: Path, cluster_id: str, fresh_id: str) -> str:
 @dataclass(frozen=True)
 class MemberSettings:
     lease_ttl_s: float = 10.0
-    report_s: float = 2.0
+    report_s: float = 2.0  # how often the report is built, and written if it changed
+    load_report_s: float = 60.0  # load figures alone are written at most this often
     create_wait_s: float = 5.0  # how long an implicit create may take
 
 
@@ -145,6 +147,12 @@ class Member:
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
         self.registered = asyncio.Event()
+        # The report last written (None: none under the current lease), its revision, and
+        # when (the loop's clock): a report is written again only when it changed.
+        self._written: NodeInfo | None = None
+        self._written_revision = 0
+        self._load_written = 0.0
+        self.reports_written = 0  # puts of the node key (nsqd's ``/info``)
         self.tls: ClusterTls | None = None  # a secure cluster's: the coordinator is called so
         # Called with the snapshot after each ``apply`` (the node's replication follows).
         self.on_applied: list[Callable[[Snapshot], None]] = []
@@ -185,20 +193,44 @@ class Member:
             if self._lease is not None:
                 self._demote_all()  # (``_on_lost`` did it already, when it could run)
             self.registered.clear()
+            self._written = None  # (the key went with the old lease)
             self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
             if self._watch is not None:
                 self._watch.cancel()
             self._watch = asyncio.get_running_loop().create_task(self._on_lost(self._lease))
-        revision = await self.etcd.put(
-            self.keys.node(self.node_id), self.node().to_json(), self._lease
-        )
-        for hook in self.on_reported:  # (what the report said is in etcd now)
-            hook(revision)
+        await self._report()
         if not self.registered.is_set():
             log.info(
                 "cluster: node %s registered in cluster %s", self.node_id, self.keys.cluster_id
             )
             self.registered.set()
+
+    async def _report(self) -> None:
+        """Write the node's report if it differs from the one in etcd: at once for what
+        elections and ISR changes read (roles, ends, epochs, lagging and caught-up
+        followers, addresses), load figures alone only every ``load_report_s`` and when
+        they moved (``NodeInfo.load_moved``). A cluster at rest writes nothing; the lease
+        is kept alive by etcd's keep-alive, not by rewriting the key."""
+        info, last = self.node(), self._written
+        now = asyncio.get_running_loop().time()
+        if last is not None and not self._gone(last) and info.without_load() == last.without_load():
+            if now - self._load_written < self.settings.load_report_s:
+                return
+            if not info.load_moved(last):
+                return
+        revision = await self.etcd.put(self.keys.node(self.node_id), info.to_json(), self._lease)
+        self._written, self._written_revision, self._load_written = info, revision, now
+        self.reports_written += 1
+        for hook in self.on_reported:  # (what the report said is in etcd now)
+            hook(revision)
+
+    def _gone(self, written: NodeInfo) -> bool:
+        """The view, as of our write or later, shows another report or none (an operator
+        deleted the key, say): it is written again."""
+        snap = self.view.snapshot()
+        if snap.revision < self._written_revision:
+            return False  # (the view has not caught up with the write yet)
+        return snap.node_revisions.get(self.node_id) != self._written_revision
 
     async def _on_lost(self, lease: Lease) -> None:
         """The moment ``lease`` is lost, this node leads nothing: it must not acknowledge a

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -128,6 +128,16 @@ class Load:
                    float(rate), _int(obj, "bytes", what, default=0))  # fmt: skip
 
 
+# A load figure is written again once it moved by more than this share of itself and this
+# floor ((msgs/s, bytes)): an idle cluster's decaying rates and a busy one's jitter are not.
+LOAD_STEP = 0.2
+LOAD_FLOOR = (5.0, 1 << 20)
+
+
+def _moved(old: float, new: float, floor: float) -> bool:
+    return abs(new - old) > max(floor, LOAD_STEP * abs(old))
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """A live nsqd as it registers itself under ``nodes/<id>``. ``ends`` maps
@@ -188,6 +198,26 @@ class NodeInfo:
     def end(self, topic: str, partition: int) -> tuple[int, int] | None:
         """The ``(leader_epoch, end)`` this node reports for a partition, if any."""
         return self.ends.get(partition_name(topic, partition))
+
+    def without_load(self) -> NodeInfo:
+        """This report less its load figures (rates and bytes, which move all the time):
+        what must be in etcd as soon as it changes."""
+        return replace(self, load=Load(self.load.partitions, self.load.leaders), loads={})
+
+    def load_moved(self, since: NodeInfo) -> bool:
+        """Whether a load figure moved from ``since``'s by more than ``LOAD_STEP`` of it and
+        ``LOAD_FLOOR`` (a rate, in msgs/s, or a size, in bytes), or a partition's appeared
+        or went: worth writing again (the rebalancer weighs loads over minutes)."""
+        if self.loads.keys() != since.loads.keys():
+            return True
+        pairs = [(since.loads[k], v) for k, v in self.loads.items()]
+        pairs.append(((since.load.msgs_per_sec, since.load.bytes),
+                      (self.load.msgs_per_sec, self.load.bytes)))  # fmt: skip
+        rate_floor, size_floor = LOAD_FLOOR
+        return any(
+            _moved(old_rate, new_rate, rate_floor) or _moved(old_size, new_size, size_floor)
+            for (old_rate, old_size), (new_rate, new_size) in pairs
+        )
 
     def to_json(self) -> bytes:
         return _dump({

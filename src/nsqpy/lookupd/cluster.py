@@ -52,6 +52,7 @@ class LookupdCluster:
             default_partitions=opts.default_partitions,
             default_replicas=opts.default_replicas,
             rebalance_interval_ns=opts.rebalance_interval_ms * 1_000_000,
+            compact_interval_ns=opts.etcd_compact_interval_ms * 1_000_000,
         )
         self.etcd: Etcd | None = None
         self.view: ClusterView | None = None

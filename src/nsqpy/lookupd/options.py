@@ -125,6 +125,13 @@ class NsqLookupdOptions(ClusterSecurityOptions):
         "healthy (0 never)",
         kind="duration_ms",
     )
+    etcd_compact_interval_ms: int = option(
+        "etcd-compact-interval",
+        300_000,
+        "nsqpy: how often the coordinator compacts etcd's history, keeping the last "
+        "interval of it (0 never: then run etcd with --auto-compaction-retention)",
+        kind="duration_ms",
+    )
     log_level: str = option(
         "log-level",
         "info",

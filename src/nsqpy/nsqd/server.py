@@ -688,6 +688,7 @@ class NsqdServer:
     def cluster_info(self) -> dict[str, object]:
         if self.cluster is None:
             return {}
+        member = self.cluster.member
         return {
             "ha_support": True,
             "node_id": self.cluster.node_id,
@@ -695,6 +696,8 @@ class NsqdServer:
             # publishes of partitions led elsewhere (``nsqd.forward``)
             "forwarded_messages": self.cluster.forwarder.forwarded,
             "forward_failures": self.cluster.forwarder.failed,
+            # writes of this node's report to etcd (only when it changed: none at rest)
+            "node_reports_written": member.reports_written if member is not None else 0,
         }
 
     def apply_log_level(self) -> None:

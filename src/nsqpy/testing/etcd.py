@@ -303,6 +303,32 @@ class EtcdCluster:
             return None
         return found if isinstance(found, dict) else None
 
+    def revision(self) -> int:
+        """etcd's current revision, as the first member that answers says (RuntimeError
+        when none does)."""
+        for i in range(self.size):
+            status = self.status(i)
+            header = status.get("header") if status is not None else None
+            if isinstance(header, dict) and "revision" in header:
+                return int(header["revision"])
+        raise RuntimeError("no etcd member answers")
+
+    def get(self, key: str, revision: int = 0) -> tuple[bytes, int] | None:
+        """The value of ``key`` and its mod_revision (JSON gateway, first running member;
+        as of ``revision`` when given), or None when it has none. RuntimeError with etcd's
+        message when it refuses (a revision compacted away, say)."""
+        i = next(j for j in range(self.size) if self.running(j))
+        body = {"key": _b64(key.encode()), **({"revision": revision} if revision else {})}
+        try:
+            with self._open(i, "/v3/kv/range", body, 5.0) as resp:
+                found = json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"etcd range {key}: {exc.code} {exc.read().decode()!r}") from None
+        kvs = found.get("kvs") or []
+        if not kvs:
+            return None
+        return base64.b64decode(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
+
     def leader(self) -> int | None:
         """The index of the member that is the raft leader now, as that member says, or
         None when no running member says it leads."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import LookupdInfo, NodeInfo, Replicas, TopicMeta
 from nsqpy.cluster.view import ClusterView
 from nsqpy.testing import eventually
+from nsqpy.testing.etcd import EtcdCluster
 
 from .conftest import bounded
 
@@ -164,3 +167,38 @@ async def test_a_dead_leader_is_replaced_by_an_isr_member(
     assert leader.changes_applied >= 1
     await asyncio.sleep(0.3)  # more rounds: nothing else to do
     assert leader.view.snapshot().replicas[("t", 0)].value == r
+
+
+async def test_the_coordinator_compacts_etcds_history_keeping_an_interval(
+    tmp_path: Path, keys: Keys
+) -> None:
+    """Every ``compact_interval_ns`` the coordinator compacts etcd up to the revision it saw
+    an interval before: history older than that is gone (a read at an old revision is
+    refused as compacted), the last interval's is kept (watchers resume from it). An etcd
+    of its own: compacting the session's would cut other tests' history."""
+    with EtcdCluster(1, tmp_path / "etcd") as own:
+        etcd = await Etcd.connect(own.endpoints)
+        view = ClusterView(etcd, keys)
+        await view.start()
+        settings = replace(SETTINGS, compact_interval_ns=500_000_000)
+        me = LookupdInfo("l0", "127.0.0.1", 4160, 4161)
+        coordinator = Coordinator(etcd, view, me, "127.0.0.1:4161", settings)
+        await coordinator.start()
+        try:
+            await eventually(lambda: coordinator.leading, timeout=5)
+            for n in range(30):  # history to compact
+                await etcd.put(keys.root + "churn", b"%d" % n)
+            written = own.revision()
+            await eventually(lambda: coordinator.compacted >= written, timeout=5)
+            assert coordinator.compacted <= own.revision()
+            with pytest.raises(RuntimeError, match="compacted"):
+                own.get(keys.root + "churn", revision=written - 1)
+            # the last interval's history is kept: a watch may start there
+            kept = coordinator.compacted
+            await etcd.put(keys.root + "churn", b"after")
+            kv = await etcd.get(keys.root + "churn")
+            assert kv is not None and kv.mod_revision > kept
+        finally:
+            await bounded(coordinator.stop())
+            await bounded(view.stop())
+            await asyncio.wait_for(asyncio.ensure_future(etcd.close()), 10)

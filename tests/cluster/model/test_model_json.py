@@ -4,6 +4,7 @@ ValueError that names the field."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -196,3 +197,26 @@ def test_node_garbage(patch: dict[str, Any], field: str) -> None:
     obj = json.loads(NODE.to_json()) | patch
     with pytest.raises(ValueError, match=field):
         NodeInfo.from_json(json.dumps(obj).encode())
+
+
+def test_a_report_is_worth_writing_again_when_its_state_or_load_moved() -> None:
+    """What ``Member`` writes again: anything but the load figures at once (``without_load``
+    differs); the load figures alone only once one moved by more than a fifth and the floor
+    (5 msgs/s, 1 MiB), or a partition appeared or went."""
+    def with_loads(rate: float, size: int, node_rate: float = 12.5) -> NodeInfo:
+        load = Load(partitions=2, leaders=1, msgs_per_sec=node_rate, bytes=4096)
+        return replace(NODE, load=load, loads={"orders/0": (rate, size), "orders/1": (0.0, 0)})
+
+    base = with_loads(250.5, 1 << 20)
+    assert base.without_load() == with_loads(900.0, 5 << 30).without_load()
+    assert base.without_load() != replace(base, ends={"orders/0": (3, 1001)}).without_load()
+    assert base.without_load() != replace(base, lagging={}).without_load()
+    assert not with_loads(250.5, 1 << 20).load_moved(base)
+    assert not with_loads(290.0, 1 << 20).load_moved(base), "16 %: jitter"
+    assert with_loads(310.0, 1 << 20).load_moved(base), "24 % and above the floor"
+    assert not with_loads(250.5, 2 << 20).load_moved(base), "1 MiB more: the floor"
+    assert with_loads(250.5, 3 << 20).load_moved(base)
+    idle = with_loads(3.0, 0, node_rate=3.0)
+    assert not with_loads(0.1, 0, node_rate=0.0).load_moved(idle), "a rate decaying to 0"
+    assert with_loads(250.5, 1 << 20, node_rate=40.0).load_moved(base), "the node's own rate"
+    assert replace(base, loads={"orders/0": (250.5, 1 << 20)}).load_moved(base)

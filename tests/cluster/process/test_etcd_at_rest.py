@@ -1,0 +1,69 @@
+"""A cluster at rest writes nothing to etcd: each nsqd's report (``nodes/<id>``) is written
+when it changes, not on a timer; its lease is kept alive by etcd's keep-alive. What
+elections read (a partition's end) is still written as soon as it changes."""
+
+from __future__ import annotations
+
+import time
+
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import NodeInfo
+from nsqpy.testing import http_request
+from nsqpy.testing.cluster import LocalCluster
+
+from .conftest import OwnCluster, create, leaders
+
+TOPIC = "resting"
+
+
+def stable(cluster: LocalCluster) -> bool:
+    doc = cluster.lookupd_json("/cluster/stats")
+    parts = cluster.partitions(TOPIC)
+    return (
+        bool(doc.get("stable"))
+        and len(parts) == 4
+        and all(len(p["isr"]) == 3 for p in parts.values())
+    )
+
+
+def reports_written(cluster: LocalCluster) -> list[int]:
+    return [int(cluster.nsqd_json(i, "/info")["node_reports_written"]) for i in range(3)]
+
+
+def test_a_cluster_at_rest_writes_nothing_to_etcd(own_cluster: OwnCluster) -> None:
+    cluster = own_cluster(nodes=3, lookupds=1)
+    assert create(cluster, TOPIC, partition_num=4, replicator=3, multipart="true") == (200, None)
+    leader = leaders(cluster, TOPIC)[0]
+    for n in range(20):
+        status, _, _ = http_request(
+            "POST", f"http://{cluster.nsqd_http(leader)}/pub?topic={TOPIC}&partition=0",
+            b"m%d" % n, 10.0,
+        )  # fmt: skip
+        assert status == 200
+    cluster.wait_for(lambda: stable(cluster), 30, "every partition's ISR full, cluster stable")
+    time.sleep(1.0)  # (the last changes' reports: written within a report period, 0.4 s)
+
+    revision = cluster.etcd.revision()
+    time.sleep(4.0)  # ten report periods: ten writes per node on a timer
+    assert cluster.etcd.revision() - revision <= 2, "etcd written at rest"  # (a lag may come, go)
+    written = reports_written(cluster)  # (what nsqd's /info says)
+    time.sleep(1.0)
+    assert sum(reports_written(cluster)) - sum(written) <= 1
+
+    # what changes is written at once: the leader's new end of partition 0
+    key = Keys(cluster.cluster_id).node(cluster.nsqd_json(leader, "/info")["node_id"])
+    found = cluster.etcd.get(key)
+    assert found is not None
+    end = NodeInfo.from_json(found[0]).end(TOPIC, 0)
+    assert end is not None and end[1] == 20
+    status, _, _ = http_request(
+        "POST", f"http://{cluster.nsqd_http(leader)}/pub?topic={TOPIC}&partition=0", b"new", 10.0
+    )
+    assert status == 200
+
+    def reported_end() -> int:
+        found = cluster.etcd.get(key)
+        got = NodeInfo.from_json(found[0]).end(TOPIC, 0) if found is not None else None
+        return got[1] if got is not None else -1
+
+    cluster.wait_for(lambda: reported_end() == 21, 5, "the leader's new end in etcd")
