@@ -229,10 +229,7 @@ class Coordinator:
             move = rebalance(snap)
             if move is not None:
                 changes.append(move)
-        written = 0
-        for change in changes:
-            if await self._write_change(change):
-                written += 1
+        written = await self._write_changes(changes)
         await self._forget_drained(snap)
         self.changes_applied += written
         await self._compact(snap, now)
@@ -264,14 +261,58 @@ class Coordinator:
         self.compacted = target
         log.debug("coordinator: etcd history compacted up to revision %d", target)
 
-    async def _write_change(self, change: Change) -> bool:
+    async def _write_changes(self, changes: list[Change]) -> int:
+        """Write ``changes`` in as few txns as etcd takes (up to ``TXN_CHUNK`` compares
+        each: a node's death elects new leaders for every partition it led at once, one
+        revision, one watch event for every daemon); a batch whose compares do not all
+        hold (a partition changed meanwhile) is written change by change, so each that
+        still holds is. The number written."""
+        written = 0
+        batch: list[Change] = []
+        compares = 1  # (the fence)
+
+        async def flush() -> None:
+            nonlocal written, compares
+            if len(batch) > 1 and await self._fenced(
+                [c for change in batch for c in self._compares(change)],
+                [PutOp(self.keys.replicas(c.topic, c.partition), c.new.to_json()) for c in batch],
+            ):
+                for change in batch:
+                    self._written(change)
+                written += len(batch)
+            else:
+                for change in batch:
+                    written += await self._write_change(change)
+            batch.clear()
+            compares = 1
+
+        for change in changes:
+            need = len(self._compares(change))
+            if batch and (
+                compares + need > TXN_CHUNK
+                or any((c.topic, c.partition) == (change.topic, change.partition) for c in batch)
+            ):  # (etcd refuses a txn that puts one key twice)
+                await flush()
+            batch.append(change)
+            compares += need
+        if batch:
+            await flush()
+        return written
+
+    def _compares(self, change: Change) -> list[Compare]:
+        """What a change is guarded by: its replicas key's revision and each node key's."""
         key = self.keys.replicas(change.topic, change.partition)
         guards = [Compare.mod_is(self.keys.node(n), rev) for n, rev in change.guards]
-        if not await self._fenced(
-            [Compare.mod_is(key, change.expected_revision), *guards],
-            [PutOp(key, change.new.to_json())],
-        ):
+        return [Compare.mod_is(key, change.expected_revision), *guards]
+
+    async def _write_change(self, change: Change) -> bool:
+        key = self.keys.replicas(change.topic, change.partition)
+        if not await self._fenced(self._compares(change), [PutOp(key, change.new.to_json())]):
             return False
+        self._written(change)
+        return True
+
+    def _written(self, change: Change) -> None:
         new = change.new
         move = f" move {new.move.to_dict()}" if new.move is not None else ""
         log.info(
@@ -279,7 +320,6 @@ class Coordinator:
             change.topic, change.partition, new.epoch, new.leader, ",".join(new.isr),
             ",".join(new.catchup) or "-", move, change.reason,
         )  # fmt: skip
-        return True
 
     async def _forget_drained(self, snap: Snapshot) -> None:
         """A drained node that holds nothing and is gone is forgotten (its key goes)."""

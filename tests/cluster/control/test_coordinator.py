@@ -19,7 +19,7 @@ from nsqpy.cluster.coordinator import (
 )
 from nsqpy.cluster.etcd import Etcd
 from nsqpy.cluster.keys import Keys
-from nsqpy.cluster.model import LookupdInfo, NodeInfo, Replicas, TopicMeta
+from nsqpy.cluster.model import Change, LookupdInfo, NodeInfo, Replicas, TopicMeta
 from nsqpy.cluster.view import ClusterView
 from nsqpy.testing import eventually
 from nsqpy.testing.etcd import EtcdCluster
@@ -202,3 +202,54 @@ async def test_the_coordinator_compacts_etcds_history_keeping_an_interval(
             await bounded(coordinator.stop())
             await bounded(view.stop())
             await asyncio.wait_for(asyncio.ensure_future(etcd.close()), 10)
+
+
+async def test_the_elections_after_a_death_are_written_in_few_txns(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    """A node leading 150 partitions dies: every one gets a new leader, written in two txns
+    (up to 100 compares each), not 150: one revision per txn, so each daemon's watch gets
+    two events."""
+    count = 150
+    lease = await etcd.lease(1)
+    await etcd.put(keys.node("n0"), node(0).to_json(), lease)
+    await register(etcd, keys, node(1))
+    await etcd.put(keys.topic_meta("t"), TopicMeta(count, 2, multipart=True).to_json())
+    for p in range(count):
+        await etcd.put(keys.replicas("t", p), Replicas("n0", ("n0", "n1")).to_json())
+    await eventually(lambda: any(c.leading for c in pair), timeout=5)
+    leader = next(c for c in pair if c.leading)
+    await eventually(lambda: len(leader.view.snapshot().replicas) == count, timeout=5)
+    before = leader.view.snapshot().revision
+    await lease.revoke()  # n0 dies
+
+    def moved() -> bool:
+        found = leader.view.snapshot().replicas
+        return all(found[("t", p)].value.leader == "n1" for p in range(count))
+
+    await eventually(moved, timeout=10)
+    after = leader.view.snapshot().revision
+    # the lease's revocation (one revision), then the elections: two txns
+    assert after - before <= 3, f"{after - before} revisions for {count} elections"
+
+
+async def test_a_batch_with_one_stale_change_writes_the_others(
+    pair: list[Coordinator], etcd: Etcd, keys: Keys
+) -> None:
+    """A batch whose compares do not all hold (one partition's key changed since the
+    decision) is written change by change: every other change is written, the stale one
+    is not."""
+    await register(etcd, keys, node(0), node(1))
+    revisions = {}
+    for p in range(5):
+        revisions[p] = await etcd.put(keys.replicas("t", p), Replicas("n0", ("n0",)).to_json())
+    await eventually(lambda: any(c.leading for c in pair), timeout=5)
+    leader = next(c for c in pair if c.leading)
+    await etcd.put(keys.replicas("t", 2), Replicas("n0", ("n0",), epoch=5).to_json())
+    new = Replicas("n1", ("n1", "n0"), epoch=2, leader_epoch=2)
+    changes = [Change("t", p, revisions[p], new, "test") for p in range(5)]
+    assert await leader._write_changes(changes) == 4
+    for p in range(5):
+        kv = await etcd.get(keys.replicas("t", p))
+        assert kv is not None
+        assert Replicas.from_json(kv.value).epoch == (5 if p == 2 else 2)
