@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
 from nsqpy.cluster.etcd import KV, Compacted, Etcd, EtcdUnavailable, Event
 from nsqpy.cluster.keys import Keys
@@ -46,6 +47,8 @@ class ClusterView:
         self._kvs: dict[str, KV] = {}
         self._snapshot: Snapshot | None = None
         self._bad: set[tuple[str, int]] = set()  # (key, mod_revision) already logged
+        # key -> (mod_revision, its value parsed): a rebuild parses only what changed
+        self._parsed: dict[str, tuple[int, object]] = {}
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self.loaded = asyncio.Event()
@@ -147,6 +150,17 @@ class ClusterView:
                         await self._changed.wait()
         return True
 
+    def _parse(self, kind: str, kv: KV) -> object:
+        """``kv``'s value as its kind's record, parsed once per revision of the key
+        (ValueError when it is not one)."""
+        cached = self._parsed.get(kv.key)
+        if cached is not None and cached[0] == kv.mod_revision:
+            return cached[1]
+        parse = _PARSERS[kind]
+        value = parse(kv.value)
+        self._parsed[kv.key] = (kv.mod_revision, value)
+        return value
+
     def _build(self) -> Snapshot:
         nodes: dict[str, NodeInfo] = {}
         node_revisions: dict[str, int] = {}
@@ -155,24 +169,26 @@ class ClusterView:
         topics: dict[str, TopicMeta] = {}
         replicas: dict[tuple[str, int], Versioned[Replicas]] = {}
         removing: set[str] = set()
+        for key in self._parsed.keys() - self._kvs.keys():  # (deleted since)
+            del self._parsed[key]
         for key, kv in self._kvs.items():
             parsed = self.keys.parse(key)
             try:
                 match parsed:
                     case ("node", node_id):
-                        nodes[node_id] = NodeInfo.from_json(kv.value)
+                        nodes[node_id] = cast(NodeInfo, self._parse("node", kv))
                         node_revisions[node_id] = kv.mod_revision
                     case ("removing", node_id):
                         removing.add(node_id)
                     case ("lookupd", lookupd_id):
-                        lookupds[lookupd_id] = LookupdInfo.from_json(kv.value)
+                        lookupds[lookupd_id] = cast(LookupdInfo, self._parse("lookupd", kv))
                     case ("coordinator",):
-                        self._coordinator = CoordinatorInfo.from_json(kv.value)
+                        self._coordinator = cast(CoordinatorInfo, self._parse("coordinator", kv))
                     case ("meta", topic):
-                        topics[topic] = TopicMeta.from_json(kv.value)
+                        topics[topic] = cast(TopicMeta, self._parse("meta", kv))
                     case ("replicas", topic, p):
                         replicas[(topic, p)] = Versioned(
-                            Replicas.from_json(kv.value), kv.mod_revision
+                            cast(Replicas, self._parse("replicas", kv)), kv.mod_revision
                         )
             except ValueError as exc:
                 if (key, kv.mod_revision) not in self._bad:
@@ -183,3 +199,12 @@ class ClusterView:
             nodes=nodes, topics=topics, replicas=replicas, revision=self.revision,
             node_revisions=node_revisions, removing=frozenset(removing),
         )  # fmt: skip
+
+
+_PARSERS: dict[str, Callable[[bytes], object]] = {
+    "node": NodeInfo.from_json,
+    "lookupd": LookupdInfo.from_json,
+    "coordinator": CoordinatorInfo.from_json,
+    "meta": TopicMeta.from_json,
+    "replicas": Replicas.from_json,
+}
