@@ -1,4 +1,6 @@
-"""A deterministic simulation of the control plane around the pure decisions.
+"""A deterministic simulation of the control plane around the pure decisions (nsqpy's
+tests run its seeded schedules; ``bench/scale_sim.py`` runs ``run_scale``, a cluster of a
+hundred nodes).
 
 An in-memory etcd (revisions, txn on mod_revision, leases on a simulated clock, an event
 log), nodes that die and return (lease kept alive while live; log ends that grow while they
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import functools
 import random
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nsqpy.cluster.balance import rebalance
 from nsqpy.cluster.decisions import plan, track_missing
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import Change, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
@@ -160,7 +164,8 @@ class Checker:
         assert r.leader in r.isr, r
         assert not set(r.isr) & set(r.catchup), r
         assert len(set(r.holders)) == len(r.holders), r
-        assert len(r.holders) <= self.replicator[topic], r
+        moving = r.move is not None and not r.move.leader_only  # (the target added first)
+        assert len(r.holders) <= self.replicator[topic] + moving, r
         prev = self.last.get((topic, p))
         if prev is not None:
             assert r.epoch > prev.epoch, (prev, r)
@@ -277,26 +282,37 @@ class Coordinator:
     REPAIR = 6 * SECOND
     EMERGENCY = 2 * SECOND
 
-    def __init__(self, etcd: SimEtcd) -> None:
+    def __init__(self, etcd: SimEtcd, *, balance: bool = False) -> None:
         self.etcd = etcd
         self.view = View(etcd)
         self.missing: dict[str, int] = {}
         self.applied = 0
         self.failed = 0
+        self.balance = balance  # when healthy, the rebalancer's one move per round
+        self.moves = 0
+        self.cpu_s: list[float] = []  # CPU of each round's decisions (plan, rebalance)
 
     def step(self, now: int, rng: random.Random, lag: bool) -> list[Change]:
         self.view.advance(rng, lag)
         snap = self.view.snapshot()
+        started = time.process_time()
         self.missing = track_missing(self.missing, snap, now)
         result = plan(snap, now, self.missing, self.REPAIR, self.EMERGENCY)
+        changes = list(result.changes)
+        if self.balance and not changes and not result.stuck:
+            move = rebalance(snap)
+            if move is not None:
+                changes.append(move)
+                self.moves += 1
+        self.cpu_s.append(time.process_time() - started)
         check_settles(snap, now, self.missing, result.changes)
-        for change in result.changes:
+        for change in changes:
             if self.etcd.replace(KEYS.replicas(change.topic, change.partition), change.new,
                                  change.expected_revision, change.guards):  # fmt: skip
                 self.applied += 1
             else:
                 self.failed += 1
-        return result.changes
+        return changes
 
 
 def check_settles(snap: Snapshot, now: int, missing: dict[str, int], changes: list[Change]) -> None:
@@ -407,3 +423,136 @@ def check_liveness(etcd: SimEtcd, nodes: dict[str, SimNode], checker: Checker) -
             assert r.catchup == () and len(r.isr) == checker.replicator[parsed[1]], (
                 f"{key}: not settled: {r}"
             )
+
+
+@dataclass
+class ScaleFigures:
+    """What ``run_scale`` measured (CPU in seconds of this process)."""
+
+    nodes: int = 0
+    partitions: int = 0
+    place_cpu_s: float = 0.0  # placing every partition of every topic
+    replicas_per_node: tuple[int, int] = (0, 0)  # (fewest, most) after placement
+    leaders_per_node: tuple[int, int] = (0, 0)
+    steady_round_cpu_s: float = 0.0  # the slowest round of a healthy cluster
+    killed_leading: int = 0  # partitions the killed node led
+    failover_rounds: int = 0  # rounds (of a simulated second) from its lease's expiry to
+    # every one led again
+    failover_changes: int = 0
+    failover_round_cpu_s: float = 0.0  # the slowest round meanwhile
+    repair_rounds: int = 0  # rounds until every ISR is full again (replicas made elsewhere)
+    joined: int = 0
+    rebalance_moves: int = 0
+    rebalance_rounds: int = 0
+    balanced_replicas_per_node: tuple[int, int] = (0, 0)  # (fewest, most) after them
+    round_cpu_s: float = 0.0  # the slowest round of the whole run
+    flaps: int = 0  # a partition's leader or ISR changed back to what it just was
+
+
+def run_scale(
+    *, nodes: int = 100, topics: int = 40, partitions: int = 250, replicator: int = 3,
+    joining: int = 2, seed: int = 1, max_rounds: int = 400, rebalance_rounds: int = 100,
+) -> ScaleFigures:  # fmt: skip
+    """A cluster of ``nodes`` nodes and ``topics`` x ``partitions`` partitions of
+    ``replicator`` replicas, placed by the real placement: a healthy round; the node
+    leading most partitions killed (its lease expires), rounds until each has a leader and
+    until each ISR is full again (its replicas made elsewhere after the repair delay);
+    ``joining`` new nodes, and ``rebalance_rounds`` rounds of the rebalancer. Every
+    round is the real ``plan`` (and ``rebalance``) on a watched view; each written change is
+    checked as in the schedules (no two leaders of an epoch, epochs grow, level-triggered)."""
+    rng = random.Random(seed)
+    checker = Checker()
+    etcd = SimEtcd(checker)
+    sim_nodes = {f"n{i:03d}": SimNode(f"n{i:03d}") for i in range(nodes)}
+    checker.nodes = sim_nodes
+    out = ScaleFigures(nodes=nodes, partitions=topics * partitions)
+    now = 0
+    for node in sim_nodes.values():
+        node.keep_alive(etcd, now)
+    view = View(etcd)
+    view.advance(rng, lag=False)
+    started = time.process_time()
+    for t in range(topics):
+        name = f"t{t:03d}"
+        meta = TopicMeta(partition_num=partitions, replicator=replicator, multipart=True)
+        checker.replicator[name] = replicator
+        placed = place_topic(name, meta, view.snapshot())
+        etcd.put(KEYS.topic_meta(name), meta)
+        for p, r in enumerate(placed):
+            etcd.put(KEYS.replicas(name, p), r)
+        view.advance(rng, lag=False)
+    out.place_cpu_s = time.process_time() - started
+    led, held = view.snapshot().counts()
+    out.replicas_per_node = (min(held.values()), max(held.values()))
+    out.leaders_per_node = (min(led.values()), max(led.values()))
+    coordinator = Coordinator(etcd, balance=True)
+    history: dict[tuple[str, int], list[tuple[str, tuple[str, ...]]]] = {}
+
+    def round_() -> list[Change]:
+        nonlocal now
+        now += SECOND
+        for node in sim_nodes.values():
+            if node.live:
+                node.keep_alive(etcd, now)
+        etcd.expire(now)
+        data_plane(sim_nodes, etcd, checker, rng)
+        changes = coordinator.step(now, rng, lag=False)
+        for c in changes:
+            seen = history.setdefault((c.topic, c.partition), [])
+            state = (c.new.leader, c.new.isr)
+            if len(seen) >= 2 and seen[-2] == state and seen[-1] != state:
+                out.flaps += 1
+            seen.append(state)
+        return changes
+
+    def partitions_led_by_dead() -> int:
+        live = {n for n, node in sim_nodes.items() if node.live}
+        return sum(1 for e in etcd.kv.values()
+                   if isinstance(e.value, Replicas) and e.value.leader not in live)  # fmt: skip
+
+    def all_full() -> bool:
+        return all(len(e.value.isr) == replicator and not e.value.catchup
+                   for e in etcd.kv.values() if isinstance(e.value, Replicas))  # fmt: skip
+
+    for _ in range(3):
+        round_()
+    out.steady_round_cpu_s = max(coordinator.cpu_s)
+    victim = max(led, key=lambda n: (led[n], n))
+    out.killed_leading = led[victim]
+    sim_nodes[victim].live = False
+    while KEYS.node(victim) in etcd.kv:  # its lease runs out (rounds of a second)
+        expiring = len(coordinator.cpu_s)
+        applied = coordinator.applied
+        round_()
+    # (the round that saw the lease expire is the failover's first)
+    out.failover_rounds = 1
+    while partitions_led_by_dead() and out.failover_rounds < max_rounds:
+        round_()
+        out.failover_rounds += 1
+    out.failover_changes = coordinator.applied - applied
+    out.failover_round_cpu_s = max(coordinator.cpu_s[expiring:], default=0.0)
+    while not all_full() and out.repair_rounds < max_rounds:
+        round_()
+        out.repair_rounds += 1
+    for i in range(joining):
+        new = SimNode(f"j{i:03d}")
+        sim_nodes[new.id] = new
+        new.keep_alive(etcd, now)
+    out.joined = joining
+    moves = coordinator.moves
+    for _ in range(rebalance_rounds):  # (one move at a time: each takes a few rounds)
+        round_()
+    out.rebalance_rounds = rebalance_rounds
+    out.rebalance_moves = coordinator.moves - moves
+    _, held = snapshot_of(etcd).counts()
+    live_held = [held.get(n, 0) for n, node in sim_nodes.items() if node.live]
+    out.balanced_replicas_per_node = (min(live_held), max(live_held))
+    out.round_cpu_s = max(coordinator.cpu_s)
+    return out
+
+
+def snapshot_of(etcd: SimEtcd) -> Snapshot:
+    """etcd's keys as a snapshot, now."""
+    view = View(etcd)
+    view.advance(random.Random(0), lag=False)
+    return view.snapshot()
