@@ -9,7 +9,8 @@ and measures:
 - etcd's database: its file size and the part in use, and their growth extrapolated to an
   hour;
 - each nsqd's CPU (user + system, from /proc) as a share of one core;
-- each nsqd's writes of its report (``/info``'s ``node_reports_written``).
+- each nsqd's writes of its report (``/info``'s ``node_reports_written``);
+- what etcd sends its clients (its /metrics), mostly the watch events every daemon gets.
 
 Then ``--busy-seconds`` with a producer publishing to every partition in turn (one MPUB of
 10 messages per partition per round), and the same figures: a busy cluster writes its
@@ -28,6 +29,7 @@ import platform
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Any
 
 from nsqpy.testing.cluster import LocalCluster
@@ -49,6 +51,18 @@ def etcd_status(cluster: LocalCluster) -> dict[str, Any]:
     return status
 
 
+def etcd_sent_bytes(cluster: LocalCluster) -> float:
+    """What etcd has sent its clients (watch events included), from its /metrics."""
+    url = f"http://{cluster.etcd.endpoint(0)}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("etcd_network_client_grpc_sent_bytes_total")
+    )
+
+
 def settled(cluster: LocalCluster, topics: list[str], partitions: int) -> bool:
     for topic in topics:
         parts = cluster.partitions(topic)
@@ -61,10 +75,12 @@ def measure(cluster: LocalCluster, seconds: float, what: str) -> None:
     pids = [node.pid for node in cluster.nodes]
     reports = [int(cluster.nsqd_json(i, "/info")["node_reports_written"]) for i in range(3)]
     before, cpu = etcd_status(cluster), [cpu_seconds(pid) for pid in pids]
+    sent = etcd_sent_bytes(cluster)
     start = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - start
     after, cpu_after = etcd_status(cluster), [cpu_seconds(pid) for pid in pids]
+    sent = etcd_sent_bytes(cluster) - sent
     revisions = int(after["header"]["revision"]) - int(before["header"]["revision"])
     size = int(after.get("dbSize", 0)) - int(before.get("dbSize", 0))
     in_use = int(after.get("dbSizeInUse", 0)) - int(before.get("dbSizeInUse", 0))
@@ -75,6 +91,8 @@ def measure(cluster: LocalCluster, seconds: float, what: str) -> None:
           f"growth {size * per_hour / 1e6:+.2f} MB/hour")  # fmt: skip
     print(f"  etcd db in use            {int(after.get('dbSizeInUse', 0)) / 1e6:.2f} MB, "
           f"growth {in_use * per_hour / 1e6:+.2f} MB/hour")  # fmt: skip
+    print(f"  etcd sent to its clients  {sent / elapsed / 1e3:.1f} kB/s, "
+          f"{sent / elapsed / 1e3 / 4:.1f} kB/s per daemon (4 watch it)")  # fmt: skip
     shares = [(b - a) / elapsed * 100 for a, b in zip(cpu, cpu_after, strict=True)]
     print("  nsqd CPU, % of a core     " + "  ".join(f"{s:.1f}" for s in shares))
     now = [int(cluster.nsqd_json(i, "/info")["node_reports_written"]) for i in range(3)]
@@ -92,7 +110,9 @@ def busy(cluster: LocalCluster, topics: list[str], partitions: int, stop: thread
                 node = cluster.node_index(entry["id"])
                 client = clients.get(node)
                 if client is None:
-                    client = clients[node] = WireClient(cluster.nodes[node].ports["TCP"], timeout=30)
+                    client = clients[node] = WireClient(
+                        cluster.nodes[node].ports["TCP"], timeout=30
+                    )
                     client.send(b"  V2")
                 client.send(mpub(topic, [b"m" * 100] * 10, partition=p))
                 assert client.read_frame() == (0, b"OK")
