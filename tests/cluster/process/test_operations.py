@@ -48,12 +48,16 @@ def test_expand_while_producing_reaches_every_node_and_loses_nothing(
     producer, consumer = start_traffic(shared, topic)
     post_ok(shared, f"/topic/partition/expand?topic={topic}&partition_num=4", via=1)
     shared.wait_for(lambda: settled(shared, topic, 4, 2), 30, "four partitions in sync")
-    # every node holding a partition of the topic knows it has four now
+
+    # every node holding a partition of the topic learns it has four now (from its own
+    # watch of etcd, which may be a moment behind lookupd's)
+    def partition_num(i: int) -> int:
+        doc = shared.nsqd_json(i, f"/stats?format=json&topic={topic}")
+        return int(doc["topics"][0]["partition_num"]) if doc["topics"] else 0
+
     for i in range(3):
-        held = stats_partitions(shared, i, topic)
-        if held:
-            doc = shared.nsqd_json(i, f"/stats?format=json&topic={topic}")
-            assert doc["topics"][0]["partition_num"] == 4
+        if stats_partitions(shared, i, topic):
+            shared.wait_for(lambda i=i: partition_num(i) == 4, 10, f"nsqd {i} knows of four")  # type: ignore[misc]
     # a publish to each new partition reaches the consumer subscribed before they existed
     for p, info in shared.partitions(topic).items():
         at = shared.nsqd_http(shared.node_index(info["id"]))
