@@ -2,8 +2,9 @@
 
 ``Member`` keeps ``nodes/<node-id>`` alive under a lease (its addresses, rpc endpoint,
 load and the ``(leader_epoch, end)`` of every partition it holds; built every
-``report_s`` and written only when it changed, load figures alone at most every
-``load_report_s``: a cluster at rest writes nothing to etcd), and makes the node's partitions what the ``replicas`` keys say
+``report_s`` and written only when it changed, end offsets alone at most every
+``ends_report_s`` and load figures alone every ``load_report_s``: a cluster at rest
+writes nothing to etcd, a busy one little), and makes the node's partitions what the ``replicas`` keys say
 (level-triggered, on every change of the view): a partition the node holds is created,
 led when the key names it leader, followed otherwise; one it no longer holds is released.
 When the lease is lost (etcd unreachable for a TTL, the process paused) the node leads
@@ -43,6 +44,7 @@ from nsqpy.errors import ConfigError
 log = logging.getLogger("nsqpy.cluster")
 
 IDENTITY_FILE = "cluster.json"
+APPLY_EVERY_S = 10.0  # the view is applied again this often even when it did not change
 LEADER, FOLLOWER = "leader", "follower"
 
 
@@ -110,6 +112,8 @@ def node_identity(data_path: Path, cluster_id: str, fresh_id: str) -> str:
 class MemberSettings:
     lease_ttl_s: float = 10.0
     report_s: float = 2.0  # how often the report is built, and written if it changed
+    ends_report_s: float = 10.0  # partitions' end offsets alone are written at most this
+    # often (at every report when a partition here has a catch-up member: it may join)
     load_report_s: float = 60.0  # load figures alone are written at most this often
     create_wait_s: float = 5.0  # how long an implicit create may take
 
@@ -151,7 +155,7 @@ class Member:
         # when (the loop's clock): a report is written again only when it changed.
         self._written: NodeInfo | None = None
         self._written_revision = 0
-        self._load_written = 0.0
+        self._ends_written = self._load_written = 0.0
         self.reports_written = 0  # puts of the node key (nsqd's ``/info``)
         self.tls: ClusterTls | None = None  # a secure cluster's: the coordinator is called so
         # Called with the snapshot after each ``apply`` (the node's replication follows).
@@ -207,22 +211,39 @@ class Member:
 
     async def _report(self) -> None:
         """Write the node's report if it differs from the one in etcd: at once for what
-        elections and ISR changes read (roles, ends, epochs, lagging and caught-up
-        followers, addresses), load figures alone only every ``load_report_s`` and when
-        they moved (``NodeInfo.load_moved``). A cluster at rest writes nothing; the lease
-        is kept alive by etcd's keep-alive, not by rewriting the key."""
+        elections and ISR changes read first (roles, epochs, lagging, caught-up and
+        failing partitions, addresses: ``NodeInfo.shape``); the partitions' end offsets
+        alone every ``ends_report_s`` (at once while a partition here has a catch-up
+        member, whose join compares ends); load figures alone every ``load_report_s``, and
+        only when they moved (``NodeInfo.load_moved``). A cluster at rest writes nothing;
+        the lease is kept alive by etcd's keep-alive, not by rewriting the key."""
         info, last = self.node(), self._written
         now = asyncio.get_running_loop().time()
-        if last is not None and not self._gone(last) and info.without_load() == last.without_load():
-            if now - self._load_written < self.settings.load_report_s:
-                return
-            if not info.load_moved(last):
+        if last is not None and not self._gone(last) and info.shape() == last.shape():
+            ends_due = info.ends != last.ends and (
+                now - self._ends_written >= self.settings.ends_report_s or self._joining()
+            )
+            load_due = now - self._load_written >= self.settings.load_report_s and (
+                info.load_moved(last)
+            )
+            if not ends_due and not load_due:
                 return
         revision = await self.etcd.put(self.keys.node(self.node_id), info.to_json(), self._lease)
-        self._written, self._written_revision, self._load_written = info, revision, now
+        self._written, self._written_revision = info, revision
+        self._ends_written = self._load_written = now
         self.reports_written += 1
         for hook in self.on_reported:  # (what the report said is in etcd now)
             hook(revision)
+
+    def _joining(self) -> bool:
+        """Whether a partition this node holds has a catch-up member (this node or
+        another, when it leads): its join to the ISR compares the ends reported."""
+        me = self.node_id
+        for versioned in self.view.snapshot().replicas.values():
+            r = versioned.value
+            if r.catchup and (me in r.catchup or r.leader == me):
+                return True
+        return False
 
     def _gone(self, written: NodeInfo) -> bool:
         """The view, as of our write or later, shows another report or none (an operator
@@ -245,6 +266,8 @@ class Member:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_report = loop.time() + self.settings.report_s
+        applied: tuple[int, bool] = (-1, False)  # (view revision, live) applied last
+        next_apply = 0.0
         while True:
             timeout = max(0.0, next_report - loop.time())
             if self._lease is not None:
@@ -257,7 +280,12 @@ class Member:
                 if not self.live or loop.time() >= next_report:
                     await self._register()
                     next_report = loop.time() + self.settings.report_s
-                self.apply(self.view.snapshot())
+                # Applied when the view or the lease changed (and, level-triggered, now
+                # and then all the same): not on every report, a pass over every partition.
+                snap, live = self.view.snapshot(), self.live
+                if (snap.revision, live) != applied or loop.time() >= next_apply:
+                    self.apply(snap)
+                    applied, next_apply = (snap.revision, live), loop.time() + APPLY_EVERY_S
             except EtcdUnavailable as exc:
                 log.warning("cluster: etcd unavailable (%s)", exc)
                 if not self.live:

@@ -200,9 +200,15 @@ class NodeInfo:
         return self.ends.get(partition_name(topic, partition))
 
     def without_load(self) -> NodeInfo:
-        """This report less its load figures (rates and bytes, which move all the time):
-        what must be in etcd as soon as it changes."""
+        """This report less its load figures (rates and bytes, which move all the time)."""
         return replace(self, load=Load(self.load.partitions, self.load.leaders), loads={})
+
+    def shape(self) -> NodeInfo:
+        """This report less its load figures and its partitions' end offsets (their leader
+        epochs kept): what must be in etcd as soon as it changes (roles, epochs, lagging,
+        caught-up and failing partitions, addresses)."""
+        ends = {name: (epoch, 0) for name, (epoch, _end) in self.ends.items()}
+        return replace(self.without_load(), ends=ends)
 
     def load_moved(self, since: NodeInfo) -> bool:
         """Whether a load figure moved from ``since``'s by more than ``LOAD_STEP`` of it and

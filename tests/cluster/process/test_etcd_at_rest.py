@@ -1,6 +1,6 @@
 """A cluster at rest writes nothing to etcd: each nsqd's report (``nodes/<id>``) is written
-when it changes, not on a timer; its lease is kept alive by etcd's keep-alive. What
-elections read (a partition's end) is still written as soon as it changes."""
+when it changes, not on a timer; its lease is kept alive by etcd's keep-alive. A
+partition's new end is still written, within the period for ends (10 s)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_cluster_at_rest_writes_nothing_to_etcd(own_cluster: OwnCluster) -> No
     time.sleep(1.0)
     assert sum(reports_written(cluster)) - sum(written) <= 1
 
-    # what changes is written at once: the leader's new end of partition 0
+    # what changes is written: the leader's new end of partition 0, within 10 s
     key = Keys(cluster.cluster_id).node(cluster.nsqd_json(leader, "/info")["node_id"])
     found = cluster.etcd.get(key)
     assert found is not None
@@ -66,4 +66,4 @@ def test_a_cluster_at_rest_writes_nothing_to_etcd(own_cluster: OwnCluster) -> No
         got = NodeInfo.from_json(found[0]).end(TOPIC, 0) if found is not None else None
         return got[1] if got is not None else -1
 
-    cluster.wait_for(lambda: reported_end() == 21, 5, "the leader's new end in etcd")
+    cluster.wait_for(lambda: reported_end() == 21, 15, "the leader's new end in etcd")
