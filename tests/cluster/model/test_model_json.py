@@ -203,6 +203,7 @@ def test_a_report_is_worth_writing_again_when_its_state_or_load_moved() -> None:
     """What ``Member`` writes again: anything but the load figures at once (``without_load``
     differs); the load figures alone only once one moved by more than a fifth and the floor
     (5 msgs/s, 1 MiB), or a partition appeared or went."""
+
     def with_loads(rate: float, size: int, node_rate: float = 12.5) -> NodeInfo:
         load = Load(partitions=2, leaders=1, msgs_per_sec=node_rate, bytes=4096)
         return replace(NODE, load=load, loads={"orders/0": (rate, size), "orders/1": (0.0, 0)})
