@@ -45,6 +45,10 @@ log = logging.getLogger("nsqpy.cluster")
 
 IDENTITY_FILE = "cluster.json"
 APPLY_EVERY_S = 10.0  # the view is applied again this often even when it did not change
+# Partitions taken up (created on disk) per pass of ``apply``: the rest in the next passes,
+# the event loop free in between (a node given thousands at once must not stall its lease's
+# keep-alive and its replication for longer than the lease).
+TAKE_UP_PER_PASS = 32
 LEADER, FOLLOWER = "leader", "follower"
 
 
@@ -166,6 +170,7 @@ class Member:
         # per partition, the leader epoch of the last snapshot this process applied
         self._seen: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self.more = False  # the last ``apply`` left partitions to take up in a next pass
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -272,6 +277,8 @@ class Member:
             timeout = max(0.0, next_report - loop.time())
             if self._lease is not None:
                 timeout = min(timeout, self.settings.lease_ttl_s / 3)
+            if self._wake.is_set():
+                await asyncio.sleep(0)  # (the loop's other work first: keep-alives, links)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -283,9 +290,11 @@ class Member:
                 # Applied when the view or the lease changed (and, level-triggered, now
                 # and then all the same): not on every report, a pass over every partition.
                 snap, live = self.view.snapshot(), self.live
-                if (snap.revision, live) != applied or loop.time() >= next_apply:
+                if (snap.revision, live) != applied or self.more or loop.time() >= next_apply:
                     self.apply(snap)
                     applied, next_apply = (snap.revision, live), loop.time() + APPLY_EVERY_S
+                    if self.more:
+                        self._wake.set()  # (another pass at once, after the loop's turn)
             except EtcdUnavailable as exc:
                 log.warning("cluster: etcd unavailable (%s)", exc)
                 if not self.live:
@@ -309,15 +318,22 @@ class Member:
             out[(topic, p)] = (role, r.leader_epoch, meta.partition_num, meta.ordered)
         return out
 
-    def apply(self, snap: Snapshot) -> None:
-        """Make the broker's partitions what ``snap`` gives this node."""
+    def apply(self, snap: Snapshot, first: str = "") -> None:
+        """Make the broker's partitions what ``snap`` gives this node; at most
+        ``TAKE_UP_PER_PASS`` new ones are taken up (``more`` says some are left), those of
+        topic ``first`` before any other."""
         wanted = self.assignments(snap)
         held = self.host.held_partitions()
         for key in sorted(set(held) - set(wanted)):
             log.info("cluster: releasing %s/%d (no longer held here)", *key)
             self.host.release_partition(*key)
-        for (topic, p), (role, leader_epoch, count, ordered) in sorted(wanted.items()):
+        taken, self.more = 0, False
+        order = sorted(wanted.items(), key=lambda item: (item[0][0] != first, item[0]))
+        for (topic, p), (role, leader_epoch, count, ordered) in order:
             now = held.get((topic, p))
+            if now is None and taken >= TAKE_UP_PER_PASS:
+                self.more = True
+                continue
             taking_over = role == LEADER and (now is None or now[:2] != (LEADER, leader_epoch))
             seen = self._seen.get((topic, p))
             self._seen[(topic, p)] = leader_epoch
@@ -331,6 +347,7 @@ class Member:
             if now is None:
                 log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.hold_partition(topic, count, p, role, leader_epoch, ordered)
+                taken += 1
             elif now[0] != role or now[1] != leader_epoch:
                 log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
                 self.host.set_role(topic, p, role, leader_epoch)
@@ -411,7 +428,7 @@ class Member:
         )
         if not ok:
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
-        self.apply(self.view.snapshot())
+        self.apply(self.view.snapshot(), first=topic)
 
     async def _ask_create(self, topic: str) -> None:
         coordinator = self.view.coordinator

@@ -334,7 +334,7 @@ class NsqdCluster:
             # The watch brought the topic but the member's round has not applied it yet
             # (another client's create, a moment ago): take it up now rather than send
             # this client away from a topic this node is to lead.
-            self.member.apply(snap)
+            self.member.apply(snap, first=topic)
             if self._leads(topic):
                 return HERE
         return ELSEWHERE

@@ -1,0 +1,84 @@
+"""A member given many partitions at once takes them up a pass at a time
+(``TAKE_UP_PER_PASS`` each, the event loop free in between), a topic a client is waiting
+for first; no partition is left behind. Pure: a recording host, a snapshot, no etcd."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.member import TAKE_UP_PER_PASS, Member, MemberSettings
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+
+
+class Host:
+    """A broker that only records what it is told to hold."""
+
+    def __init__(self) -> None:
+        self.held: dict[tuple[str, int], tuple[str, int, int]] = {}
+
+    def held_partitions(self) -> dict[tuple[str, int], tuple[str, int, int]]:
+        return dict(self.held)
+
+    def hold_partition(self, topic: str, count: int, number: int, role: str,
+                       leader_epoch: int, ordered: bool) -> None:  # fmt: skip
+        self.held[(topic, number)] = (role, leader_epoch, 0)
+
+    def set_role(self, topic: str, number: int, role: str, leader_epoch: int) -> None:
+        self.held[(topic, number)] = (role, leader_epoch, 0)
+
+    def grow_topic(self, topic: str, partition_count: int) -> None:
+        pass
+
+    def set_retention(self, topic: str, days: int) -> None:
+        pass
+
+    def release_partition(self, topic: str, number: int) -> None:
+        del self.held[(topic, number)]
+
+
+class View:
+    keys = Keys("take-up")
+
+
+def me() -> NodeInfo:
+    return NodeInfo("n0", "h", "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "1", 0)
+
+
+def snapshot(topics: dict[str, int]) -> Snapshot:
+    replicas = {
+        (t, p): Versioned(Replicas("n1", ("n1", "n0")), 10 + p)
+        for t, count in topics.items()
+        for p in range(count)
+    }
+    metas = {t: TopicMeta(count, 2, multipart=True) for t, count in topics.items()}
+    return Snapshot(nodes={"n0": me()}, topics=metas, replicas=replicas, revision=100)
+
+
+def member(host: Host) -> Member:
+    etcd: Any = None  # (apply never calls etcd for partitions it follows)
+    view: Any = View()
+    return Member(etcd, view, me, host, MemberSettings())
+
+
+def test_many_partitions_are_taken_up_a_pass_at_a_time() -> None:
+    host = Host()
+    m = member(host)
+    snap = snapshot({"big": 100})
+    passes = 0
+    m.apply(snap)
+    passes += 1
+    assert len(host.held) == TAKE_UP_PER_PASS and m.more
+    while m.more:
+        m.apply(snap)
+        passes += 1
+    assert len(host.held) == 100 and passes == -(-100 // TAKE_UP_PER_PASS)
+    m.apply(snap)
+    assert not m.more and len(host.held) == 100
+
+
+def test_the_topic_a_client_waits_for_is_taken_up_first() -> None:
+    host = Host()
+    m = member(host)
+    m.apply(snapshot({"a_big": 100, "z_small": 1}), first="z_small")
+    assert ("z_small", 0) in host.held and m.more
