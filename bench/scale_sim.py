@@ -12,6 +12,7 @@ rebalancer's moves, and flaps (a partition's leader and ISR changed back to what
 were). Not run in CI.
 
     .venv/bin/python bench/scale_sim.py                         # 100 nodes, 10,000 partitions
+    .venv/bin/python bench/scale_sim.py --busy                  # each partition its traffic
     .venv/bin/python bench/scale_sim.py --nodes 20 --partitions 50
 """
 
@@ -33,15 +34,22 @@ def main() -> None:
     parser.add_argument("--joining", type=int, default=2)
     parser.add_argument("--rebalance-rounds", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="every partition has its own traffic, which the rebalancer weighs",
+    )
     args = parser.parse_args()
     print(f"{platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}")
     started = time.perf_counter()
     out = run_scale(
         nodes=args.nodes, topics=args.topics, partitions=args.partitions,
         joining=args.joining, seed=args.seed, rebalance_rounds=args.rebalance_rounds,
+        busy=args.busy,
     )  # fmt: skip
     ms = 1000
-    print(f"{out.nodes} nodes, {out.partitions} partitions x 3 replicas "
+    print(f"{out.nodes} nodes, {out.partitions} partitions x 3 replicas, "
+          f"{'each with its own traffic' if args.busy else 'idle'} "
           f"(simulated in {time.perf_counter() - started:.0f} s)")  # fmt: skip
     print(f"  placement: {out.place_cpu_s * ms:.0f} ms CPU; replicas per node "
           f"{out.replicas_per_node[0]}..{out.replicas_per_node[1]}, leads per node "

@@ -39,10 +39,13 @@ None means balanced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import replace
+from operator import mul
 
-from .model import Change, Move, Replicas, Snapshot, Versioned
+from .model import Change, Move, Replicas, Snapshot, Versioned, partition_name
 
 __all__ = ["HYSTERESIS", "IDLE_BYTES", "IDLE_RATE", "imbalance", "loads", "rebalance"]
 
@@ -51,16 +54,20 @@ IDLE_RATE = 1.0  # msgs/s every partition counts as having on top of what it rep
 IDLE_BYTES = 1 << 20  # the same for bytes
 
 Key = tuple[str, int]
+_SLACK = 1e-9  # (float rounding, far below any gain that matters)
 
 
 def rebalance(snapshot: Snapshot) -> Change | None:
     """The one move that evens the cluster out, when it is healthy (module docstring)."""
-    _, held = snapshot.counts()
-    if snapshot.moving or any(held.get(n) for n in snapshot.removing):
-        return None  # (a drained node that holds nothing any more does not stop it)
+    if snapshot.moving:
+        return None
+    live, removing = snapshot.nodes, snapshot.removing
     for versioned in snapshot.replicas.values():
         r = versioned.value
-        if r.catchup or any(n not in snapshot.nodes for n in r.holders):
+        for n in r.holders:
+            if n not in live or n in removing:
+                return None  # (a drained node that holds nothing any more does not stop it)
+        if r.catchup:
             return None
     return imbalance(snapshot)
 
@@ -84,17 +91,6 @@ def loads(snapshot: Snapshot) -> dict[str, tuple[float, float]]:
     return {n: (held[n], led[n]) for n in w.live}
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    gain: float  # how much the sum of squares of the loads drops
-    leads: bool  # the source leads the partition (a replica move then moves the lead too)
-    key: Key
-    move: Move
-
-    def rank(self) -> tuple[float, bool, Key, str, str]:
-        return (-round(self.gain, 12), self.leads, self.key, self.move.source, self.move.target)
-
-
 Weights = Mapping[Key, tuple[float, ...]]  # per partition, its share in each dimension
 
 
@@ -105,39 +101,58 @@ class _Weights:
             key: v for key, v in sorted(snapshot.replicas.items())
             if (meta := snapshot.topics.get(key[0])) is not None and key[1] < meta.partition_num
         }  # fmt: skip
-        load = {key: snapshot.partition_load(*key) for key in self.parts}
-        rates = {k: r for k, (r, _) in load.items()}
-        sizes = {k: float(b) for k, (_, b) in load.items()}
-        zero = dict.fromkeys(self.parts, 0.0)
-        copies = {key: len(v.value.holders) for key, v in self.parts.items()}
-        once = dict.fromkeys(self.parts, 1)
-        dims = [_shares(zero, copies, 1.0), _shares(rates, copies, IDLE_RATE),
-                _shares(sizes, copies, IDLE_BYTES)]  # fmt: skip
-        self.held: Weights = {k: tuple(d[k] for d in dims) for k in self.parts}
-        dims = [_shares(zero, once, 1.0), _shares(rates, once, IDLE_RATE)]
-        self.led: Weights = {k: tuple(d[k] for d in dims) for k in self.parts}
+        peak: dict[str, tuple[float, int]] = {}  # (as Snapshot.partition_load, in one pass)
+        for node in snapshot.nodes.values():
+            for name, reported in node.loads.items():
+                seen = peak.get(name)
+                if seen is None:
+                    peak[name] = reported
+                elif reported[0] > seen[0] or reported[1] > seen[1]:
+                    peak[name] = (max(seen[0], reported[0]), max(seen[1], reported[1]))
+        loads = [peak.get(partition_name(*key), (0.0, 0)) for key in self.parts]
+        copies = [len(v.value.holders) for v in self.parts.values()]
+        rates = [rate + IDLE_RATE for rate, _ in loads]
+        sizes = [size + IDLE_BYTES for _, size in loads]
+        held_sums = [_inverse(sum(copies)), _inverse(sum(map(mul, rates, copies))),
+                     _inverse(sum(map(mul, sizes, copies)))]  # fmt: skip
+        led_sums = [_inverse(len(loads)), _inverse(sum(rates))]
+        self.held: Weights = {
+            key: (held_sums[0], rate * held_sums[1], size * held_sums[2])
+            for key, rate, size in zip(self.parts, rates, sizes, strict=True)
+        }
+        self.led: Weights = {
+            key: (led_sums[0], rate * led_sums[1])
+            for key, rate in zip(self.parts, rates, strict=True)
+        }
+        self._totals: dict[int, dict[str, list[float]]] = {}
 
     def totals(self, weights: Weights) -> dict[str, list[float]]:
         """Each live node's load in each dimension: the weights of the replicas it holds
         (``self.held``) or of the partitions it leads (``self.led``)."""
+        done = self._totals.get(id(weights))
+        if done is not None:
+            return done
         width = len(next(iter(weights.values()), ()))
-        nodes = {n: [0.0] * width for n in self.live}
+        mine: dict[str, list[tuple[float, ...]]] = {n: [(0.0,) * width] for n in self.live}
+        held = weights is self.held
         for key, v in self.parts.items():
-            r = v.value
-            for n in r.holders if weights is self.held else (r.leader,):
-                if n in nodes:
-                    nodes[n] = [t + w for t, w in zip(nodes[n], weights[key], strict=True)]
-        return nodes
+            r, w = v.value, weights[key]
+            for n in r.holders if held else (r.leader,):
+                if (found := mine.get(n)) is not None:
+                    found.append(w)
+        done = {n: [sum(column) for column in zip(*ws, strict=True)] for n, ws in mine.items()}
+        self._totals[id(weights)] = done
+        return done
 
     def replica_move(self) -> Change | None:
-        def targets(r: Replicas) -> Iterable[str]:
-            return (n for n in self.live if n not in r.holders)
+        def targets(r: Replicas) -> Container[str]:  # (the nodes weighed are all live)
+            return _Except(r.holders)
 
         return self._best(self.held, lambda r: r.holders, targets, leader_only=False)
 
     def lead_move(self) -> Change | None:
-        def targets(r: Replicas) -> Iterable[str]:
-            return (n for n in r.followers if n in self.live)
+        def targets(r: Replicas) -> Container[str]:
+            return r.followers
 
         return self._best(self.led, lambda r: (r.leader,), targets, leader_only=True)
 
@@ -145,48 +160,135 @@ class _Weights:
         self,
         weights: Weights,
         sources: Callable[[Replicas], Iterable[str]],
-        targets: Callable[[Replicas], Iterable[str]],
+        targets: Callable[[Replicas], Container[str]],
         *,
         leader_only: bool,
     ) -> Change | None:
         """The move lowering the sum of squares of the loads most, of those that even
         their pair out by at least the margin (averaged over the dimensions, each weighted
-        by the partition's share in it)."""
+        by the partition's share in it).
+
+        With ``s(n) = w . T(n)`` (the partition's weights dotted with node ``n``'s totals),
+        a move from ``a`` to ``b`` evens its pair out by ``s(a) - s(b) - w . w`` and gains
+        twice that. ``s(b) >= w . L``, ``L`` the lowest total of any live node in each
+        dimension, bounds each partition's gain from above; partitions are weighed exactly
+        in the order of that bound, and only while it can still beat the best found. The
+        nodes' scores are computed once per distinct ``w`` (all idle partitions share one)."""
         totals = self.totals(weights)
         margin = HYSTERESIS / len(self.live)  # (each dimension sums to 1 over the nodes)
-        found: list[_Candidate] = []
+        columns = list(zip(*totals.values(), strict=True))
+        lowest = [min(column) for column in columns]
+        spread = [max(column) - low for column, low in zip(columns, lowest, strict=True)]
+        shared = Counter(weights[key] for key in self.parts)
+        scales: dict[tuple[float, ...], _Scale | None] = {}  # None: no move of it qualifies
+        bounded: list[tuple[float, Key, list[str], _Scale]] = []
         for key, v in self.parts.items():
-            r, weight = v.value, weights[key]
-            for a in sources(r):
-                if a not in totals:
+            w = weights[key]
+            if w in scales:
+                scale = scales[w]
+            else:
+                scale = scales[w] = _Scale.of(w, totals, lowest, spread, margin, shared[w] > 1)
+            if scale is None:
+                continue
+            held = [a for a in sources(v.value) if a in totals]
+            if not held:
+                continue
+            bound = max(map(scale.score, held)) - scale.low - scale.ww
+            if bound > 0 and bound >= scale.need - _SLACK:
+                bounded.append((bound, key, held, scale))
+        bounded.sort(key=lambda e: (-e[0], e[1]))
+        best: tuple[tuple[float, bool, Key, str, str], float] | None = None
+        for bound, key, held, scale in bounded:
+            if best is not None and 2 * bound < best[1] - _SLACK:
+                break  # (no later partition can gain as much)
+            r = self.parts[key].value
+            ranked, scores, ww, need = scale.ranked(), scale.sorted_scores, scale.ww, scale.need
+            allowed = targets(r)
+            lowest_b = next((e for e in ranked if e[1] in allowed), None)  # the best target
+            if lowest_b is None:
+                continue
+            sb, b = lowest_b
+            past = bisect_right(scores, sb)  # (targets of that same score: later names)
+            for a in held:
+                sa = scale.score(a)
+                evens = sa - sb - ww
+                if evens <= 0 or evens < need:
                     continue
-                for b in targets(r):
-                    evens = [ta - tb - w for ta, tb, w in
-                             zip(totals[a], totals[b], weight, strict=True)]  # fmt: skip
-                    if sum(w * (e - margin) for w, e in zip(weight, evens, strict=True)) < 0:
-                        continue
-                    gain = sum(2 * w * e for w, e in zip(weight, evens, strict=True))
-                    if gain > 0:
-                        leads = r.leader == a and not leader_only
-                        found.append(_Candidate(gain, leads, key, Move(a, b, leader_only)))
-        if not found:
+                gain, target = round(2 * evens, 12), b
+                j = past
+                while j < len(ranked):  # a higher score that rounds to the same gain
+                    sc, other = ranked[j]
+                    if round(2 * (sa - sc - ww), 12) != gain or sa - sc - ww < need:
+                        break
+                    if other in allowed and other < target:
+                        target = other
+                    j += 1
+                rank = (-gain, r.leader == a and not leader_only, key, a, target)
+                if best is None or rank < best[0]:
+                    best = (rank, 2 * evens)
+        if best is None:
             return None
-        best = min(found, key=_Candidate.rank)
-        a, b = best.move.source, best.move.target
+        _, _, key, a, b = best[0]
         share = _relative(totals)
         why = (f"rebalance {'leaders' if leader_only else 'replicas'}: load {a} {share[a]:.2f}, "
                f"{b} {share[b]:.2f} of a fair share")  # fmt: skip
-        v = self.parts[best.key]
-        new = replace(v.value, epoch=v.value.epoch + 1, move=best.move)
-        return Change(best.key[0], best.key[1], v.mod_revision, new, why)
+        v = self.parts[key]
+        new = replace(v.value, epoch=v.value.epoch + 1, move=Move(a, b, leader_only))
+        return Change(key[0], key[1], v.mod_revision, new, why)
 
 
-def _shares(
-    values: Mapping[Key, float], copies: Mapping[Key, int], idle: float
-) -> dict[Key, float]:
-    """Each partition's share of ``sum((value + idle) * copies)``, per copy."""
-    total = sum((value + idle) * copies[key] for key, value in values.items())
-    return {key: (value + idle) / total if total else 0.0 for key, value in values.items()}
+class _Scale:
+    """One partition weight ``w`` against the nodes' totals: ``score(n) = w . T(n)``, for
+    every node at once when many partitions share ``w``."""
+
+    def __init__(self, w: tuple[float, ...], totals: Mapping[str, list[float]],
+                 low: float, need: float, every: bool) -> None:  # fmt: skip
+        self.w, self.totals, self.low, self.need = w, totals, low, need
+        self.ww = _dot(w, w)
+        self.scores = {n: _dot(w, t) for n, t in totals.items()} if every else None
+        self._ranked: list[tuple[float, str]] | None = None
+        self.sorted_scores: list[float] = []
+
+    @classmethod
+    def of(cls, w: tuple[float, ...], totals: Mapping[str, list[float]], lowest: list[float],
+           spread: list[float], margin: float, every: bool) -> _Scale | None:  # fmt: skip
+        """None when no move of a partition weighing ``w`` can qualify: not even from the
+        highest total to the lowest, dimension by dimension."""
+        most, need = _dot(w, spread) - _dot(w, w), margin * sum(w)
+        if most <= 0 or most < need - _SLACK:
+            return None
+        return cls(w, totals, _dot(w, lowest), need, every)
+
+    def score(self, node: str) -> float:
+        if self.scores is not None:
+            return self.scores[node]
+        return _dot(self.w, self.totals[node])
+
+    def ranked(self) -> list[tuple[float, str]]:
+        """Every live node by (score, id), once."""
+        if self._ranked is None:
+            self._ranked = sorted((self.score(n), n) for n in self.totals)
+            self.sorted_scores = [score for score, _ in self._ranked]
+        return self._ranked
+
+
+class _Except:
+    """Every node but these."""
+
+    def __init__(self, nodes: Iterable[str]) -> None:
+        self.nodes = frozenset(nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node not in self.nodes
+
+
+def _inverse(total: float) -> float:
+    return 1.0 / total if total else 0.0
+
+
+def _dot(a: Iterable[float], b: Iterable[float]) -> float:
+    total: float = sum(map(mul, a, b))
+    return total
 
 
 def _relative(totals: Mapping[str, list[float]]) -> dict[str, float]:

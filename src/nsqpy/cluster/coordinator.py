@@ -14,7 +14,8 @@ expires and another one's campaign wins). The holder
   every ``tick_s``, the pure ``nsqpy.cluster.decisions.plan`` turns the snapshot into
   Changes, each written by a txn guarded on the key's mod_revision; every
   ``rebalance_interval_ns`` (0: never), when that round had nothing to do, the one move
-  ``balance.rebalance`` finds.
+  ``balance.rebalance`` finds (not again while etcd is at the revision it last found the
+  cluster even at: at rest, the rebalancer costs nothing).
 
 Every write is fenced: its txn also compares the ``coordinator`` key's create_revision
 with the one this lookupd created, so a coordinator that lost the lock (paused, cut off)
@@ -34,7 +35,16 @@ from dataclasses import dataclass, replace
 
 from nsqpy.cluster.balance import rebalance
 from nsqpy.cluster.decisions import plan, track_missing
-from nsqpy.cluster.etcd import Compare, DeleteOp, Etcd, EtcdError, EtcdUnavailable, Lease, PutOp
+from nsqpy.cluster.etcd import (
+    TXN_CHUNK,
+    Compare,
+    DeleteOp,
+    Etcd,
+    EtcdError,
+    EtcdUnavailable,
+    Lease,
+    PutOp,
+)
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import (
@@ -50,8 +60,6 @@ from nsqpy.cluster.placement import PlacementError, place_topic
 from nsqpy.cluster.view import ClusterView
 
 log = logging.getLogger("nsqpy.cluster")
-
-TXN_CHUNK = 100  # puts per txn (etcd's --max-txn-ops is 128 by default)
 
 
 class CoordinatorError(Exception):
@@ -116,6 +124,8 @@ class Coordinator:
         self.changes_applied = 0
         self.elected_at = 0  # clock when this lookupd last took the lock
         self.rebalanced_at = 0  # clock of the last rebalancing look
+        self.rebalance_looks = 0  # how many times the rebalancer weighed the cluster
+        self._balanced_revision = 0  # the snapshot revision the rebalancer last found even
         # (clock, etcd revision) when the last compaction was looked at: the next one, an
         # interval later, compacts up to that revision (an interval of history is kept for
         # watchers to resume from)
@@ -226,9 +236,13 @@ class Coordinator:
         interval = self.settings.rebalance_interval_ns
         if not changes and not stuck and interval and now - self.rebalanced_at >= interval:
             self.rebalanced_at = now
-            move = rebalance(snap)
-            if move is not None:
-                changes.append(move)
+            if snap.revision != self._balanced_revision:  # (nothing changed: still even)
+                self.rebalance_looks += 1
+                move = rebalance(snap)
+                if move is not None:
+                    changes.append(move)
+                else:
+                    self._balanced_revision = snap.revision
         written = await self._write_changes(changes)
         await self._forget_drained(snap)
         self.changes_applied += written

@@ -37,7 +37,8 @@ mod_revision in the snapshot, so a stale decision fails its txn):
     ``target`` to catch-up (the partition has replicator + 1 holders meanwhile); once it is
     in the ISR, a ``source`` that leads hands it the lead (``leader_epoch + 1``, the old
     leader stays in the ISR: it had everything committed, and follows from its log end);
-    then ``source`` leaves and the move is done. A leadership move hands the lead to
+    then, once the leader reports its log in the current leader_epoch (the new one has
+    taken the lead up), ``source`` leaves and the move is done. A leadership move hands the lead to
     ``target``, an ISR member, at once. A move whose target is not live or being drained
     (or, for the lead, not in the ISR) is cancelled, and the replica it added goes; one
     whose source holds the partition no more is done.
@@ -57,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta
+from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, partition_name
 
 __all__ = [
     "MAX_MOVES",
@@ -115,11 +116,14 @@ def plan(
     """``reconcile`` with the partitions it can do nothing for."""
     ctx = _Round(snapshot, now_ns, missing_since, repair_delay_ns, emergency_delay_ns)
     out = Reconciliation()
+    live = snapshot.nodes
     for topic, partition in sorted(snapshot.replicas):
         meta = snapshot.topics.get(topic)
         if meta is None or partition >= meta.partition_num:  # being created, expanded or
             continue  # deleted: not ours to touch
         versioned = snapshot.replicas[(topic, partition)]
+        if _quiet(versioned.value, meta, live, snapshot.removing, topic, partition):
+            continue
         step = _Partition(ctx, topic, partition, meta, versioned.value)
         if step.stuck:
             out.stuck.append(Stuck(topic, partition, step.stuck))
@@ -131,6 +135,22 @@ def plan(
             change = Change(topic, partition, versioned.mod_revision, new, reason, guards)
             out.changes.append(change)
     return out
+
+
+def _quiet(r: Replicas, meta: TopicMeta, live: Mapping[str, NodeInfo],
+           removing: frozenset[str], topic: str, partition: int) -> bool:  # fmt: skip
+    """Whether no rule has anything to do for the partition (most, in a healthy cluster): a
+    full ISR of live nodes none being drained, no catch-up member, no move, and a leader
+    that reports no follower lagging and no failing write in its leader_epoch."""
+    if r.move is not None or r.catchup or len(r.isr) != meta.replicator:
+        return False
+    info = live.get(r.leader)
+    if info is None or any(n not in live or n in removing for n in r.isr):
+        return False
+    name = partition_name(topic, partition)
+    failing, lagging = info.failing.get(name), info.lagging.get(name)
+    return failing != r.leader_epoch and (lagging is None or lagging[0] != r.leader_epoch
+                                          or not lagging[1])  # fmt: skip
 
 
 class _Round:
@@ -341,6 +361,8 @@ class _Partition:
             return  # (copying: join_isr takes it in when it has caught up)
         elif self.leader == move.source:
             self.hand_over(move.target)
+        elif (ctx.end(self.leader, self.topic, self.partition) or (0, 0))[0] != self.leader_epoch:
+            return  # (the lead was just handed over: the source leaves once it is taken up)
         else:
             if move.source in self.isr:
                 self.isr.remove(move.source)

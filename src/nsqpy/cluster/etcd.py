@@ -81,6 +81,7 @@ DEFAULT_TIMEOUT = 5.0  # seconds: every call's deadline
 BACKOFF_MIN = 0.05  # seconds between retries, doubling …
 BACKOFF_MAX = 1.0  # … up to this
 RETRY_REFRESH = 0.25  # seconds between a lease's keep-alives while they fail
+TXN_CHUNK = 100  # puts per txn we write (etcd's --max-txn-ops is 128 by default)
 REQUIRE_LEADER = (("hasleader", "true"),)  # a member cut off from the quorum ends the stream
 
 # gRPC keep-alive finds a member that stopped answering (SIGSTOP, cut link) while its TCP

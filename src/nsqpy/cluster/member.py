@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from nsqpy.cluster.etcd import Compare, Etcd, EtcdUnavailable, Lease, PutOp
+from nsqpy.cluster.etcd import TXN_CHUNK, Compare, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import check_segment
 from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
@@ -167,6 +167,8 @@ class Member:
         # after each NodeInfo is written, with the revision of the write
         self.on_reported: list[Callable[[int], None]] = []
         self._renewing: set[tuple[str, int, int]] = set()  # new epochs being asked for
+        self._epochs_asked: list[tuple[str, int, Versioned[Replicas]]] = []  # not yet sent
+        self._epochs_writer: asyncio.Task[None] | None = None
         # per partition, the leader epoch of the last snapshot this process applied
         self._seen: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -362,32 +364,52 @@ class Member:
 
     def _new_epoch(self, topic: str, p: int, versioned: Versioned[Replicas]) -> None:
         """Ask etcd for the next leader epoch of a partition this node is to lead again (a
-        txn guarded by the key's revision: the coordinator's own decisions win a race)."""
+        txn guarded by the key's revision: the coordinator's own decisions win a race). The
+        asks of a pass go together, ``TXN_CHUNK`` to a txn (a node whose lease lapsed asks
+        for every partition it led at once)."""
         key = (topic, p, versioned.mod_revision)
         if key in self._renewing:
             return
         self._renewing.add(key)
-        r = versioned.value
-        new = Replicas(r.leader, r.isr, r.catchup, r.epoch + 1, r.leader_epoch + 1)
+        self._epochs_asked.append((topic, p, versioned))
+        if self._epochs_writer is None or self._epochs_writer.done():
+            task = asyncio.get_running_loop().create_task(self._write_new_epochs())
+            self._epochs_writer = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-        async def write() -> None:
+    async def _write_new_epochs(self) -> None:
+        await asyncio.sleep(0)  # (the rest of the pass asks first)
+        while self._epochs_asked:
+            batch = self._epochs_asked[:TXN_CHUNK]
+            del self._epochs_asked[:TXN_CHUNK]
             try:
-                path = self.keys.replicas(topic, p)
-                compare = [Compare.mod_is(path, versioned.mod_revision)]
-                if await self.etcd.txn(compare, [PutOp(path, new.to_json())], retry=True):
-                    log.info(
-                        "cluster: %s/%d: leading again, in a new epoch %d", topic, p,
-                        new.leader_epoch,
-                    )  # fmt: skip
+                if not await self._txn_new_epochs(batch) and len(batch) > 1:
+                    for one in batch:  # (one was decided meanwhile: the others, alone)
+                        await self._txn_new_epochs([one])
             except EtcdUnavailable as exc:
-                log.warning("cluster: %s/%d: new epoch not written: %s", topic, p, exc)
+                log.warning("cluster: %d new epoch(s) not written: %s", len(batch), exc)
             finally:
-                self._renewing.discard(key)
+                for topic, p, versioned in batch:
+                    self._renewing.discard((topic, p, versioned.mod_revision))
                 self._wake.set()
 
-        task = asyncio.get_running_loop().create_task(write())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    async def _txn_new_epochs(self, batch: list[tuple[str, int, Versioned[Replicas]]]) -> bool:
+        compares, puts, new_epochs = [], [], []
+        for topic, p, versioned in batch:
+            r = versioned.value
+            new = Replicas(r.leader, r.isr, r.catchup, r.epoch + 1, r.leader_epoch + 1)
+            path = self.keys.replicas(topic, p)
+            compares.append(Compare.mod_is(path, versioned.mod_revision))
+            puts.append(PutOp(path, new.to_json()))
+            new_epochs.append(f"{topic}/{p} {new.leader_epoch}")
+        if not await self.etcd.txn(compares, puts, retry=True):
+            return False
+        shown = ", ".join(new_epochs[:3]) + (
+            f" and {len(batch) - 3} more" if len(batch) > 3 else ""
+        )
+        log.info("cluster: leading again, in a new epoch: %s", shown)
+        return True
 
     def _demote_all(self) -> None:
         for (topic, p), (role, leader_epoch, _end) in self.host.held_partitions().items():

@@ -212,13 +212,16 @@ class SimNode:
         # as a leader: the catch-up members it saw in step (and waits for from then on)
         self.caught_up: dict[tuple[str, int], tuple[int, tuple[str, ...]]] = {}
         self.reported: tuple[Any, ...] | None = None
+        # (msgs/s, bytes) of each partition, reported for those it holds (none: idle)
+        self.traffic: dict[tuple[str, int], tuple[float, int]] = {}
 
     def info(self) -> NodeInfo:
         ends = {f"{t}/{p}": (le, end) for (t, p), (le, end) in self.logs.items()}
         caught_up = {f"{t}/{p}": v for (t, p), v in self.caught_up.items() if v[1]}
+        loads = {f"{t}/{p}": self.traffic[(t, p)] for t, p in self.logs if (t, p) in self.traffic}
         return NodeInfo(
             self.id, self.id, "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "sim", 0, ends=ends,
-            caught_up=caught_up,
+            caught_up=caught_up, loads=loads,
         )  # fmt: skip
 
     def keep_alive(self, etcd: SimEtcd, now: int) -> None:
@@ -452,6 +455,7 @@ class ScaleFigures:
 def run_scale(
     *, nodes: int = 100, topics: int = 40, partitions: int = 250, replicator: int = 3,
     joining: int = 2, seed: int = 1, max_rounds: int = 400, rebalance_rounds: int = 100,
+    busy: bool = False,
 ) -> ScaleFigures:  # fmt: skip
     """A cluster of ``nodes`` nodes and ``topics`` x ``partitions`` partitions of
     ``replicator`` replicas, placed by the real placement: a healthy round; the node
@@ -459,12 +463,22 @@ def run_scale(
     until each ISR is full again (its replicas made elsewhere after the repair delay);
     ``joining`` new nodes, and ``rebalance_rounds`` rounds of the rebalancer. Every
     round is the real ``plan`` (and ``rebalance``) on a watched view; each written change is
-    checked as in the schedules (no two leaders of an epoch, epochs grow, level-triggered)."""
+    checked as in the schedules (no two leaders of an epoch, epochs grow, level-triggered).
+    ``busy``: every partition has traffic, each its own (msgs/s log-normal about 50, bytes
+    about 1 GiB), which its holders report and the rebalancer weighs."""
     rng = random.Random(seed)
+    traffic: dict[tuple[str, int], tuple[float, int]] = {}
+    if busy:
+        draw = random.Random(seed + 1)
+        traffic = {(f"t{t:03d}", p): (round(draw.lognormvariate(4, 1.5), 1),
+                                      int(draw.lognormvariate(21, 1.5)))
+                   for t in range(topics) for p in range(partitions)}  # fmt: skip
     checker = Checker()
     etcd = SimEtcd(checker)
     sim_nodes = {f"n{i:03d}": SimNode(f"n{i:03d}") for i in range(nodes)}
     checker.nodes = sim_nodes
+    for node in sim_nodes.values():
+        node.traffic = traffic
     out = ScaleFigures(nodes=nodes, partitions=topics * partitions)
     now = 0
     for node in sim_nodes.values():
@@ -536,6 +550,7 @@ def run_scale(
         out.repair_rounds += 1
     for i in range(joining):
         new = SimNode(f"j{i:03d}")
+        new.traffic = traffic
         sim_nodes[new.id] = new
         new.keep_alive(etcd, now)
     out.joined = joining

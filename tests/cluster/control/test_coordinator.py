@@ -169,6 +169,32 @@ async def test_a_dead_leader_is_replaced_by_an_isr_member(
     assert leader.view.snapshot().replicas[("t", 0)].value == r
 
 
+async def test_the_rebalancer_weighs_an_even_cluster_again_only_after_a_change(
+    etcd: Etcd, keys: Keys
+) -> None:
+    """Looked at every 50 ms, a cluster found even is not weighed again while etcd's
+    revision stays where it was (at rest: no cost at all); a write makes it look again."""
+    await register(etcd, keys, node(0))
+    await etcd.put(keys.topic_meta("t"), TopicMeta(1, 1).to_json())
+    await etcd.put(keys.replicas("t", 0), Replicas("n0", ("n0",)).to_json())
+    view = ClusterView(etcd, keys)
+    await view.start()
+    settings = replace(SETTINGS, rebalance_interval_ns=50_000_000)
+    me = LookupdInfo("l0", "127.0.0.1", 4160, 4161)
+    coordinator = Coordinator(etcd, view, me, "127.0.0.1:4161", settings)
+    await coordinator.start()
+    try:
+        await eventually(lambda: coordinator.rebalance_looks >= 1, timeout=5)
+        at = coordinator.rebalance_looks
+        await asyncio.sleep(0.6)  # a dozen intervals, six ticks: nothing changed
+        assert coordinator.rebalance_looks == at
+        await register(etcd, keys, replace(node(0), version="1.3.1"))
+        await eventually(lambda: coordinator.rebalance_looks > at, timeout=5)
+    finally:
+        await bounded(coordinator.stop())
+        await bounded(view.stop())
+
+
 async def test_the_coordinator_compacts_etcds_history_keeping_an_interval(
     tmp_path: Path, keys: Keys
 ) -> None:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from nsqpy.cluster import decisions
 from nsqpy.cluster.decisions import Stuck, plan, reconcile, track_missing
-from nsqpy.cluster.model import Change, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from nsqpy.cluster.model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
 
 S = 1_000_000_000
 REPAIR, EMERGENCY = 600 * S, 10 * S
@@ -241,3 +245,54 @@ def test_track_missing_remembers_the_first_time_a_holder_was_seen_missing() -> N
     assert track_missing({"b": 3, "z": 1}, s, 7) == {"b": 3, "c": 7}
     s = snap([node("a"), node("b")], {0: r})
     assert track_missing({"b": 3, "c": 4}, s, 9) == {"c": 4}
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.data())
+def test_the_quiet_shortcut_changes_no_decision(data: st.DataObject) -> None:
+    """``plan`` skips the rules for a partition ``_quiet`` calls quiet (a full live ISR none
+    being drained, no catch-up member, no move, no follower lagging and no failing write
+    reported in the leader's epoch). On random partitions (live or dead holders, drains,
+    moves, catch-up members, lagging and failing reports in this or another leader epoch,
+    replicator 1 to 3), the plan is the same as with every partition worked out rule by
+    rule, and both kinds are drawn."""
+    names = ["a", "b", "c", "d", "e"]
+    everyone = st.just(names)  # (half the time: every node live, so that many are quiet)
+    live = data.draw(everyone | st.lists(st.sampled_from(names), min_size=1, unique=True))
+    removing = frozenset(data.draw(st.lists(st.sampled_from(names), max_size=2)))
+    parts, infos = {}, {n: node(n) for n in live}
+    replicator = data.draw(st.integers(1, 3))
+    for p in range(data.draw(st.integers(1, 4))):
+        order = data.draw(st.permutations(names))
+        isr = order[: data.draw(st.sampled_from([replicator] * 3 + [1, 2, 3]))]
+        catchup = order[len(isr) : len(isr) + data.draw(st.sampled_from([0, 0, 1]))]
+        move = data.draw(
+            st.sampled_from([None] * 3 + [Move(isr[0], order[-1]), Move(isr[0], order[1], True)])
+        )
+        le = data.draw(st.integers(1, 2))
+        epoch = st.sampled_from([le, le, 3 - le])  # (a report of this leader epoch, or not)
+        parts[p] = Replicas(isr[0], tuple(isr), tuple(catchup), epoch=5, leader_epoch=le, move=move)
+        if isr[0] in infos:
+            said = infos[isr[0]]
+            if data.draw(st.booleans()):
+                lag = data.draw(st.lists(st.sampled_from(order[:3]), min_size=1, max_size=2))
+                said = replace(
+                    said,
+                    lagging={**said.lagging, f"t/{p}": (data.draw(epoch), tuple(lag))},
+                )
+            if data.draw(st.booleans()):
+                said = replace(said, failing={**said.failing, f"t/{p}": data.draw(epoch)})
+            infos[isr[0]] = said
+    s = replace(snap(list(infos.values()), parts, replicator=replicator),
+                removing=removing)  # fmt: skip
+    fast = plan(s, NOW, {}, REPAIR, EMERGENCY)
+    real = decisions._quiet
+    try:
+        decisions._quiet = lambda *_: False  # type: ignore[assignment]
+        slow = plan(s, NOW, {}, REPAIR, EMERGENCY)
+    finally:
+        decisions._quiet = real
+    assert fast == slow
+    quiet = [decisions._quiet(r.value, s.topics["t"], s.nodes, removing, "t", p)
+             for (_, p), r in s.replicas.items()]  # fmt: skip
+    event("quiet" if any(quiet) else "none quiet")
