@@ -78,7 +78,7 @@ class LeaderFeed:
         cursors: CursorLookup | None = None,
         on_cursors_acked: Callable[[str, int], None] | None = None,
         cursor_interval: float = 1.0,
-        heartbeat_interval: float = 1.0,
+        heartbeat_interval: float = 2.0,
         timeout: float = 5.0,
         clock: Callable[[], float] | None = None,
         logger: logging.Logger | None = None,
@@ -253,7 +253,10 @@ class LeaderFeed:
 
     async def _send_loop(self, conn: _Conn) -> None:
         link = conn.link
-        sent_at = self.clock()
+        # Whether the channels' cursors moved when last looked at: while they do, they are
+        # looked at every cursor_interval; unchanged, only with the heartbeat (an idle link
+        # wakes once per heartbeat_interval).
+        sent_at, moving = self.clock(), self._cursors is not None
         while True:
             conn.wake.clear()
             try:
@@ -261,7 +264,10 @@ class LeaderFeed:
             except Refused as err:  # no longer led here in this epoch (or the log failed)
                 await link.refuse(err.frame)
                 return
+            looked_at = conn.peer.cursors_at
             cursors = self._send_cursors(conn)
+            if cursors or conn.peer.cursors_at != looked_at:
+                moving = cursors
             if out:
                 link.send(out)
                 await link.drain()
@@ -279,7 +285,7 @@ class LeaderFeed:
                 await link.drain()
                 sent_at, due = self.clock(), self.heartbeat_interval
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(due, self.cursor_interval)):
+                async with asyncio.timeout(min(due, self.cursor_interval) if moving else due):
                     await conn.wake.wait()
 
     def _send_cursors(self, conn: _Conn) -> bool:

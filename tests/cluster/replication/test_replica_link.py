@@ -260,6 +260,40 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     assert len(got) == 3 and got[2].channels == (ChannelCursor("c", 11),)
 
 
+async def test_unchanged_cursors_are_looked_at_only_with_the_heartbeat(cluster: Cluster) -> None:
+    """An idle link wakes once per ``heartbeat_interval`` (0.5 s), not every
+    ``cursor_interval`` (0.05 s), while the channels' cursors stay the same; cursors that
+    move are looked at every ``cursor_interval``. Counted over 1.5 s (the injected clock
+    kept with the loop's)."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    looks = [0]
+    moving = [False]
+
+    def cursors(topic: str, partition: int) -> list[ChannelCursor]:
+        looks[0] += 1
+        return [ChannelCursor("c", looks[0] if moving[0] else 1)]
+
+    await cluster.start_feed(cursors=cursors, cursor_interval=0.05, heartbeat_interval=0.5)
+    f = cluster.follower(cluster.log("f1"))
+    await eventually(converged(leader.high_watermark, f), 5)
+
+    async def count(seconds: float) -> int:
+        start, loop = looks[0], asyncio.get_running_loop()
+        until, last = loop.time() + seconds, loop.time()
+        while (now := loop.time()) < until:
+            cluster.advance(now - last)
+            last = now
+            await asyncio.sleep(0.01)
+        return looks[0] - start
+
+    still = await count(1.5)
+    moving[0] = True
+    moved = await count(1.5)
+    assert still <= 6, f"unchanged cursors looked at {still} times in 1.5 s"
+    assert moved >= 12, f"moving cursors looked at {moved} times in 1.5 s"
+
+
 async def test_an_idle_link_stays_up_however_often_the_owner_wakes_it(cluster: Cluster) -> None:
     """Nothing new to send while the owner pokes the feed every 50 ms (nsqd's flush
     ticker calls ``notify`` with no new records): heartbeats still go out every
