@@ -18,6 +18,7 @@ non-fatal; every other error frame is followed by a close.
     │   ├── IdentifyFailed         E_IDENTIFY_FAILED
     │   ├── AuthFirst / AuthFailed / Unauthorized / AuthDisabled / AuthError
     │   ├── BadPartition           E_BAD_PARTITION  partition number (youzan's extension)
+    │   ├── TopicNotExist          E_TOPIC_NOT_EXIST  a partition the topic lacks (youzan)
     │   ├── NotLeader              E_FAILED_ON_NOT_LEADER  a write to a partition this node
     │   │                          does not lead (non-fatal, youzan's cluster mode)
     │   ├── InvalidJsonHeader      E_INVALID_JSON_HEADER  message headers (non-fatal, youzan)
@@ -153,7 +154,7 @@ class AuthError(ProtocolError):
 
 
 class BadPartition(ProtocolError):
-    """E_BAD_PARTITION: a partition number that is not a number or names no partition."""
+    """E_BAD_PARTITION: a partition number that is not a number, or out of range."""
 
     code = "E_BAD_PARTITION"
 
@@ -185,8 +186,10 @@ class NotLeaderForSub(NotLeader):
 
 
 class TopicNotExist(ProtocolError):
-    """E_TOPIC_NOT_EXIST (youzan): in a cluster, a topic that does not exist and could not
-    be created (``--disable-auto-create``, no coordinator). Fatal, as youzan's nsqd."""
+    """E_TOPIC_NOT_EXIST (youzan): a partition named (PUB/SUB/... with a partition number)
+    that the topic lacks or this node does not hold, of a topic or not; in a cluster, a
+    topic that does not exist and could not be created (``--disable-auto-create``, no
+    coordinator). Fatal, as youzan's nsqd; youzan's consumer drops that node on it."""
 
     code = "E_TOPIC_NOT_EXIST"
 

@@ -8,6 +8,7 @@ killed consumers, real clients).
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,13 +75,22 @@ async def subscribe(
     await wire.send(line.encode() + b"\n")
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(f"RDY {rdy}\n".encode())
+    if line.startswith("SUB_ORDERED"):
+        DETAILED.add(wire)
     return wire
 
 
+DETAILED: weakref.WeakSet[AsyncWire] = weakref.WeakSet()  # SUB_ORDERED: youzan's detail
+
+
 async def message(wire: AsyncWire, *, extended: bool = False, timeout: float = 5.0) -> Message:
+    """The next frame, a message (of a SUB_ORDERED subscriber: its detail checked, taken off)."""
     ftype, data = await wire.read_frame(timeout)
     assert ftype == 2, (ftype, data)
-    return decode_message(data, extended=extended)
+    msg = decode_message(data, extended=extended, detail=wire in DETAILED)
+    if wire in DETAILED:
+        assert (msg.queue_offset, msg.raw_size) == (offset_of(msg.id), len(msg.body))
+    return msg
 
 
 def partition_of(msg_id: bytes) -> int:

@@ -212,7 +212,7 @@ async def test_ephemeral_topics_have_one_partition(nsqd: NsqdServer) -> None:
     p = await AsyncWire.connect(nsqd.tcp_port)
     await p.send(b"PUB e#ephemeral 1\n" + struct.pack(">i", 1) + b"x")
     ftype, data = await p.read_frame()
-    assert ftype == 1 and data.startswith(b"E_BAD_PARTITION")
+    assert ftype == 1 and data.startswith(b"E_TOPIC_NOT_EXIST")
 
 
 async def test_a_refused_mpub_ext_over_partitions_stores_nothing(nsqd: NsqdServer) -> None:

@@ -131,15 +131,20 @@ async def test_partition_key_is_stable_and_unkeyed_publishes_take_turns(nsqd: Ns
 
 
 async def test_bad_partition_numbers_are_refused_and_nothing_is_stored(nsqd: NsqdServer) -> None:
+    """Not a partition number: E_BAD_PARTITION; a partition the topic lacks, or any
+    partition of a topic that does not exist: E_TOPIC_NOT_EXIST, as youzan's nsqd (whose
+    consumer drops that node on it), and nothing is created; both fatal."""
     await create_topic(nsqd, "b", 2)
     for line, code in (
-        (b"PUB b 2\n", b"E_BAD_PARTITION"),
+        (b"PUB b 2\n", b"E_TOPIC_NOT_EXIST"),
         (b"PUB b x\n", b"E_BAD_PARTITION"),
         (b"PUB b -2\n", b"E_BAD_PARTITION"),
         (b"PUB b 1024\n", b"E_BAD_PARTITION"),
-        (b"PUB fresh 1\n", b"E_BAD_PARTITION"),  # a new topic would have partition 0 only
-        (encode_mpub_partition("b", 9, [b"x"]), b"E_BAD_PARTITION"),
-        (b"SUB b c 7\n", b"E_BAD_PARTITION"),
+        (b"PUB fresh 1\n", b"E_TOPIC_NOT_EXIST"),
+        (b"PUB fresh 0\n", b"E_TOPIC_NOT_EXIST"),  # (a PUB naming no partition creates it)
+        (encode_mpub_partition("b", 9, [b"x"]), b"E_TOPIC_NOT_EXIST"),
+        (b"SUB b c 7\n", b"E_TOPIC_NOT_EXIST"),
+        (b"SUB_ORDERED fresh c 0\n", b"E_TOPIC_NOT_EXIST"),
         (b"SUB_ORDERED b c z\n", b"E_BAD_PARTITION"),
     ):
         w = await AsyncWire.connect(nsqd.tcp_port)
@@ -158,6 +163,7 @@ async def test_bad_partition_numbers_are_refused_and_nothing_is_stored(nsqd: Nsq
         assert await post(nsqd, path, b"m") == (status, err(name)), path
     topic = nsqd.broker.topics["b"]
     assert [p.log.flushed_offset for p in topic.partitions] == [0, 0]
+    assert "fresh" not in nsqd.broker.topics and "fresh2" not in nsqd.broker.topics
     assert "fresh" not in nsqd.broker.topics and "fresh2" not in nsqd.broker.topics
     assert not topic.channels
 

@@ -219,7 +219,7 @@ async def test_extensions_over_tls_and_compression(
     while len(got) < 4:
         ftype, data = await wire.read_frame()
         if ftype == 2:
-            msg = decode_message(data, extended=True)
+            msg = decode_message(data, extended=True, detail=True)
             got.append((msg.body, json.loads(msg.ext)))
             await wire.send(b"FIN " + msg.id + b"\n")
         else:

@@ -52,7 +52,7 @@ from nsqpy.broker.saving import (  # (importable from here as before)
     lock_data_path,
 )
 from nsqpy.broker.topic import Topic
-from nsqpy.errors import BadPartition, InvalidError, NotWritable, StorageError, SubFailed
+from nsqpy.errors import InvalidError, NotWritable, StorageError, SubFailed, TopicNotExist
 from nsqpy.options import NsqdOptions
 from nsqpy.protocol.names import is_ephemeral
 from nsqpy.storage import CursorFile, CursorSnapshot, Entry, SyncPolicy
@@ -258,14 +258,18 @@ class Broker:
         return topic
 
     def check_partition(self, topic_name: str, partition: int) -> None:
-        """BadPartition unless ``partition`` (-1: none) exists in the topic (or would, in a
-        topic created now: partition 0). Checked before anything is created or stored."""
+        """TopicNotExist (youzan's E_TOPIC_NOT_EXIST) unless ``partition`` (-1: none) exists
+        in the topic: a partition is named only by youzan's forms, and youzan's nsqd creates
+        nothing for them (a topic is created by a PUB or SUB naming none, as NSQ's). Checked
+        before anything is created or stored."""
         if partition < 0:
             return
         topic = self.topics.get(topic_name)
-        count = topic.partition_count if topic is not None else 1
+        if topic is None:
+            raise TopicNotExist(f"topic {topic_name} does not exist")
+        count = topic.partition_count
         if partition >= count:
-            raise BadPartition(f"topic {topic_name} has no partition {partition} (of {count})")
+            raise TopicNotExist(f"topic {topic_name} has no partition {partition} (of {count})")
 
     def channel(
         self, topic: Topic, name: str, *, start: int | None = None, listed: bool = False
@@ -467,12 +471,12 @@ class Broker:
         partition: int = -1,
         ordered: bool = False,
     ) -> Channel:
-        """SUB (``partition`` >= 0: that partition only, BadPartition when not held here;
+        """SUB (``partition`` >= 0: that partition only, TopicNotExist when not held here;
         ``ordered``: SUB_ORDERED)."""
         self.check_partition(topic_name, partition)
         held = self.topics.get(topic_name)
         if partition >= 0 and held is not None and held.partition(partition) is None:
-            raise BadPartition(f"topic {topic_name} partition {partition} is not held here")
+            raise TopicNotExist(f"topic {topic_name} partition {partition} is not held here")
         if ordered and client.sample_rate:
             raise InvalidError("order consume is not allowed while sample rate is not 0")
         topic = self.topic(topic_name)

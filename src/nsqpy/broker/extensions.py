@@ -6,7 +6,8 @@ client that negotiated ``extend_support`` gets them in youzan's extended message
 for a record with a trace id or key but no headers, a header object holding the reserved
 ``##trace_id`` / ``##partition_key``; version 0 when the record has none. ``ExtendSink``
 stands between a channel and such a client's connection and rewrites each plain frame;
-clients that did not negotiate it never see anything but NSQ's plain frames. Must not
+clients that did not negotiate it never see anything but NSQ's plain frames. A
+``SUB_ORDERED`` subscriber's frames also carry youzan's detail (``DetailSink``). Must not
 import asyncio or any server.
 """
 
@@ -25,6 +26,7 @@ from nsqpy.protocol.message import (
     JSON_HEADER_EXT_VERSION,
     MAX_EXT_LENGTH,
     NO_EXT_VERSION,
+    detail_frame,
     extend_frame,
     message_frame,
     try_decode_message_id,
@@ -126,6 +128,24 @@ class ExtendSink:
             else:
                 version, ext = extension_from(*parse_extension(raw))
         self.sink.send_message(extend_frame(frame, version, ext))
+
+    def close_by_server(self) -> None:
+        self.sink.close_by_server()
+
+
+class DetailSink:
+    """The sink of a ``SUB_ORDERED`` subscriber: each message with youzan's detail (its
+    queue offset and size) in front of its body, as youzan's nsqd sends it to ordered
+    subscribers and youzan's clients take it off (``detail_frame``). Stands in front of the
+    connection; behind an ``ExtendSink`` for an ``extend_support`` client (``extended``:
+    the frames it gets carry an extension, which the detail follows)."""
+
+    def __init__(self, sink: Sink, *, extended: bool) -> None:
+        self.sink = sink
+        self.extended = extended
+
+    def send_message(self, frame: bytes) -> None:
+        self.sink.send_message(detail_frame(frame, extended=self.extended))
 
     def close_by_server(self) -> None:
         self.sink.close_by_server()

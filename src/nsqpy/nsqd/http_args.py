@@ -27,7 +27,14 @@ from aiohttp import web
 from nsqpy import httpapi
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
-from nsqpy.errors import BadPartition, NotLeader, NotWritable, ProtocolError, StorageError
+from nsqpy.errors import (
+    BadPartition,
+    NotLeader,
+    NotWritable,
+    ProtocolError,
+    StorageError,
+    TopicNotExist,
+)
 from nsqpy.httpapi import Args, HttpError, first
 from nsqpy.nsqd.gate import ABSENT, HERE, TopicGate
 from nsqpy.nsqd.params import parse_int64
@@ -122,7 +129,7 @@ def checked_partition(broker: Broker, args: Args, topic_name: str) -> int:
     partition = partition_arg(args)
     try:
         broker.check_partition(topic_name, partition)
-    except BadPartition:
+    except TopicNotExist:
         raise HttpError(404, "PARTITION_NOT_FOUND") from None
     return partition
 
@@ -179,7 +186,7 @@ async def forwarded(call: Awaitable[T]) -> T:
         return await call
     except (NotLeader, NotWritable) as exc:
         raise HttpError(400, exc.code) from None
-    except BadPartition:
+    except (BadPartition, TopicNotExist):
         raise HttpError(404, "PARTITION_NOT_FOUND") from None
     except ProtocolError:
         raise HttpError(503, "EXITING") from None

@@ -40,7 +40,7 @@ from typing import Any, cast
 from nsqpy.broker.broker import Broker, Placement
 from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
-from nsqpy.broker.extensions import ExtendSink
+from nsqpy.broker.extensions import DetailSink, ExtendSink
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
 from nsqpy.daemon import BackgroundTasks
@@ -428,6 +428,12 @@ class V2Connection(BufferedConnection):
         except StorageError as exc:  # the topic or channel could not be created (health NOK)
             raise SubFailed(f"SUB failed {exc}") from exc
         self.client.state = SUBSCRIBED
+        if cmd.ordered:  # (youzan's detail in front of each body, as youzan's nsqd sends it)
+            c = self.client
+            if isinstance(c.sink, ExtendSink):
+                c.sink.sink = DetailSink(c.sink.sink, extended=True)
+            else:
+                c.sink = DetailSink(c.sink, extended=False)
         self._reply(None, OK_FRAME)
         if channel.ordered and self.ctx.cluster is not None:  # (it waits for its followers)
             self.ctx.cluster.cursor_moved(cmd.topic)

@@ -37,6 +37,9 @@ FRAME_OVERHEAD = _FRAME_OVERHEAD
 _ID_END = 8 + MESSAGE_HEADER  # where the body starts in a whole frame (size and type first)
 _SIZE = struct.Struct(">i")
 _EXT_HEAD = struct.Struct(">BH")
+# youzan's detail, in front of the body of a message sent to a SUB_ORDERED subscriber: the
+# message's offset in its partition's queue and its size
+DETAIL = struct.Struct(">QI")
 
 # Extension versions of youzan's extended message frame.
 NO_EXT_VERSION = 0
@@ -136,11 +139,28 @@ def extend_frame(frame: bytes, version: int, ext: bytes) -> bytes:
     return b"".join((_SIZE.pack(size), frame[4:_ID_END], head, frame[_ID_END:]))
 
 
+def detail_frame(frame: bytes, *, extended: bool) -> bytes:
+    """A whole message frame with youzan's detail put in front of its body (after the
+    extension, for an ``extended`` frame): the offset from the frame's message ID, the size
+    of the body. The form a ``SUB_ORDERED`` subscriber is sent."""
+    at = _ID_END
+    if extended:
+        at += 1 if frame[at] == NO_EXT_VERSION else 3 + _EXT_HEAD.unpack_from(frame, at)[1]
+    decoded = try_decode_message_id(frame[_ID_END - MSG_ID_LENGTH : _ID_END])
+    offset = decoded[1] if decoded is not None else 0
+    size = _SIZE.unpack_from(frame)[0] + DETAIL.size
+    return b"".join(
+        (_SIZE.pack(size), frame[4:at], DETAIL.pack(offset, len(frame) - at), frame[at:])
+    )
+
+
 @dataclass(slots=True)
 class Message:
     """A decoded message frame: publish time (ns), delivery count, 16-byte ID, body.
 
-    ``ext_version`` and ``ext`` are set for frames decoded as extended (``extend_support``).
+    ``ext_version`` and ``ext`` are set for frames decoded as extended (``extend_support``);
+    ``queue_offset`` and ``raw_size`` for frames decoded with ``detail`` (a ``SUB_ORDERED``
+    subscriber's: the message's offset in its partition and its size, -1 otherwise).
     """
 
     timestamp: int
@@ -149,26 +169,33 @@ class Message:
     body: bytes
     ext_version: int = NO_EXT_VERSION
     ext: bytes = b""
+    queue_offset: int = -1
+    raw_size: int = -1
 
 
-def decode_message(data: bytes | bytearray | memoryview, *, extended: bool = False) -> Message:
+def decode_message(
+    data: bytes | bytearray | memoryview, *, extended: bool = False, detail: bool = False
+) -> Message:
     """Decode the data of a type-2 frame; BadMessage when shorter than its header.
 
     With ``extended`` the frame is read in youzan's extended form; an unknown extension
-    version or a length running past the frame is BadMessage.
+    version or a length running past the frame is BadMessage. With ``detail`` (a
+    ``SUB_ORDERED`` subscriber's frames) the body starts with youzan's detail: the queue
+    offset (uint64) and raw size (uint32), taken off into the Message's fields.
     """
     if len(data) < MESSAGE_HEADER:
         raise BadMessage(f"message of {len(data)} bytes is shorter than {MESSAGE_HEADER}")
     timestamp, attempts = _MSG_HEAD.unpack_from(data)
+    msg_id = bytes(data[10:26])
     if not extended:
-        return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))
+        return _detailed(Message(timestamp, attempts, msg_id, bytes(data[26:])), detail)
     if len(data) < MESSAGE_HEADER + 1:
         raise BadMessage("extended message has no extension version")
     version = data[MESSAGE_HEADER]
     if version not in EXT_VERSIONS:
         raise BadMessage(f"unknown message extension version {version}")
     if version == NO_EXT_VERSION:
-        return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[27:]))
+        return _detailed(Message(timestamp, attempts, msg_id, bytes(data[27:])), detail)
     if len(data) < MESSAGE_HEADER + 3:
         raise BadMessage("extended message is shorter than its extension header")
     length = int.from_bytes(data[27:29], "big")
@@ -176,4 +203,14 @@ def decode_message(data: bytes | bytearray | memoryview, *, extended: bool = Fal
         raise BadMessage(f"message extension of {length} bytes runs past the frame")
     ext = bytes(data[29 : 29 + length])
     body = bytes(data[29 + length :])
-    return Message(timestamp, attempts, bytes(data[10:26]), body, version, ext)
+    return _detailed(Message(timestamp, attempts, msg_id, body, version, ext), detail)
+
+
+def _detailed(msg: Message, detail: bool) -> Message:
+    if not detail:
+        return msg
+    if len(msg.body) < DETAIL.size:
+        raise BadMessage(f"message body of {len(msg.body)} bytes has no detail")
+    msg.queue_offset, msg.raw_size = DETAIL.unpack_from(msg.body)
+    msg.body = msg.body[DETAIL.size :]
+    return msg

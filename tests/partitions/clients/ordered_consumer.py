@@ -35,7 +35,7 @@ def main() -> int:
             print(f"frame {ftype} {data!r}", file=sys.stderr)
             return 1
         attempts = struct.unpack_from(">H", data, 8)[0]
-        msg_id, body = data[10:26], data[26:]
+        msg_id, body = data[10:26], data[38:]  # (youzan's detail: offset, size, 12 bytes)
         value = int(msg_id, 16)
         seq = int(body.split(b":")[1])
         requeue = attempts == 1 and seq % every == 0
