@@ -19,6 +19,8 @@ non-fatal; every other error frame is followed by a close.
     │   ├── AuthFirst / AuthFailed / Unauthorized / AuthDisabled / AuthError
     │   ├── BadPartition           E_BAD_PARTITION  partition number (youzan's extension)
     │   ├── TopicNotExist          E_TOPIC_NOT_EXIST  a partition the topic lacks (youzan)
+    │   ├── CreateTopicFailed      E_CREATE_TOPIC_FAILED  INTERNAL_CREATE_TOPIC (non-fatal)
+    │   ├── BadExt                 E_BAD_EXT       INTERNAL_CREATE_TOPIC's ext flag
     │   ├── NotLeader              E_FAILED_ON_NOT_LEADER  a write to a partition this node
     │   │                          does not lead (non-fatal, youzan's cluster mode)
     │   ├── InvalidJsonHeader      E_INVALID_JSON_HEADER  message headers (non-fatal, youzan)
@@ -194,6 +196,20 @@ class TopicNotExist(ProtocolError):
     code = "E_TOPIC_NOT_EXIST"
 
 
+class CreateTopicFailed(ProtocolError):
+    """E_CREATE_TOPIC_FAILED (youzan): INTERNAL_CREATE_TOPIC refused (in a cluster, where
+    topics are created through nsqlookupd) or failed. Non-fatal, as youzan's nsqd."""
+
+    code = "E_CREATE_TOPIC_FAILED"
+    fatal = False
+
+
+class BadExt(ProtocolError):
+    """E_BAD_EXT (youzan): INTERNAL_CREATE_TOPIC's ext flag is not a boolean."""
+
+    code = "E_BAD_EXT"
+
+
 class InvalidJsonHeader(ProtocolError):
     """E_INVALID_JSON_HEADER: a message's extension headers are not a valid JSON object."""
 
@@ -247,6 +263,8 @@ BY_CODE: dict[str, type[ProtocolError]] = {
         NotLeader,
         NotWritable,
         TopicNotExist,
+        CreateTopicFailed,
+        BadExt,
         InvalidJsonHeader,
         FinFailed,
         ReqFailed,

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 
 from nsqpy.errors import (
     BadBody,
+    BadExt,
     BadMessage,
     BadPartition,
+    BadTopic,
+    InvalidError,
     InvalidJsonHeader,
     ProtocolError,
 )
@@ -44,7 +47,7 @@ from nsqpy.protocol.message import (
     extend_frame,
 )
 from nsqpy.protocol.message import decode_message as decode
-from nsqpy.protocol.verbs import Command, Mpub, Nop, Pub, Sub
+from nsqpy.protocol.verbs import Command, InternalCreateTopic, Mpub, Nop, Pub, Sub
 
 MAGIC = b"  V2"
 GOLDEN: list[tuple[str, bytes, Command]] = [
@@ -70,6 +73,17 @@ GOLDEN: list[tuple[str, bytes, Command]] = [
         "MPUB_TRACE",
         encode_mpub_trace("t", [(1, b"a"), (2, b"b")]),
         MpubTrace("t", [1, 2], [b"a", b"b"]),
+    ),
+    ("INTERNAL_CREATE_TOPIC", b"INTERNAL_CREATE_TOPIC t 2\n", InternalCreateTopic("t", 2)),
+    (
+        "INTERNAL_CREATE_TOPIC-ext",
+        b"INTERNAL_CREATE_TOPIC t 0 T\n",
+        InternalCreateTopic("t", 0, True),
+    ),
+    (
+        "INTERNAL_CREATE_TOPIC-noext",
+        b"INTERNAL_CREATE_TOPIC t 1 false\n",
+        InternalCreateTopic("t", 1),
     ),
 ]
 
@@ -124,6 +138,19 @@ def test_golden_extended_commands_under_every_split(
         (b"PUB_EXT bad!\n", None, None),
         (b"MPUB_TRACE t\n\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\x00\x02ab", BadMessage, None),
         (b"MPUB_EXT t\n\x00\x00\x00\x0a\x00\x00\x00\x01\x00\x00\x00\x02\x00\x05", BadBody, None),
+        (
+            b"INTERNAL_CREATE_TOPIC t\n",
+            InvalidError,
+            "E_INVALID CREATE_TOPIC insufficient number of parameters",
+        ),
+        (b"INTERNAL_CREATE_TOPIC t! 0\n", BadTopic, 'E_BAD_TOPIC topic name "t!" is not valid'),
+        (b"INTERNAL_CREATE_TOPIC t x\n", BadPartition, None),
+        (
+            b"INTERNAL_CREATE_TOPIC t -1\n",
+            BadPartition,
+            "E_BAD_PARTITION partition should not less than 0",
+        ),
+        (b"INTERNAL_CREATE_TOPIC t 0 yes\n", BadExt, 'E_BAD_EXT topic ext is not valid: "yes"'),
     ],
 )
 def test_malformed_extended_commands_are_fatal_errors(

@@ -225,3 +225,23 @@ async def test_channels_start_per_partition_and_pause_holds_every_partition(
     assert (await stats(nsqd, "pz"))["depth"] == 1
     assert await post(nsqd, "/topic/unpause?topic=pz") == (200, b"")
     assert (await message(s)).body == b"held"
+
+
+async def test_internal_create_topic_makes_the_partition_it_names(nsqd: NsqdServer) -> None:
+    """youzan's INTERNAL_CREATE_TOPIC (its client's test suite creates every topic so):
+    partition P exists after it, the topic created with P + 1 partitions or grown to them,
+    never shrunk; OK each time, in any state. A partition past the limit, or a second one of
+    an ephemeral topic: the non-fatal E_CREATE_TOPIC_FAILED, and the connection goes on."""
+    w = await AsyncWire.connect(nsqd.tcp_port)
+    for line in (b"t 0", b"t 2 true", b"t 1", b"e#ephemeral 0"):
+        await w.send(b"INTERNAL_CREATE_TOPIC " + line + b"\n")
+        assert await w.read_frame() == (0, b"OK"), line
+    assert nsqd.broker.topics["t"].partition_count == 3
+    assert nsqd.broker.topics["e#ephemeral"].partition_count == 1
+    for line in (b"t 255", b"e#ephemeral 1"):
+        await w.send(b"INTERNAL_CREATE_TOPIC " + line + b"\n")
+        ftype, data = await w.read_frame()
+        assert ftype == 1 and data.startswith(b"E_CREATE_TOPIC_FAILED"), data
+    await w.send(b"PUB t 2\n\x00\x00\x00\x01x")  # the connection goes on
+    assert await w.read_frame() == (0, b"OK")
+    assert nsqd.broker.topics["t"].partition_count == 3

@@ -42,12 +42,13 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import DetailSink, ExtendSink
 from nsqpy.broker.partition import Partition
-from nsqpy.broker.topic import Topic
+from nsqpy.broker.topic import MAX_PARTITIONS, Topic
 from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import (
     AuthDisabled,
     AuthFirst,
     BadTopic,
+    CreateTopicFailed,
     DpubFailed,
     FinFailed,
     MpubFailed,
@@ -95,6 +96,7 @@ from nsqpy.protocol.verbs import (
     Dpub,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     Nop,
     Pub,
@@ -371,6 +373,8 @@ class V2Connection(BufferedConnection):
                     raise AuthDisabled("AUTH disabled")
                 case PubExt() | MpubExt() | PubTrace() | MpubTrace():
                     self.pub_extended(command)
+                case InternalCreateTopic():
+                    self.internal_create_topic(command)
         except ProtocolError as err:
             self.send_error(err)
 
@@ -437,6 +441,28 @@ class V2Connection(BufferedConnection):
         self._reply(None, OK_FRAME)
         if channel.ordered and self.ctx.cluster is not None:  # (it waits for its followers)
             self.ctx.cluster.cursor_moved(cmd.topic)
+
+    def internal_create_topic(self, cmd: InternalCreateTopic) -> None:
+        """youzan's INTERNAL_CREATE_TOPIC: partition ``cmd.partition`` of the topic exists
+        after it (the topic created with, or grown to, that many partitions and one; its
+        ``ext`` flag changes nothing here: every topic takes both forms). In a cluster,
+        topics are created through nsqlookupd: refused, as youzan's nsqd refuses it."""
+        if self.ctx.cluster is not None:
+            raise CreateTopicFailed(
+                "CREATE_TOPIC is not allowed here while cluster feature enabled."
+            )
+        count = cmd.partition + 1
+        topic = self.broker.get_topic(cmd.topic)
+        try:
+            if count > MAX_PARTITIONS or (count > 1 and is_ephemeral(cmd.topic)):
+                raise ValueError(f"{count} partitions")
+            if topic is None:
+                self.broker.topic(cmd.topic, partitions=count)
+            elif topic.partition_count < count:
+                self.broker.expand_topic(cmd.topic, count)
+        except (StorageError, ValueError) as exc:
+            raise CreateTopicFailed(f"CREATE_TOPIC {cmd.topic} failed: {exc}") from None
+        self._reply(None, OK_FRAME)
 
     def rdy(self, cmd: Rdy) -> None:
         if self.client.state == CLOSING:

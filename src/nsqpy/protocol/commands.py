@@ -27,7 +27,9 @@ from typing import TypeAlias
 from nsqpy.errors import (
     BadBody,
     BadChannel,
+    BadExt,
     BadMessage,
+    BadPartition,
     BadProtocol,
     BadTopic,
     InvalidError,
@@ -58,6 +60,7 @@ from nsqpy.protocol.verbs import (
     Dpub,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     Nop,
     Pub,
@@ -146,6 +149,7 @@ class CommandParser:
             b"AUTH": self._auth,
             b"IDENTIFY": self._identify,
             b"SUB_ORDERED": self._sub_ordered,
+            b"INTERNAL_CREATE_TOPIC": self._internal_create_topic,
             # Youzan's extended publishing (``nsqpy.protocol.extend``), over ``read_topic``,
             # ``read_message_body`` and ``read_mpub``
             b"PUB_EXT": partial(parse_pub_ext, self),
@@ -539,6 +543,29 @@ class CommandParser:
     def _sub_ordered(self, params: _Params, start: int) -> _Parsed:
         return self._sub(params, start, ordered=True)
 
+    def _internal_create_topic(self, params: _Params, start: int) -> _Parsed:
+        """``INTERNAL_CREATE_TOPIC <topic> <partition> [<ext>]``, checked as youzan's nsqd
+        checks it (the ext flag as Go's strconv.ParseBool reads it)."""
+        if len(params) < 3:
+            raise InvalidError("CREATE_TOPIC insufficient number of parameters")
+        if not valid_name_bytes(params[1]):
+            raise BadTopic(f"topic name {go_quote(params[1])} is not valid")
+        topic = params[1].decode("ascii")
+        raw = bytes(params[2])
+        digits = raw[1:] if raw[:1] in (b"-", b"+") else raw
+        if not digits.isdigit() or len(digits) > 18:
+            raise BadPartition(f"topic partition is not valid: {go_quote(raw)}")
+        partition = int(raw)
+        if partition < 0:
+            raise BadPartition("partition should not less than 0")
+        ext = False
+        if len(params) >= 4:
+            flag = bytes(params[3])
+            if flag not in _GO_BOOLS:
+                raise BadExt(f"topic ext is not valid: {go_quote(flag)}")
+            ext = _GO_BOOLS[flag]
+        return InternalCreateTopic(topic, partition, ext), start
+
     def _identify(self, params: _Params, start: int) -> _Parsed:
         parsed = self._command_body("IDENTIFY", start, self.max_command_body_size)
         if parsed is None:
@@ -559,5 +586,11 @@ class CommandParser:
     def _cls(self, params: _Params, start: int) -> _Parsed:
         return _CLS, start
 
+
+# Go's strconv.ParseBool
+_GO_BOOLS = {
+    **dict.fromkeys((b"1", b"t", b"T", b"TRUE", b"true", b"True"), True),
+    **dict.fromkeys((b"0", b"f", b"F", b"FALSE", b"false", b"False"), False),
+}
 
 __all__ = ["CommandParser", "Gate", "LineTooLong"]

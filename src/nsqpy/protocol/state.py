@@ -16,6 +16,7 @@ from nsqpy.protocol.verbs import (
     Dpub,
     Fin,
     Identify,
+    InternalCreateTopic,
     Mpub,
     Nop,
     Pub,
@@ -58,6 +59,7 @@ ALLOWED: dict[bytes, frozenset[int]] = {
     b"MPUB_EXT": _ANY,
     b"PUB_TRACE": _ANY,
     b"MPUB_TRACE": _ANY,
+    b"INTERNAL_CREATE_TOPIC": _ANY,
 }
 
 _VERBS: dict[type, bytes] = {
@@ -77,6 +79,7 @@ _VERBS: dict[type, bytes] = {
     MpubExt: b"MPUB_EXT",
     PubTrace: b"PUB_TRACE",
     MpubTrace: b"MPUB_TRACE",
+    InternalCreateTopic: b"INTERNAL_CREATE_TOPIC",
 }
 
 # Pre-built errors' texts: "cannot SUB in current state".

@@ -33,6 +33,15 @@ class Sub:
 
 
 @dataclass(slots=True)
+class InternalCreateTopic:
+    """youzan's ``INTERNAL_CREATE_TOPIC <topic> <partition> [<ext>]`` (a single node's)."""
+
+    topic: str
+    partition: int
+    ext: bool = False
+
+
+@dataclass(slots=True)
 class Pub:
     topic: str
     body: bytes
@@ -101,6 +110,7 @@ Command: TypeAlias = (
     | MpubExt
     | PubTrace
     | MpubTrace
+    | InternalCreateTopic
 )
 
 
@@ -111,6 +121,7 @@ __all__ = [
     "Dpub",
     "Fin",
     "Identify",
+    "InternalCreateTopic",
     "Mpub",
     "MpubExt",
     "MpubTrace",
