@@ -95,6 +95,9 @@ CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.initial_reconnect_backoff_ms": 100,
     "grpc.min_reconnect_backoff_ms": 100,
     "grpc.max_reconnect_backoff_ms": 1000,
+    # gRPC takes 4 MiB in a message by default; a read of every key of a large cluster can
+    # be more. etcd's own Go client takes up to 2 GiB.
+    "grpc.max_receive_message_length": 2**31 - 1,
 }
 
 
@@ -560,10 +563,17 @@ class _Watch:
 
     async def _stream(self, call: Any) -> AsyncIterator[list[Event]]:
         prefix = _b(self.prefix)
-        create = rpc.WatchCreateRequest(key=prefix, range_end=utils.prefix_range_end(prefix))
+        # fragment: etcd splits a response bigger than its request limit (1.5 MiB by
+        # default) into fragments; unsplit, the history sent to a watcher far behind (up to
+        # a thousand revisions at once) can pass gRPC's message limit, and be refused again
+        # at every retry, the watch stuck for good.
+        create = rpc.WatchCreateRequest(
+            key=prefix, range_end=utils.prefix_range_end(prefix), fragment=True
+        )
         if self.next_revision is not None:
             create.start_revision = self.next_revision
         await self._io(call.write(rpc.WatchRequest(create_request=create)))
+        pieces: list[Event] = []  # the fragments so far of a response split by etcd
         while True:
             resp = await self._io(call.read())
             if resp is grpc.aio.EOF:
@@ -576,8 +586,9 @@ class _Watch:
                 if self.next_revision is None:
                     self.next_revision = int(resp.header.revision) + 1
                 self._recovered()
-            if resp.events:
-                batch = [_event(e) for e in resp.events]
+            pieces.extend(_event(e) for e in resp.events)
+            if pieces and not resp.fragment:
+                batch, pieces = pieces, []
                 self.next_revision = batch[-1].kv.mod_revision + 1
                 yield batch
 

@@ -134,6 +134,42 @@ async def test_watch_prefix_yields_batches_from_the_revision_asked(etcd: Etcd, p
     assert seen[1].kv.mod_revision == seen[2].kv.mod_revision  # one txn, one revision
 
 
+async def test_a_watch_far_behind_gets_history_larger_than_a_grpc_message(
+    etcd: Etcd, prefix: str
+) -> None:
+    """A watcher that starts (or falls) far behind is sent the history it missed in one
+    response of up to a thousand revisions: here 80 values of 100 kB, 8 MB, twice what
+    gRPC takes in one message by default. Every event arrives, in order (etcd splits the
+    response into fragments, which the watch joins again)."""
+    first = await etcd.put(prefix + "start", b"")
+    value = b"v" * 100_000
+    for i in range(80):
+        await etcd.put(prefix + f"big{i:02d}", value)
+    seen: list[Event] = []
+
+    async def follow() -> None:
+        async for batch in etcd.watch_prefix(prefix, first + 1):
+            seen.extend(batch)
+
+    task = asyncio.create_task(follow())
+    try:
+        await eventually(lambda: len(seen) >= 80, timeout=10, what="80 events")
+    finally:
+        task.cancel()
+    assert [e.kv.key.removeprefix(prefix) for e in seen] == [f"big{i:02d}" for i in range(80)]
+    assert all(e.kv.value == value for e in seen)
+
+
+async def test_a_read_of_more_than_a_grpc_message_gets_every_key(etcd: Etcd, prefix: str) -> None:
+    """A view's first read takes every key of its cluster at once: 60 values of 100 kB here,
+    6 MB, more than gRPC takes in one message by default."""
+    value = b"r" * 100_000
+    for i in range(60):
+        await etcd.put(prefix + f"k{i:02d}", value)
+    kvs, _revision = await etcd.get_prefix(prefix)
+    assert [kv.key.removeprefix(prefix) for kv in kvs] == [f"k{i:02d}" for i in range(60)]
+
+
 async def test_watch_from_now_sees_only_later_changes(etcd: Etcd, prefix: str) -> None:
     await etcd.put(prefix + "old", b"0")
     seen: list[Event] = []
