@@ -109,7 +109,8 @@ BAD_HEADERS = [
     b"not json",
     b'{"a": 1}',
     b'{"a": null}',
-    b'{"bad name": "x"}',
+    b'{"": "x"}',
+    b'{"bad\\nname": "x"}',
     b'{"##trace_id": "12x"}',
     b'{"##trace_id": 12}',
     b'{"##trace_id": "18446744073709551616"}',
@@ -168,7 +169,7 @@ async def test_http_pub_ext_with_param_and_request_headers(nsqd: NsqdServer) -> 
         ("/pub_ext?topic=hx", {}),  # no headers at all
         ("/pub_ext?topic=hx&ext=[1]", {}),
         ('/pub_ext?topic=hx&ext={"a":2}', {}),
-        ("/pub_ext?topic=hx", {"X-Nsqext-a.b": "v"}),
+        ('/pub_ext?topic=hx&ext={"":"v"}', {}),
     ):
         assert await http(nsqd, "POST", path, b"m", headers=headers) == (
             400,
@@ -229,3 +230,21 @@ async def test_ephemeral_topic_delivers_headers_after_the_topic_let_go(nsqd: Nsq
 async def eventually_finished(nsqd: NsqdServer, topic: str) -> None:
     channel = nsqd.broker.topics[topic].channels["c"]
     await eventually(lambda: channel.finish_count == 1, what="the FIN processed")
+
+
+async def test_youzan_clients_header_names_with_dots_are_taken(nsqd: NsqdServer) -> None:
+    """youzan/go-nsq's compressed messages carry ``nsq.client.compress`` and
+    ``nsq.msg.size``: taken over TCP and HTTP, stored as published, delivered to an
+    extend_support consumer as they came."""
+    headers = {"nsq.client.compress": "1", "nsq.msg.size": "42", "a b/c:d": "v"}
+    p = await AsyncWire.connect(nsqd.tcp_port)
+    await p.send(encode_pub_ext("dots", headers, b"zipped"))
+    assert await p.read_frame() == (0, b"OK")
+    status, _ = await http(
+        nsqd, "POST", "/pub_ext?topic=dots", b"over http", headers={"X-Nsqext-nsq.msg.size": "9"}
+    )
+    assert status == 200
+    s = await subscribe(nsqd.tcp_port, "SUB dots c", fields=EXTEND)
+    first, second = await message(s, extended=True), await message(s, extended=True)
+    assert (first.body, json.loads(first.ext)) == (b"zipped", headers)
+    assert (second.body, json.loads(second.ext)) == (b"over http", {"nsq.msg.size": "9"})

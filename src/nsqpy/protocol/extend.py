@@ -2,7 +2,8 @@
 
 Owns what youzan/nsq added on top of NSQ's V2 protocol, as sans-IO values and bytes:
 the JSON headers a message may carry (``parse_headers`` checks them: a JSON object of
-string values whose names are ``[0-9A-Za-z_#-]+``, at most 65535 bytes; names starting
+string values whose names are 1 to 255 characters, none a control character (youzan's
+clients name theirs ``nsq.msg.size``, ``nsq.client.compress``), at most 65535 bytes; names starting
 with ``##`` are reserved: ``##trace_id`` is a decimal uint64 string, ``##partition_key``
 picks the partition by hash; a value that is not valid Unicode, a lone surrogate escape such
 as ``"\\ud800"``, is the fatal E_BAD_BODY: it could never be written out as UTF-8 again),
@@ -36,7 +37,7 @@ TRACE_ID_KEY = "##trace_id"
 PARTITION_KEY_KEY = "##partition_key"
 MAX_HEADERS_BYTES = 0xFFFF  # the header length is a uint16 on the wire
 MAX_TRACE_ID = (1 << 64) - 1
-_NAME = re.compile(r"[0-9A-Za-z_#\-]+")
+_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,255}")  # (youzan's clients use dots: nsq.msg.size)
 _DIGITS = re.compile(r"[0-9]{1,20}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _I32 = struct.Struct(">i")
@@ -203,7 +204,7 @@ def check_header_values(doc: Mapping[str, object]) -> Headers:
     traced = False
     for name, value in doc.items():
         if not _NAME.fullmatch(name):
-            raise _bad(f"header name {name!r} is not [0-9A-Za-z_#-]+")
+            raise _bad(f"header name {name!r} is empty, longer than 255 or has a control character")
         if not isinstance(value, str):
             raise _bad(f"header {name!r} is not a string")
         if _SURROGATE.search(value):
