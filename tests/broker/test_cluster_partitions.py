@@ -3,7 +3,7 @@
 Topic ``t`` has 4 partitions in the cluster; this node holds 1 and 3. Writes go to led
 partitions only (``NotLeader`` otherwise), a follower's channel parts deliver nothing, a
 message ID of a partition not held is "not in flight", SUB to a partition not held is
-``BadPartition``; released partitions keep their offset reservation, and what is held
+``TopicNotExist``; released partitions keep their offset reservation, and what is held
 survives a restart (as followers, in cluster mode, until the cluster layer says more).
 """
 
@@ -21,12 +21,12 @@ from nsqpy.broker.client import Client
 from nsqpy.broker.stats import stats
 from nsqpy.broker.topic import Topic
 from nsqpy.errors import (
-    BadPartition,
     FinFailed,
     NotLeader,
     NotWritable,
     ReqFailed,
     StorageError,
+    TopicNotExist,
     TouchFailed,
 )
 from nsqpy.protocol.message import OFFSET_BITS
@@ -160,10 +160,12 @@ def test_ids_of_partitions_not_held_fail_as_unknown_ids(cluster_broker: Broker) 
     assert channel.in_flight_count == 0 and client.in_flight_count == 0
 
 
-def test_sub_to_a_partition_not_held_is_bad_partition(cluster_broker: Broker) -> None:
+def test_sub_to_a_partition_not_held_is_topic_not_exist(cluster_broker: Broker) -> None:
+    """As youzan's nsqd, which has no such partition: E_TOPIC_NOT_EXIST, on which youzan's
+    consumer looks the partition's node up again."""
     hold_t(cluster_broker, {1: "leader", 3: "follower"})
     for partition in (0, 2, 4):
-        with pytest.raises(BadPartition):
+        with pytest.raises(TopicNotExist):
             subscriber(cluster_broker, partition)
     client, _ = subscriber(cluster_broker, 3)
     channel = cluster_broker.topics["t"].channels["c"]

@@ -19,7 +19,7 @@ from nsqpy.protocol.extend import (
     encode_pub_trace,
 )
 from nsqpy.protocol.message import JSON_HEADER_EXT_VERSION, NO_EXT_VERSION
-from nsqpy.testing import AsyncWire, eventually
+from nsqpy.testing import AsyncWire, eventually, identify
 
 from .conftest import connect, create_topic, err, http, message, post, subscribe
 
@@ -248,3 +248,64 @@ async def test_youzan_clients_header_names_with_dots_are_taken(nsqd: NsqdServer)
     first, second = await message(s, extended=True), await message(s, extended=True)
     assert (first.body, json.loads(first.ext)) == (b"zipped", headers)
     assert (second.body, json.loads(second.ext)) == (b"over http", {"nsq.msg.size": "9"})
+
+
+async def test_a_consumer_with_a_desired_tag_gets_only_messages_of_that_tag(
+    nsqd: NsqdServer,
+) -> None:
+    """youzan's dispatch tags: a consumer that IDENTIFYs a ``desired_tag`` gets only the
+    messages whose ``##client_dispatch_tag`` header is that tag; a consumer with none gets
+    the untagged ones, and the tagged ones too once no consumer of their tag is
+    subscribed. A tagged message waits while its tag's consumers are busy."""
+    await create_topic(nsqd, "tags", 1)
+    tagged = await subscribe(nsqd.tcp_port, "SUB tags c", rdy=10,
+                             fields={**EXTEND, "desired_tag": "blue"})  # fmt: skip
+    plain = await subscribe(nsqd.tcp_port, "SUB tags c", rdy=10, fields=EXTEND)
+    pub = await AsyncWire.connect(nsqd.tcp_port)
+    for i in range(3):
+        await pub.send(encode_pub_ext("tags", {"##client_dispatch_tag": "blue"}, b"b%d" % i))
+        assert await pub.read_frame() == (0, b"OK")
+        await pub.send(encode_pub_ext("tags", {"app": "x"}, b"p%d" % i))
+        assert await pub.read_frame() == (0, b"OK")
+    blue = [await message(tagged, extended=True) for _ in range(3)]
+    other = [await message(plain, extended=True) for _ in range(3)]
+    assert [m.body for m in blue] == [b"b0", b"b1", b"b2"]
+    assert [m.body for m in other] == [b"p0", b"p1", b"p2"]
+    assert await tagged.frame_within(0.2) is None and await plain.frame_within(0.2) is None
+    for m in blue:
+        await tagged.send(b"FIN " + m.id + b"\n")
+    await tagged.close()  # no consumer of "blue" any more: its messages go to the others
+    await eventually(lambda: len(nsqd.broker.topics["tags"].channels["c"].consumers) == 1, 5)
+    await pub.send(encode_pub_ext("tags", {"##client_dispatch_tag": "blue"}, b"b3"))
+    assert await pub.read_frame() == (0, b"OK")
+    assert (await message(plain, extended=True)).body == b"b3"
+
+
+async def test_a_desired_tag_longer_than_youzans_limit_is_refused(nsqd: NsqdServer) -> None:
+    wire = await AsyncWire.connect(nsqd.tcp_port)
+    await wire.send(identify({"desired_tag": "t" * 101}))
+    ftype, data = await wire.read_frame()
+    assert ftype == 1 and data.startswith(b"E_BAD_BODY IDENTIFY invalid tag len 101")
+
+
+async def test_a_tagged_message_waits_for_a_consumer_of_its_tag(nsqd: NsqdServer) -> None:
+    """The only consumer of tag "blue" has no RDY left: the next blue message waits for
+    it, not given to the untagged consumer, and what follows it in the partition waits
+    behind it (youzan's nsqd hands a partition's messages out in order, one at a time);
+    a FIN frees both."""
+    await create_topic(nsqd, "tagwait", 1)
+    tagged = await subscribe(nsqd.tcp_port, "SUB tagwait c", rdy=1,
+                             fields={**EXTEND, "desired_tag": "blue"})  # fmt: skip
+    plain = await subscribe(nsqd.tcp_port, "SUB tagwait c", rdy=10, fields=EXTEND)
+    pub = await AsyncWire.connect(nsqd.tcp_port)
+    for tag, body in (("blue", b"b0"), ("", b"p0"), ("blue", b"b1"), ("", b"p1")):
+        await pub.send(
+            encode_pub_ext("tagwait", {"##client_dispatch_tag": tag} if tag else b"", body)
+        )
+        assert await pub.read_frame() == (0, b"OK")
+    first = await message(tagged, extended=True)
+    assert first.body == b"b0" and (await message(plain, extended=True)).body == b"p0"
+    assert await plain.frame_within(0.3) is None and await tagged.frame_within(0.1) is None
+    await tagged.send(b"FIN " + first.id + b"\n")
+    assert (await message(tagged, extended=True)).body == b"b1"
+    assert (await message(plain, extended=True)).body == b"p1"

@@ -38,9 +38,11 @@ from nsqpy.broker.inflight import FROM_DEFERRED, FROM_LOG, InFlight, push_timeou
 from nsqpy.broker.memqueue import MemoryQueue
 from nsqpy.broker.policy import ChannelPolicy
 from nsqpy.errors import FinFailed, ReqFailed, StorageError, TouchFailed
+from nsqpy.protocol.extend import dispatch_tag
 from nsqpy.protocol.message import OFFSET_BITS, message_frame
 from nsqpy.protocol.state import CLOSING, SUBSCRIBED
 from nsqpy.storage import CursorFile, CursorSnapshot, CursorState, OffsetOutOfRange
+from nsqpy.storage.records import parse_extension
 
 __all__ = ["READ_BATCH", "ChannelPartition"]
 
@@ -201,11 +203,38 @@ class ChannelPartition:
         self._rr = (self._rr + 1) % len(ready)
         return ready[self._rr]
 
+    def _tags(self) -> frozenset[str] | None:
+        """The dispatch tags this partition's consumers want (youzan's IDENTIFY
+        ``desired_tag``); None when none wants one: any message to any consumer."""
+        wanted = {c.desired_tag for c in self.consumers if c.desired_tag}
+        return frozenset(wanted) if wanted else None
+
+    def _tagged_client(
+        self, ready: list[Client], ext: bytes, tags: frozenset[str]
+    ) -> Client | None:
+        """youzan's dispatch by tag: a message whose ``##client_dispatch_tag`` header is T
+        goes to a consumer wanting T while one is subscribed, else (and a message of no tag
+        always) to a consumer wanting none. None when no such consumer is ready: the
+        message waits for one (as in youzan's nsqd)."""
+        tag = dispatch_tag(parse_extension(ext)[2]) if ext else ""
+        want = tag if tag in tags else ""
+        fits = [c for c in ready if c.desired_tag == want]
+        if not fits:
+            return None
+        return fits[0] if len(fits) == 1 else self._next_client(fits)
+
     def _pump_requeued(self, ready: list[Client], now: int) -> int:
         sent = 0
+        tags = self._tags()
         while self._requeued and ready:
-            offset, attempts, timestamp, body, ext = self._requeued.popleft()
-            client = self._next_client(ready)
+            offset, attempts, timestamp, body, ext = self._requeued[0]
+            if tags is None:
+                client = self._next_client(ready)
+            elif (found := self._tagged_client(ready, ext, tags)) is not None:
+                client = found
+            else:
+                break  # (its consumers are not ready: what follows waits behind it)
+            self._requeued.popleft()
             self._deliver(client, offset, attempts + 1, timestamp, body, FROM_LOG, now, ext)
             sent += 1
             if client.capacity <= 0:
@@ -255,6 +284,7 @@ class ChannelPartition:
         deferral.stalled = False
         tracer = self.policy.tracer
         in_flight, id_base = self.in_flight, self._id_base
+        tags = self._tags()
         while ready and cursor.next_read < end:
             if cursor.ranges:
                 deferral.skip_confirmed()
@@ -290,7 +320,13 @@ class ChannelPartition:
                 if cutoff and (deliver_at or timestamp) < cutoff:
                     self.policy_paths.expire(offset, now)
                     continue
-                client = ready[0] if len(ready) == 1 else self._next_client(ready)
+                if tags is None:
+                    client = ready[0] if len(ready) == 1 else self._next_client(ready)
+                elif (found := self._tagged_client(ready, ext, tags)) is not None:
+                    client = found
+                else:  # no consumer of its tag is ready: it waits, and what follows it
+                    cursor.next_read = offset
+                    return sent
                 if client.sample_rate and random.randint(0, 99) > client.sample_rate:
                     self._confirm(offset)  # NSQ discards what sampling skips
                     continue

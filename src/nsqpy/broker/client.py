@@ -52,6 +52,7 @@ class Client:
     requeue_count: int = 0
     msg_timeout_ns: int = 60_000_000_000
     sample_rate: int = 0
+    desired_tag: str = ""  # youzan's dispatch tag (IDENTIFY desired_tag): only its messages
     deflate: bool = False
     snappy: bool = False
     tls: bool = False

@@ -395,6 +395,7 @@ class V2Connection(BufferedConnection):
             c.hostname = req.hostname
         c.user_agent = req.user_agent
         c.sample_rate = neg.sample_rate
+        c.desired_tag = req.desired_tag
         c.msg_timeout_ns = neg.msg_timeout_ms * 1_000_000
         self.heartbeat_ns = (
             neg.heartbeat_interval_ms * 1_000_000 if neg.heartbeat_interval_ms > 0 else -1

@@ -35,6 +35,7 @@ from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
 TRACE_ID_KEY = "##trace_id"
 PARTITION_KEY_KEY = "##partition_key"
+DISPATCH_TAG_KEY = "##client_dispatch_tag"  # youzan: delivered to consumers of that tag
 MAX_HEADERS_BYTES = 0xFFFF  # the header length is a uint16 on the wire
 MAX_TRACE_ID = (1 << 64) - 1
 _NAME = re.compile(r"[^\x00-\x1f\x7f]{1,255}")  # (youzan's clients use dots: nsq.msg.size)
@@ -248,6 +249,21 @@ def headers_from_mapping(doc: Mapping[str, str]) -> Headers:
     if len(raw) > MAX_HEADERS_BYTES:
         raise _bad(f"{len(raw)} bytes > {MAX_HEADERS_BYTES}")
     return Headers(raw, found.trace_id, found.partition_key, found.traced)
+
+
+_TAG_BYTES = DISPATCH_TAG_KEY.encode()
+
+
+def dispatch_tag(headers: bytes) -> str:
+    """The ``##client_dispatch_tag`` of a message's JSON headers ("" for none, or for
+    headers that do not hold it as a string)."""
+    if _TAG_BYTES not in headers:  # (most messages: no JSON to read)
+        return ""
+    try:
+        value = json.loads(headers).get(DISPATCH_TAG_KEY, "")
+    except (ValueError, AttributeError):
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 def encode_traced_reply(msg_id: int, trace_id: int, offset: int, raw_size: int) -> bytes:

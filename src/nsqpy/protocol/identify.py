@@ -45,7 +45,9 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "user_agent": ("user_agent", "str"),
     "msg_timeout": ("msg_timeout_ms", "int"),
     "extend_support": ("extend_support", "bool"),  # youzan: extended message frames
+    "desired_tag": ("desired_tag", "str"),  # youzan: only messages of this dispatch tag
 }
+MAX_TAG_LENGTH = 100  # youzan's limit on a desired tag
 # Go folds only ASCII letters plus these two runes onto ASCII (unicode.SimpleFold).
 _FOLD = str.maketrans({"\u212a": "k", "\u017f": "s"})
 
@@ -68,6 +70,7 @@ class IdentifyRequest:
     user_agent: str = ""
     msg_timeout_ms: int = 0
     extend_support: bool = False
+    desired_tag: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -158,6 +161,10 @@ def _validate(req: IdentifyRequest, limits: Limits) -> None:
     msg_timeout = req.msg_timeout_ms
     if msg_timeout != 0 and not 1000 <= msg_timeout <= limits.max_msg_timeout_ms:
         raise BadBody(f"IDENTIFY msg timeout ({msg_timeout}) is invalid")
+    if len(req.desired_tag) > MAX_TAG_LENGTH:
+        raise BadBody(
+            f"IDENTIFY invalid tag len {len(req.desired_tag)}, exceed limit {MAX_TAG_LENGTH}"
+        )
 
 
 def negotiate(req: IdentifyRequest, limits: Limits) -> Negotiated:
