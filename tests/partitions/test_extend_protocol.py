@@ -47,7 +47,18 @@ from nsqpy.protocol.message import (
     extend_frame,
 )
 from nsqpy.protocol.message import decode_message as decode
-from nsqpy.protocol.verbs import Command, InternalCreateTopic, Mpub, Nop, Pub, Sub
+from nsqpy.protocol.verbs import (
+    Command,
+    Fin,
+    InternalCreateTopic,
+    Mpub,
+    Nop,
+    Pub,
+    Rdy,
+    Req,
+    Sub,
+    Touch,
+)
 
 MAGIC = b"  V2"
 GOLDEN: list[tuple[str, bytes, Command]] = [
@@ -263,3 +274,22 @@ def test_identify_extend_support_is_a_strict_bool() -> None:
     assert reply["extend_support"] is True
     with pytest.raises(ProtocolError):
         parse_identify(b'{"extend_support": 1}', limits)
+
+
+def test_binary_ids_are_read_by_length_however_the_bytes_arrive() -> None:
+    """With youzan's binary IDs (an ``extend_support`` client), FIN, REQ and TOUCH carry 16
+    raw bytes that may hold a newline, a space or a CR: read by length, as the 16 hex
+    digits of the ID's first 8 bytes; other commands as usual, whatever the split."""
+    newline_id = struct.pack(">QQ", 10, 7)  # (0x0a: a newline in the ID)
+    space_id = struct.pack(">QQ", 32, 0x0D0A2020)  # (a space; a CR, LF in the trace id)
+    stream = (MAGIC + b"FIN " + newline_id + b"\nREQ " + space_id + b" 1500\n"
+              + b"TOUCH " + newline_id + b"\r\nNOP\nRDY 3\n")  # fmt: skip
+    expected = [Fin(b"%016x" % 10), Req(b"%016x" % 32, 1500), Touch(b"%016x" % 10), Nop(), Rdy(3)]
+    for chunks in ([stream], [stream[i : i + 1] for i in range(len(stream))]):
+        parser = CommandParser(Limits())
+        parser.binary_ids = True
+        got: list[Command] = []
+        for chunk in chunks:
+            parser.feed(chunk)
+            got.extend(parser.commands())
+        assert got == expected

@@ -165,13 +165,13 @@ async def test_http_pub_ext_with_param_and_request_headers(nsqd: NsqdServer) -> 
     doc = json.loads(body)
     assert status == 200 and doc["status"] == "OK" and doc["trace_id"] == "5"
     assert doc["id"] == doc["queue_offset"] == 0
-    for path, headers in (
-        ("/pub_ext?topic=hx", {}),  # no headers at all
-        ("/pub_ext?topic=hx&ext=[1]", {}),
-        ('/pub_ext?topic=hx&ext={"a":2}', {}),
-        ('/pub_ext?topic=hx&ext={"":"v"}', {}),
+    for path in (
+        "/pub_ext?topic=hx",  # no headers at all
+        "/pub_ext?topic=hx&ext=[1]",
+        '/pub_ext?topic=hx&ext={"a":2}',
+        '/pub_ext?topic=hx&ext={"":"v"}',
     ):
-        assert await http(nsqd, "POST", path, b"m", headers=headers) == (
+        assert await http(nsqd, "POST", path, b"m") == (
             400,
             err("E_INVALID_JSON_HEADER"),
         ), path
@@ -309,3 +309,34 @@ async def test_a_tagged_message_waits_for_a_consumer_of_its_tag(nsqd: NsqdServer
     await tagged.send(b"FIN " + first.id + b"\n")
     assert (await message(tagged, extended=True)).body == b"b1"
     assert (await message(plain, extended=True)).body == b"p1"
+
+
+async def test_an_extend_support_client_gets_youzans_binary_ids_with_the_trace_id(
+    nsqd: NsqdServer,
+) -> None:
+    """youzan's message ID on the wire for an ``extend_support`` client: the ID as a
+    uint64, then the message's trace id as a uint64 (youzan/go-nsq's GetTraceID reads bytes
+    8 to 16). Its FIN, REQ and TOUCH echo those 16 bytes, which may hold a newline or a
+    space (offset 10 is 0x0a, 32 is a space): read by length. A plain client keeps NSQ's
+    hex IDs."""
+    await create_topic(nsqd, "bin", 1)
+    s = await subscribe(nsqd.tcp_port, "SUB bin c", rdy=40, fields=EXTEND)
+    plain = await subscribe(nsqd.tcp_port, "SUB bin other", rdy=1)
+    pub = await AsyncWire.connect(nsqd.tcp_port)
+    for i in range(34):
+        await pub.send(encode_pub_trace("bin", 1000 + i, b"m%d" % i))
+        await pub.read_frame()
+    got = [await message(s, extended=True) for _ in range(34)]
+    for i, msg in enumerate(got):
+        assert struct.unpack(">QQ", msg.id) == (i, 1000 + i), msg.id
+    assert got[10].id[7:8] == b"\n" and got[32].id[7:8] == b" "
+    await s.send(b"TOUCH " + got[10].id + b"\nREQ " + got[32].id + b" 0\n")
+    for msg in got:
+        if msg is not got[32]:
+            await s.send(b"FIN " + msg.id + b"\n")
+    again = await message(s, extended=True)
+    assert again.body == b"m32" and again.attempts == 2
+    await s.send(b"FIN " + again.id + b"\n")
+    await eventually(lambda: nsqd.broker.topics["bin"].channels["c"].depth == 0, 5)
+    assert await s.frame_within(0.2) is None  # (no error frame: every FIN found its message)
+    assert (await message(plain)).id == b"%016x" % 0

@@ -205,12 +205,15 @@ def test_partitions_ordered_position_and_headers_survive_a_restart(tmp_path: Pat
                     consumer.send(b"FIN " + msg_id + b"\n")
                 outstanding.clear()
             msg = decode_message(consumer.read_frame()[1], extended=True)
-            part, offset = int(msg.id, 16) >> 54, int(msg.id, 16) & ((1 << 54) - 1)
+            value = int.from_bytes(msg.id[:8], "big")  # (youzan's binary ID: extend_support)
+            part, offset = value >> 54, value & ((1 << 54) - 1)
             assert json.loads(msg.ext) == {"i": str(offset)} and msg.body == b"%d-%d" % (
                 part,
                 offset,
             )
-            assert all(int(o, 16) >> 54 != part for o in outstanding), "two in flight"
+            assert all(int.from_bytes(o[:8], "big") >> 54 != part for o in outstanding), (
+                "two in flight"
+            )
             seen[part].append(offset)
             outstanding.append(msg.id)
         assert seen == {p: [2, 3, 4] for p in range(3)}

@@ -26,6 +26,7 @@ from nsqpy.protocol.message import (
     JSON_HEADER_EXT_VERSION,
     MAX_EXT_LENGTH,
     NO_EXT_VERSION,
+    binary_id_frame,
     detail_frame,
     extend_frame,
     message_frame,
@@ -96,7 +97,9 @@ def stored_size(entry: Entry) -> int:
 
 
 class ExtendSink:
-    """The sink of a client with ``extend_support``: plain frames in, extended frames out."""
+    """The sink of a client with ``extend_support``: plain frames in, extended frames out,
+    their IDs in youzan's binary form (``binary_id_frame``: the record's trace id in the
+    last 8 bytes)."""
 
     def __init__(self, sink: Sink, client: Client) -> None:
         self.sink = sink
@@ -112,13 +115,15 @@ class ExtendSink:
             self.send_message(message_frame(timestamp, attempts, id_value, body))
             return
         frame = stored_ext_frame(timestamp, attempts, id_value, body, stored)
+        trace_id = parse_extension(stored)[0] if stored else 0
         if frame is None:  # a trace id or partition key without headers: a header object
             version, ext = extension_from(*parse_extension(stored))
             frame = extend_frame(message_frame(timestamp, attempts, id_value, body), version, ext)
-        self.sink.send_message(frame)
+        self.sink.send_message(binary_id_frame(frame, trace_id))
 
     def send_message(self, frame: bytes) -> None:
         version, ext = NO_EXTENSION
+        trace_id = 0
         channel = self.client.channel
         decoded = try_decode_message_id(frame[_ID_AT : _ID_AT + 16])
         if decoded is not None and isinstance(channel, Channel):
@@ -126,8 +131,9 @@ class ExtendSink:
             if raw is None:
                 version, ext = channel.extension(*decoded)
             else:
-                version, ext = extension_from(*parse_extension(raw))
-        self.sink.send_message(extend_frame(frame, version, ext))
+                trace_id, key, headers = parse_extension(raw)
+                version, ext = extension_from(trace_id, key, headers)
+        self.sink.send_message(binary_id_frame(extend_frame(frame, version, ext), trace_id))
 
     def close_by_server(self) -> None:
         self.sink.close_by_server()

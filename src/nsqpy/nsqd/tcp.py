@@ -405,6 +405,7 @@ class V2Connection(BufferedConnection):
         self._heartbeat_ms = neg.heartbeat_interval_ms
         if neg.extend_support and not isinstance(c.sink, ExtendSink):
             c.sink = c.extended = ExtendSink(self, c)
+            self.parser.binary_ids = True  # (its FIN, REQ and TOUCH echo youzan's binary IDs)
         if not req.feature_negotiation:
             self._reply(None, OK_FRAME)
             return

@@ -129,6 +129,10 @@ class CommandParser:
         # relative to the command's first byte so compaction cannot invalidate them.
         self._mpub: tuple[int, int, list[int]] | None = None
         self._names: dict[bytes, str] = {}
+        # youzan's binary message IDs (a client with ``extend_support``): FIN, REQ and TOUCH
+        # carry the 16 bytes as sent (a uint64 ID, a uint64 trace id), which may hold a
+        # newline or a space; each is read as the 16 hex digits of its ID.
+        self.binary_ids = False
         self._max_msg = limits.max_msg_size
         self._max_body = limits.max_body_size
         # The largest IDENTIFY or AUTH body taken (``limits.MAX_IDENTIFY_BODY_SIZE`` at
@@ -215,7 +219,7 @@ class CommandParser:
 
     def take_fin_values(self, limit: int = 1 << 30) -> list[int]:
         """``take_fins`` with each ID as its integer (``b"%016x" % value`` is the ID)."""
-        if self._error is not None or self._need_magic:
+        if self._error is not None or self._need_magic or self.binary_ids:
             return []
         buf = self._buf
         match = _FIN_RUN.match(buf, self._pos, self._pos + limit * _FIN_LINE)
@@ -291,15 +295,23 @@ class CommandParser:
             self._pos = pos
             self._need_magic = False
         while True:
-            newline = buf.find(b"\n", pos)
-            if newline < 0:
-                if len(buf) - pos >= MAX_LINE_LENGTH:
+            params: _Params | None = None
+            if self.binary_ids and buf[pos : pos + 1] in _BINARY_ID_FIRST:
+                found = self._binary_id_params(buf, pos)
+                if found is None:
+                    return None
+                if found[0]:
+                    params, newline = found
+            if params is None:
+                newline = buf.find(b"\n", pos)
+                if newline < 0:
+                    if len(buf) - pos >= MAX_LINE_LENGTH:
+                        raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
+                    return None
+                if newline - pos >= MAX_LINE_LENGTH:
                     raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
-                return None
-            if newline - pos >= MAX_LINE_LENGTH:
-                raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
-            stop = newline - 1 if newline > pos and buf[newline - 1] == 13 else newline
-            params = buf[pos:stop].split(b" ")
+                stop = newline - 1 if newline > pos and buf[newline - 1] == 13 else newline
+                params = buf[pos:stop].split(b" ")
             verb = params[0]
             if type(verb) is not bytes:
                 verb = bytes(verb)
@@ -314,6 +326,31 @@ class CommandParser:
                 return None
             command, self._pos = parsed
             return command
+
+    def _binary_id_params(self, buf: _Buffer, pos: int) -> tuple[list[bytes], int] | None:
+        """The params of a FIN, REQ or TOUCH line at ``pos`` whose ID is 16 raw bytes, the
+        ID given as its 16 hex digits, and where its line ends; ``([], -1)`` when the line
+        is no such command (read as any other); None when more bytes are needed."""
+        for verb in _BINARY_ID_VERBS:
+            if buf[pos : pos + len(verb)] == verb:
+                break
+        else:
+            return [], -1
+        at = pos + len(verb)
+        if len(buf) < at + MSG_ID_LENGTH:
+            return None
+        raw = bytes(buf[at : at + MSG_ID_LENGTH])
+        newline = buf.find(b"\n", at + MSG_ID_LENGTH)
+        if newline < 0:
+            if len(buf) - pos >= MAX_LINE_LENGTH:
+                raise LineTooLong(f"command line longer than {MAX_LINE_LENGTH} bytes")
+            return None
+        stop = (
+            newline - 1 if buf[newline - 1] == 13 and newline - 1 >= at + MSG_ID_LENGTH else newline
+        )
+        rest = bytes(buf[at + MSG_ID_LENGTH : stop]).split(b" ")[1:]
+        msg_id = b"%016x" % int.from_bytes(raw[:8], "big")
+        return [verb[:-1], msg_id, *rest], newline
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -586,6 +623,10 @@ class CommandParser:
     def _cls(self, params: _Params, start: int) -> _Parsed:
         return _CLS, start
 
+
+# The commands that carry a message ID: with binary IDs, read by length, not by line.
+_BINARY_ID_VERBS = (b"FIN ", b"REQ ", b"TOUCH ")
+_BINARY_ID_FIRST = (b"F", b"R", b"T")
 
 # Go's strconv.ParseBool
 _GO_BOOLS = {

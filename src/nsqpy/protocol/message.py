@@ -40,6 +40,7 @@ _EXT_HEAD = struct.Struct(">BH")
 # youzan's detail, in front of the body of a message sent to a SUB_ORDERED subscriber: the
 # message's offset in its partition's queue and its size
 DETAIL = struct.Struct(">QI")
+BINARY_ID = struct.Struct(">QQ")  # youzan's message ID on the wire: the ID, the trace id
 
 # Extension versions of youzan's extended message frame.
 NO_EXT_VERSION = 0
@@ -139,15 +140,27 @@ def extend_frame(frame: bytes, version: int, ext: bytes) -> bytes:
     return b"".join((_SIZE.pack(size), frame[4:_ID_END], head, frame[_ID_END:]))
 
 
+def binary_id_frame(frame: bytes, trace_id: int) -> bytes:
+    """A whole message frame with its ID in youzan's binary form: the message ID as a
+    uint64, then the trace id as a uint64 (what youzan's nsqd sends and its clients read
+    the trace id from). The form an ``extend_support`` client is sent."""
+    at = _ID_END - MSG_ID_LENGTH
+    value = int(frame[at:_ID_END], 16)
+    return b"".join((frame[:at], BINARY_ID.pack(value, trace_id), frame[_ID_END:]))
+
+
 def detail_frame(frame: bytes, *, extended: bool) -> bytes:
     """A whole message frame with youzan's detail put in front of its body (after the
-    extension, for an ``extended`` frame): the offset from the frame's message ID, the size
-    of the body. The form a ``SUB_ORDERED`` subscriber is sent."""
+    extension, for an ``extended`` frame, whose ID is binary): the offset from the frame's
+    message ID, the size of the body. The form a ``SUB_ORDERED`` subscriber is sent."""
     at = _ID_END
+    raw_id = frame[_ID_END - MSG_ID_LENGTH : _ID_END]
     if extended:
         at += 1 if frame[at] == NO_EXT_VERSION else 3 + _EXT_HEAD.unpack_from(frame, at)[1]
-    decoded = try_decode_message_id(frame[_ID_END - MSG_ID_LENGTH : _ID_END])
-    offset = decoded[1] if decoded is not None else 0
+        offset = BINARY_ID.unpack(raw_id)[0] & _OFFSET_MASK
+    else:
+        decoded = try_decode_message_id(raw_id)
+        offset = decoded[1] if decoded is not None else 0
     size = _SIZE.unpack_from(frame)[0] + DETAIL.size
     return b"".join(
         (_SIZE.pack(size), frame[4:at], DETAIL.pack(offset, len(frame) - at), frame[at:])
