@@ -103,7 +103,7 @@ async def test_changes_made_while_registering_are_replayed(http: aiohttp.ClientS
     loop = asyncio.get_running_loop()
     peer: LookupPeer | None = None
 
-    def registrations() -> list[bytes]:
+    def registrations(partitions: bool) -> list[bytes]:
         assert peer is not None
         # These land while the REGISTERs below are in flight (the first await of the loop).
         loop.call_soon(peer.send, encode_register("late", "c"))
@@ -192,3 +192,40 @@ async def test_new_topic_gets_the_channels_lookupd_knows_but_not_ephemeral_ones(
         await b.stop()
         await a.stop()
         await lookupd.stop()
+
+
+async def test_lookup_with_metainfo_lists_the_partitions_a_single_nsqd_holds(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """An nsqpy nsqd tells an nsqpy lookupd (which offers it) how many partitions each
+    topic has, at registration and as a topic grows; ``/lookup?…&metainfo=true`` (what
+    youzan's clients ask) then lists every partition with its node and the count in
+    ``meta``, as youzan's lookupd answers. A plain ``/lookup`` stays NSQ's."""
+    lookupd = await start_lookupd()
+    nsqd = NsqdServer(nsqd_opts(tmp_path, lookupd))
+    await nsqd.start()
+    try:
+        nsqd.broker.topic("grows", partitions=2)
+        base = f"http://127.0.0.1:{lookupd.http_port}/lookup?topic=grows"
+
+        async def partitions() -> tuple[list[str], int]:
+            status, doc = await get_json(http, base + "&access=r&metainfo=true")
+            if status != 200:
+                return [], 0
+            return sorted(doc["partitions"]), doc["meta"]["partition_num"]
+
+        await eventually(lambda: partitions_are(partitions, ["0", "1"], 2), 10)
+        nsqd.broker.expand_topic("grows", 3)
+        await eventually(lambda: partitions_are(partitions, ["0", "1", "2"], 3), 10)
+        _, doc = await get_json(http, base + "&access=r&metainfo=true")
+        node = doc["partitions"]["2"]
+        assert (node["broadcast_address"], node["tcp_port"]) == ("127.0.0.1", nsqd.tcp_port)
+        status, plain = await get_json(http, base)
+        assert status == 200 and set(plain) == {"channels", "producers"}
+    finally:
+        await nsqd.stop()
+        await lookupd.stop()
+
+
+async def partitions_are(read: Any, names: list[str], count: int) -> bool:
+    return bool(await read() == (names, count))

@@ -39,6 +39,7 @@ async def test_full_conversation(lookupd: NsqLookupd) -> None:
         "broadcast_address": "127.0.0.1",
         "hostname": socket.gethostname(),
         "http_port": lookupd.http_port,
+        "partitions": True,  # (nsqpy's PARTITIONS taken; nsqd ignores fields it does not know)
         "tcp_port": lookupd.tcp_port,
         "version": "1.3.0",
     }

@@ -101,6 +101,7 @@ class Broker:
         self._ephemeral_floor = 0
         # Hooks for the server layer (lookupd registration, channel pre-creation).
         self.on_topic_created: list[Callable[[Topic], None]] = []
+        self.on_topic_expanded: list[Callable[[Topic], None]] = []  # (its partition count grew)
         self.on_topic_deleted: list[Callable[[Topic], None]] = []
         self.on_channel_created: list[Callable[[Topic, Channel], None]] = []
         self.on_channel_deleted: list[Callable[[Topic, Channel], None]] = []
@@ -254,6 +255,8 @@ class Broker:
         finally:
             if topic.partition_count != old:
                 self.save_metadata()
+                for hook in self.on_topic_expanded:
+                    hook(topic)
         log.info("TOPIC(%s): expanded from %d to %d partitions", name, old, count)
         return topic
 

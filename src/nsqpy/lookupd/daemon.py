@@ -93,6 +93,7 @@ class NsqLookupd:
             "version": NSQ_VERSION,
             "broadcast_address": self.opts.broadcast_address,
             "hostname": self.hostname,
+            "partitions": True,  # (nsqpy's PARTITIONS taken: an nsqpy nsqd sends it)
         }
 
     async def start(self) -> None:

@@ -154,7 +154,19 @@ class HttpApi:
         if found is None:
             raise HttpError(404, "TOPIC_NOT_FOUND")
         channels, peers = found
-        return v1_json({"channels": channels, "producers": [peer_json(p) for p in peers]})
+        doc: dict[str, Any] = {"channels": channels, "producers": [peer_json(p) for p in peers]}
+        if "metainfo" in args:  # (youzan's clients ask so; NSQ's answer stays as it was)
+            parts = self.registry.partitions(topic, peers)
+            doc["partitions"] = {str(n): peer_json(p) for n, p in sorted(parts.items())}
+            doc["meta"] = {
+                "partition_num": len(parts),
+                "replica": 1,
+                "extend_support": True,
+                "ordered": False,
+                "multi_part": False,
+                "disable_channel_auto_create": False,
+            }
+        return v1_json(doc)
 
     async def nodes(self, request: web.Request) -> web.StreamResponse:
         producers = [

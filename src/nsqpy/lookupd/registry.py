@@ -173,6 +173,8 @@ class Registry:
         tombstone_lifetime_ms: int = 45_000,
     ) -> None:
         self.db = RegistrationDB()
+        # (peer id, topic) -> how many partitions the topic has there (nsqpy's PARTITIONS)
+        self.partition_counts: dict[tuple[str, str], int] = {}
         self.clock = clock
         self.inactive_producer_timeout_ns = inactive_producer_timeout_ms * 1_000_000
         self.tombstone_lifetime_ns = tombstone_lifetime_ms * 1_000_000
@@ -222,6 +224,10 @@ class Registry:
                 added.append(reg)
         return added
 
+    def set_partitions(self, peer: PeerInfo, topic: str, count: int) -> None:
+        """nsqpy's PARTITIONS: the topic has ``count`` partitions on ``peer``."""
+        self.partition_counts[(peer.id, topic)] = count
+
     def unregister(
         self, peer: PeerInfo, topic: str, channel: str | None = None
     ) -> list[Registration]:
@@ -230,6 +236,7 @@ class Registry:
         if channel:
             self._leave(Registration(CHANNEL, topic, channel), peer, channel, left)
             return left
+        self.partition_counts.pop((peer.id, topic), None)
         for reg in self.db.find_registrations(CHANNEL, topic, WILDCARD):
             if self.db.remove_producer(reg, peer.id)[0]:
                 left.append(reg)
@@ -252,6 +259,8 @@ class Registry:
         regs = self.db.lookup_registrations(peer_id)
         for reg in regs:
             self.db.remove_producer(reg, peer_id)
+        for key in [k for k in self.partition_counts if k[0] == peer_id]:
+            del self.partition_counts[key]
         return regs
 
     # -- the HTTP API ------------------------------------------------------------------------
@@ -270,6 +279,16 @@ class Registry:
             self.db.find_producers(TOPIC, topic, ""), self.tombstone_lifetime_ns
         )
         return self.channels(topic), [p.peer for p in producers]
+
+    def partitions(self, topic: str, producers: list[PeerInfo]) -> dict[int, PeerInfo]:
+        """Partition number -> the producer holding it, for the producers that said how
+        many partitions the topic has (nsqpy's PARTITIONS; the first in ``producers``
+        order when several hold one)."""
+        out: dict[int, PeerInfo] = {}
+        for peer in producers:
+            for number in range(self.partition_counts.get((peer.id, topic), 0)):
+                out.setdefault(number, peer)
+        return out
 
     def nodes(self) -> list[tuple[PeerInfo, list[str], list[bool]]]:
         """/nodes: every active peer with its topics and, parallel to them, its tombstones."""

@@ -23,6 +23,7 @@ from nsqpy.protocol.lookupd import (
     Identify,
     LookupCommand,
     LookupdParser,
+    Partitions,
     Ping,
     Register,
     Unregister,
@@ -150,6 +151,10 @@ class V1Connection(asyncio.Protocol):
                 return self.unregister(topic, channel)
             case Identify(body):
                 return self.identify(body)
+            case Partitions(topic, count):
+                assert self.peer is not None  # the parser refuses it before IDENTIFY
+                self.registry.set_partitions(self.peer, topic, count)
+                return OK_RESPONSE
         raise AssertionError(f"unknown command {command!r}")  # pragma: no cover
 
     def ping(self) -> bytes:

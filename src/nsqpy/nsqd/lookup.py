@@ -3,7 +3,8 @@
 One ``LookupPeer`` per ``--lookupd-tcp-address`` keeps a TCP V1 connection: magic,
 IDENTIFY (version, ports, the OS hostname, broadcast address), then REGISTER for every
 topic (bare when it has no channel, else once per channel), REGISTER and UNREGISTER as
-topics and channels come and go, and PING every 15 s on its own timer, however busy the
+topics and channels come and go (to an nsqpy lookupd, which offers it in its IDENTIFY
+reply, also each topic's partition count: PARTITIONS, for Youzan's clients' ``/lookup``), and PING every 15 s on its own timer, however busy the
 command queue is (lookupd counts only PINGs as signs of life). Commands are queued from
 the moment the connection is made: the registration snapshot is taken after that, so a
 topic or channel created or deleted while the snapshot is being sent is replayed after
@@ -40,6 +41,7 @@ from nsqpy.options import NsqdOptions
 from nsqpy.protocol.lookupd import (
     ResponseDecoder,
     encode_identify_v1,
+    encode_partitions,
     encode_ping,
     encode_register,
     encode_unregister,
@@ -59,7 +61,7 @@ class LookupPeer:
         self,
         address: str,
         identity: Callable[[], dict[str, object]],
-        registrations: Callable[[], list[bytes]],
+        registrations: Callable[[bool], list[bytes]],
         *,
         ping_interval: float = PING_INTERVAL,
         tls: Callable[[], ClusterTls | None] = lambda: None,
@@ -87,6 +89,17 @@ class LookupPeer:
         session's snapshot covers it)."""
         if self._accepting:
             self._queue.put_nowait(command)
+
+    @property
+    def takes_partitions(self) -> bool:
+        """The lookupd offered nsqpy's PARTITIONS in its IDENTIFY reply (NSQ's does not:
+        it is never sent one)."""
+        return self.lookupd_info.get("partitions") is True
+
+    def send_partitions(self, topic: Topic) -> None:
+        """Queue a PARTITIONS of ``topic``, to a lookupd that takes it."""
+        if self.takes_partitions:
+            self.send(encode_partitions(topic.name, topic.partition_count))
 
     @property
     def http_address(self) -> str | None:
@@ -167,7 +180,7 @@ class LookupPeer:
                 self._queue.get_nowait()
             self._accepting = True
             next_ping = time.monotonic() + self.ping_interval
-            for command in self._registrations():
+            for command in self._registrations(self.takes_partitions):
                 await self._check(await request(command))
             self.connected.set()
             while True:
@@ -223,6 +236,7 @@ class LookupClient:
         self._tasks = BackgroundTasks(log, "nsqd lookupd client")
         broker = host.broker
         broker.on_topic_created.append(self._topic_created)
+        broker.on_topic_expanded.append(self._topic_expanded)
         broker.on_topic_deleted.append(self._topic_deleted)
         broker.on_channel_created.append(self._channel_created)
         broker.on_channel_deleted.append(self._channel_deleted)
@@ -237,13 +251,17 @@ class LookupClient:
             "broadcast_address": opts.broadcast_address,
         }
 
-    def registrations(self) -> list[bytes]:
+    def registrations(self, partitions: bool = False) -> list[bytes]:
+        """Every topic and channel registered; with ``partitions``, each topic's partition
+        count too (nsqpy's PARTITIONS, for a lookupd that takes it)."""
         out = []
         for topic in self.host.broker.topics.values():
             if not topic.channels:
                 out.append(encode_register(topic.name))
             for name in topic.channels:
                 out.append(encode_register(topic.name, name))
+            if partitions:
+                out.append(encode_partitions(topic.name, topic.partition_count))
         return out
 
     def set_addresses(self, addresses: list[str]) -> None:
@@ -281,8 +299,13 @@ class LookupClient:
 
     def _topic_created(self, topic: Topic) -> None:
         self._send(encode_register(topic.name))
+        self._topic_expanded(topic)
         if self.peers and not topic.ephemeral:
             self._tasks.spawn(self._precreate_channels(topic))
+
+    def _topic_expanded(self, topic: Topic) -> None:
+        for peer in self.peers.values():
+            peer.send_partitions(topic)
 
     def _topic_deleted(self, topic: Topic) -> None:
         self._send(encode_unregister(topic.name))

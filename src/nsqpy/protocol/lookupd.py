@@ -1,8 +1,8 @@
 """nsqlookupd's TCP protocol V1 (SPEC 3.1), sans-IO: both directions, no sockets.
 
 Owns the V1 wire format: the ``"  V1"`` magic, the ``\\n``-terminated command lines that
-nsqd sends (PING, IDENTIFY + ``[int32 size][JSON]``, REGISTER, UNREGISTER), and the
-replies, which are ``[int32 size][data]`` with no frame type. The client side is the
+nsqd sends (PING, IDENTIFY + ``[int32 size][JSON]``, REGISTER, UNREGISTER, and nsqpy's
+PARTITIONS, which an nsqd sends only to a lookupd that offered it), and the replies, which are ``[int32 size][data]`` with no frame type. The client side is the
 encoders plus ``ResponseDecoder`` (used by nsqd); the server side is ``LookupdParser``,
 which turns received bytes into command events, checking everything nsqlookupd v1.3.0
 checks without its registration DB, in its order and with its codes and texts, and
@@ -123,6 +123,13 @@ def encode_unregister(topic: str, channel: str | None = None) -> bytes:
     return _names_line("UNREGISTER", topic, channel)
 
 
+def encode_partitions(topic: str, count: int) -> bytes:
+    """``PARTITIONS topic count\n``; an invalid name or count is a ValueError."""
+    if not 1 <= count <= MAX_PARTITIONS_NUMBER:
+        raise ValueError(f"partition count {count} out of range 1-{MAX_PARTITIONS_NUMBER}")
+    return _names_line("PARTITIONS", topic, None)[:-1] + b" %d\n" % count
+
+
 def response_error(payload: bytes) -> ProtocolError | None:
     """The error a reply payload carries (``E_INVALID ...``), or None for OK / JSON."""
     return from_wire(payload) if payload.startswith(b"E_") else None
@@ -211,7 +218,18 @@ class Unregister:
     channel: str | None = None
 
 
-LookupCommand: TypeAlias = Ping | Identify | Register | Unregister
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    """nsqpy's ``PARTITIONS <topic> <count>``: how many partitions the topic has on the
+    sending nsqd (sent only to a lookupd whose IDENTIFY reply says ``"partitions": true``)."""
+
+    topic: str
+    count: int
+
+
+MAX_PARTITIONS_NUMBER = 1024  # (what a partition number of youzan's forms can address)
+
+LookupCommand: TypeAlias = Ping | Identify | Register | Unregister | Partitions
 Event: TypeAlias = LookupCommand | ProtocolError
 
 _MAGIC, _LINE, _BODY_SIZE, _BODY, _DEAD = range(5)
@@ -327,6 +345,17 @@ class LookupdParser:
                 raise InvalidError("cannot IDENTIFY again")
             self._state = _BODY_SIZE
             return None, after
+        if verb == b"PARTITIONS":
+            if not self.identified:
+                raise InvalidError("client must IDENTIFY")
+            if len(params) != 3:
+                raise InvalidError("PARTITIONS insufficient number of params")
+            topic, _ = _topic_channel(verb, params[1:2])
+            raw = params[2]
+            count = int(raw) if raw.isdigit() and len(raw) <= 4 else 0
+            if not 1 <= count <= MAX_PARTITIONS_NUMBER:
+                raise RawInvalid(b"PARTITIONS invalid partition count " + raw)
+            return Partitions(topic, count), after
         if verb == b"REGISTER" or verb == b"UNREGISTER":
             if not self.identified:
                 raise InvalidError("client must IDENTIFY")
