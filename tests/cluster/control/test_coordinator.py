@@ -34,11 +34,13 @@ def node(n: int) -> NodeInfo:
                     "1.3.0", 0)  # fmt: skip
 
 
-async def lookupd(etcd: Etcd, keys: Keys, n: int) -> tuple[Coordinator, ClusterView]:
+async def lookupd(
+    etcd: Etcd, keys: Keys, n: int, settings: CoordinatorSettings = SETTINGS
+) -> tuple[Coordinator, ClusterView]:
     view = ClusterView(etcd, keys)
     await view.start()
     me = LookupdInfo(f"l{n}", "127.0.0.1", 4160 + n, 4161 + n)
-    coordinator = Coordinator(etcd, view, me, f"127.0.0.1:{4161 + n}", SETTINGS)
+    coordinator = Coordinator(etcd, view, me, f"127.0.0.1:{4161 + n}", settings)
     await coordinator.start()
     return coordinator, view
 
@@ -177,12 +179,8 @@ async def test_the_rebalancer_weighs_an_even_cluster_again_only_after_a_change(
     await register(etcd, keys, node(0))
     await etcd.put(keys.topic_meta("t"), TopicMeta(1, 1).to_json())
     await etcd.put(keys.replicas("t", 0), Replicas("n0", ("n0",)).to_json())
-    view = ClusterView(etcd, keys)
-    await view.start()
     settings = replace(SETTINGS, rebalance_interval_ns=50_000_000)
-    me = LookupdInfo("l0", "127.0.0.1", 4160, 4161)
-    coordinator = Coordinator(etcd, view, me, "127.0.0.1:4161", settings)
-    await coordinator.start()
+    coordinator, view = await lookupd(etcd, keys, 0, settings)
     try:
         await eventually(lambda: coordinator.rebalance_looks >= 1, timeout=5)
         at = coordinator.rebalance_looks
@@ -204,12 +202,8 @@ async def test_the_coordinator_compacts_etcds_history_keeping_an_interval(
     of its own: compacting the session's would cut other tests' history."""
     with EtcdCluster(1, tmp_path / "etcd") as own:
         etcd = await Etcd.connect(own.endpoints)
-        view = ClusterView(etcd, keys)
-        await view.start()
         settings = replace(SETTINGS, compact_interval_ns=500_000_000)
-        me = LookupdInfo("l0", "127.0.0.1", 4160, 4161)
-        coordinator = Coordinator(etcd, view, me, "127.0.0.1:4161", settings)
-        await coordinator.start()
+        coordinator, view = await lookupd(etcd, keys, 0, settings)
         try:
             await eventually(lambda: coordinator.leading, timeout=5)
             for n in range(30):  # history to compact
