@@ -182,6 +182,8 @@ class FakeLookupd:
 
     def __init__(self, producers: dict[str, list[dict[str, Any]]] | None = None) -> None:
         self.producers = producers if producers is not None else {}
+        # topic -> youzan's per-partition map, sent when the query has ``metainfo``
+        self.partitions: dict[str, dict[str, dict[str, Any]]] = {}
         self.queries: list[str] = []
         self.status = 200
         self._serving = contextlib.AsyncExitStack()
@@ -198,7 +200,10 @@ class FakeLookupd:
             return web.json_response({"message": "INTERNAL_ERROR"}, status=self.status)
         if topic not in self.producers:
             return web.json_response({"message": "TOPIC_NOT_FOUND"}, status=404)
-        return web.json_response({"channels": [], "producers": self.producers[topic]})
+        doc: dict[str, Any] = {"channels": [], "producers": self.producers[topic]}
+        if "metainfo" in request.query and topic in self.partitions:
+            doc["partitions"] = self.partitions[topic]
+        return web.json_response(doc)
 
     async def start(self) -> FakeLookupd:
         app = web.Application()

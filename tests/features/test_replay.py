@@ -150,7 +150,7 @@ async def test_bad_positions_and_partitions_change_nothing(
         (base, b"msgcount:1e3", 400, "INVALID_POSITION"),
         (base, b"msgcount:99999999999999999999", 400, "INVALID_POSITION"),
         (base, b"msgcount:11", 400, "OFFSET_OUT_OF_RANGE"),
-        (base, b"virtual_queue:100", 400, "INVALID_POSITION"),
+        (base, b"virtual_queue:100", 400, "OFFSET_OUT_OF_RANGE"),
         (base, b"special:0", 400, "INVALID_POSITION"),
         (base, b"timestamp:-5", 400, "INVALID_POSITION"),
         (base, b"timestamp:1700000000000", 400, "INVALID_POSITION"),  # ms, not seconds

@@ -60,6 +60,9 @@ class Gate:
     async def prepare(self, topic: str) -> None:
         return None
 
+    async def create_partitions(self, topic: str, count: int) -> None:
+        return None
+
     def cursor_moved(self, topic: str) -> None:
         return None
 

@@ -69,6 +69,21 @@ GOLDEN: list[tuple[str, bytes, Command]] = [
     ("SUB_ORDERED", encode_sub_partition("t", "c", ordered=True), Sub("t", "c", -1, True)),
     ("SUB_ORDERED-p", encode_sub_partition("t", "c", 0, ordered=True), Sub("t", "c", 0, True)),
     (
+        "SUB_ADVANCED",
+        encode_sub_partition("t", "c", advanced=True),
+        Sub("t", "c", -1, advanced=True),
+    ),
+    (
+        "SUB_ADVANCED-p",
+        encode_sub_partition("t", "c", 1, advanced=True),
+        Sub("t", "c", 1, advanced=True),
+    ),
+    (
+        "SUB_ADVANCED-start",
+        encode_sub_partition("t", "c", 0, start="timestamp:1700000000"),
+        Sub("t", "c", 0, advanced=True, start=b"timestamp:1700000000"),
+    ),
+    (
         "PUB_EXT",
         b'PUB_EXT t 1\n\x00\x00\x00\x0b\x00\x07{"a":1}xy',  # the header is checked later
         PubExt("t", b'{"a":1}', b"xy", 1),
@@ -162,6 +177,8 @@ def test_golden_extended_commands_under_every_split(
             "E_BAD_PARTITION partition should not less than 0",
         ),
         (b"INTERNAL_CREATE_TOPIC t 0 yes\n", BadExt, 'E_BAD_EXT topic ext is not valid: "yes"'),
+        (b"SUB_ADVANCED t c 0 special:-1 x\n", InvalidError, None),
+        (b"SUB_ADVANCED t c x special:-1\n", BadPartition, None),
     ],
 )
 def test_malformed_extended_commands_are_fatal_errors(
@@ -178,7 +195,14 @@ def test_malformed_extended_commands_are_fatal_errors(
 @given(st.binary(max_size=300))
 @settings(max_examples=300, deadline=None)
 def test_garbage_after_extended_verbs_is_a_protocol_error_or_waits(data: bytes) -> None:
-    for verb in (b"PUB_EXT t", b"MPUB_EXT t 1", b"PUB_TRACE t", b"MPUB_TRACE t", b"SUB_ORDERED"):
+    for verb in (
+        b"PUB_EXT t",
+        b"MPUB_EXT t 1",
+        b"PUB_TRACE t",
+        b"MPUB_TRACE t",
+        b"SUB_ORDERED",
+        b"SUB_ADVANCED",
+    ):
         parser = CommandParser(Limits())
         parser.feed(MAGIC + verb + data)
         try:

@@ -5,7 +5,7 @@ and what it means here (``parse_position``), the choice of the channel's parts a
 applies to (``channel_partitions``: its ``ChannelPartition`` in each partition of the
 topic, or in the one partition asked for), the resolution of a position against a partition's log
 (``resolve``) and the reset itself (``set_offset``: every check first, then every cursor
-is reset, so a bad request changes nothing). Must not import asyncio or any server.
+is reset, so a bad request changes nothing); ``start_at`` is SUB_ADVANCED's reset. Must not import asyncio or any server.
 
 A topic with N partitions has N logs, each with its own offsets (a message ID holds its
 partition and its offset). With ``partition`` given, the position applies to that
@@ -19,6 +19,8 @@ Positions (the value is a base-10 integer)::
 
     msgcount:N      offset N (offsets are the message count from the log's start)
     offset:N        the same, by its nsqpy name
+    virtual_queue:N the same, by the name of youzan's queue offset (the offset a
+                    SUB_ORDERED or SUB_ADVANCED subscriber is sent in front of each body)
     timestamp:S     the first message published at or after S (seconds since the epoch)
     special:-1      the newest end: skip everything retained (Youzan's value)
     special:-2      the oldest retained message (Kafka's "earliest" value)
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 
 NEWEST, OLDEST = -1, -2
 _INT = re.compile(rb"[+-]?[0-9]{1,19}")
-_KINDS = {b"msgcount": "offset", b"offset": "offset", b"timestamp": "timestamp",
-          b"special": "special"}  # fmt: skip
+_KINDS = {b"msgcount": "offset", b"offset": "offset", b"virtual_queue": "offset",
+          b"timestamp": "timestamp", b"special": "special"}  # fmt: skip
 
 
 class BadPosition(ValueError):
@@ -112,3 +114,20 @@ def set_offset(
     targets = [(part, resolve(part, position)) for part in parts]
     channel.reset(targets)
     return targets
+
+
+def start_at(
+    channel: Channel, partition: int, position: Position
+) -> list[tuple[ChannelPartition, int]]:
+    """SUB_ADVANCED's position, applied by the channel's only consumer (a later one joins
+    the channel where it is, as youzan's nsqd decides): its cursor over ``partition``, or
+    over every partition led here when -1, moves to ``position``. BadPosition when out of
+    range (nothing moved)."""
+    if len(channel.consumers) > 1:
+        return []
+    parts = [
+        part
+        for part in channel.parts
+        if part.topic.leading and (partition < 0 or part.number == partition)
+    ]
+    return set_offset(channel, parts, position)

@@ -1,4 +1,5 @@
-"""nsqpy's asyncio NSQ client: ``Producer`` (PUB/MPUB/DPUB) and ``Consumer`` (SUB + handler).
+"""nsqpy's asyncio NSQ client: ``Producer`` (PUB/MPUB/DPUB, youzan's PUB_EXT/PUB_TRACE) and
+``Consumer`` (SUB, SUB_ORDERED or SUB_ADVANCED + handler).
 
 Works against any nsqd speaking protocol V2 (NSQ 1.x or nsqpy). Quick start::
 
@@ -29,7 +30,7 @@ from nsqpy.client.errors import (
     UnexpectedResponseError,
 )
 from nsqpy.client.message import Message
-from nsqpy.client.producer import Producer
+from nsqpy.client.producer import Producer, Published
 
 __all__ = [
     "ClientError",
@@ -41,5 +42,6 @@ __all__ = [
     "Message",
     "NoConnectionsError",
     "Producer",
+    "Published",
     "UnexpectedResponseError",
 ]

@@ -40,7 +40,7 @@ from nsqpy.protocol.frames import (
     BadFrame,
     FrameDecoder,
 )
-from nsqpy.protocol.identify import parse_identify_response
+from nsqpy.protocol.identify import MAX_TAG_LENGTH, parse_identify_response
 from nsqpy.protocol.message import Message as WireMessage
 from nsqpy.protocol.message import decode_message
 
@@ -81,6 +81,10 @@ class IdentifyOptions:
     deflate: bool = False
     deflate_level: int = 6
     auth_secret: str | None = field(default=None, repr=False)
+    # youzan's extensions: extended message frames (each message's JSON header, its trace
+    # id in a binary ID) and a dispatch tag (only messages published with this tag)
+    extend_support: bool = False
+    desired_tag: str = ""
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.heartbeat_interval <= 60.0:
@@ -93,6 +97,8 @@ class IdentifyOptions:
             raise ConfigError("cannot enable both deflate and snappy compression")
         if not 1 <= self.deflate_level <= 9:
             raise ConfigError(f"deflate_level {self.deflate_level} not in 1..9")
+        if len(self.desired_tag) > MAX_TAG_LENGTH:
+            raise ConfigError(f"desired_tag longer than {MAX_TAG_LENGTH} characters")
 
     def fields(self) -> dict[str, Any]:
         """The IDENTIFY JSON object (ints in ms, real bools, as nsqd's Go decoder requires)."""
@@ -115,6 +121,10 @@ class IdentifyOptions:
             out["output_buffer_timeout"] = round(self.output_buffer_timeout * 1000)
         if self.sample_rate:
             out["sample_rate"] = self.sample_rate
+        if self.extend_support:
+            out["extend_support"] = True
+        if self.desired_tag:
+            out["desired_tag"] = self.desired_tag
         return out
 
 
@@ -174,6 +184,11 @@ class Connection(asyncio.Protocol):
         self._encoder: StreamEncoder | None = None
         self._inflate: StreamDecoder | None = None
         self.auth_reply: dict[str, Any] = {}
+        # How message frames are read: youzan's extended form (nsqd agreed to
+        # ``extend_support``), and with youzan's detail in front of each body (the
+        # connection subscribed with SUB_ORDERED or SUB_ADVANCED).
+        self.extended = False
+        self.detail = False
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -211,6 +226,7 @@ class Connection(asyncio.Protocol):
             self.close()
             raise UnexpectedResponseError(str(exc)) from None
         self.max_rdy = int(self.settings.get("max_rdy_count", 2500))
+        self.extended = self.settings.get("extend_support") is True
 
     @property
     def msg_timeout(self) -> float:
@@ -301,7 +317,7 @@ class Connection(asyncio.Protocol):
     # ---- incoming --------------------------------------------------------------------------
     def _got_message(self, body: bytes) -> None:
         try:
-            msg = decode_message(body)
+            msg = decode_message(body, extended=self.extended, detail=self.detail)
         except Exception as exc:
             log.error("nsqd %s sent a bad message frame: %s", self.key, exc)
             self.close()

@@ -7,7 +7,13 @@ after a discovered connection closes, at once and then every ``FAST_POLL`` secon
 to ``FAST_POLL_FOR`` until a node it finds subscribes: in a cluster that is the
 partition's new leader, found within moments of its election rather than at the next
 poll; new ``broadcast_address:tcp_port`` are connected, vanished ones are never dropped).
-Each connection sends IDENTIFY then SUB.
+Each connection sends IDENTIFY then SUB: of every partition, or of ``partition`` only
+(then lookupd is asked for that partition's leader only), ``ordered`` (SUB_ORDERED: one
+message in flight per partition, the next after FIN), or from a ``start`` position
+(SUB_ADVANCED ``type:value``: ``timestamp:S``, ``virtual_queue:N``/``msgcount:N``,
+``special:-1`` for the newest end; applied by the channel's first consumer only). With
+youzan's ``extend_support`` (``IdentifyOptions``) messages carry their JSON header and
+trace id, and ``desired_tag`` asks for only the messages published with that tag.
 
 RDY follows ``rdy.plan_rdy`` (SPEC 7.2), backoff follows ``backoff.Backoff`` (SPEC 7.3).
 Each message runs ``handler(msg)`` in its own task: a normal return FINs, an exception REQs
@@ -33,11 +39,13 @@ from types import TracebackType
 from nsqpy.client.backoff import Backoff
 from nsqpy.client.conn import Connection, IdentifyOptions, split_address
 from nsqpy.client.lookup import LookupdPoller
-from nsqpy.client.message import Message
+from nsqpy.client.message import Message, json_headers
 from nsqpy.client.rdy import RdyMode, RdyTimeouts, changes, plan_rdy
 from nsqpy.errors import BadChannel, BadTopic, ConfigError, ProtocolError
 from nsqpy.errors import NsqError as _NsqError
-from nsqpy.protocol.client_codec import encode_cls, encode_fin, encode_req, encode_sub, encode_touch
+from nsqpy.protocol.client_codec import encode_cls, encode_fin, encode_req, encode_touch
+from nsqpy.protocol.extend import encode_sub_partition
+from nsqpy.protocol.message import BINARY_ID, JSON_HEADER_EXT_VERSION
 from nsqpy.protocol.message import Message as WireMessage
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 
@@ -71,18 +79,20 @@ class _ConnResponder:
         self.conn = conn
 
     def _finish(self, message: Message) -> None:
-        self.consumer._answered(self.conn, encode_fin(message.id), success=True)
+        self.consumer._answered(
+            self.conn, encode_fin(message.id, binary=self.conn.extended), success=True
+        )
         self.consumer.stats.finished += 1
 
     def _requeue(self, message: Message, delay: float | None, backoff: bool) -> None:
         if delay is None:
             delay = self.consumer.requeue_delay_for(message.attempts)
-        data = encode_req(message.id, round(delay * 1000))
+        data = encode_req(message.id, round(delay * 1000), binary=self.conn.extended)
         self.consumer._answered(self.conn, data, success=False if backoff else None)
         self.consumer.stats.requeued += 1
 
     def _touch(self, message: Message) -> None:
-        self.conn.write(encode_touch(message.id))
+        self.conn.write(encode_touch(message.id, binary=self.conn.extended))
 
 
 class Consumer:
@@ -115,6 +125,9 @@ class Consumer:
         low_rdy_timeout: float = 30.0,
         connect_timeout: float = 1.0,
         identify: IdentifyOptions | None = None,
+        partition: int = -1,
+        ordered: bool = False,
+        start: str = "",
     ) -> None:
         if not valid_topic_name(topic):
             raise BadTopic(f"invalid topic name {topic!r}")
@@ -126,6 +139,15 @@ class Consumer:
             split_address(address)
         if max_in_flight < 0 or max_attempts < 0:
             raise ConfigError("max_in_flight and max_attempts must be >= 0")
+        try:
+            self._sub = encode_sub_partition(
+                topic, channel, partition if partition >= 0 else None, ordered=ordered, start=start
+            )
+        except ValueError as exc:
+            raise ConfigError(f"cannot subscribe: {exc}") from None
+        self.partition = partition
+        # youzan's detail comes in front of each body of an ordered or started subscription
+        self._detail = ordered or bool(start)
         self.topic = topic
         self.channel = channel
         self.handler = handler
@@ -179,6 +201,7 @@ class Consumer:
                 self.topic,
                 timeout=max(self.connect_timeout, 5),
                 auth_secret=self.identify.auth_secret,
+                partition=self.partition,
             )
             await self._poll_once()
             self._spawn(self._poll_loop())
@@ -277,7 +300,8 @@ class Consumer:
             )
             try:
                 async with asyncio.timeout(self.connect_timeout):
-                    await conn.command(encode_sub(self.topic, self.channel))
+                    conn.detail = self._detail
+                    await conn.command(self._sub)
             except BaseException:
                 conn.close()
                 raise
@@ -360,7 +384,16 @@ class Consumer:
         conn.in_flight += 1
         conn.last_message_at = time.monotonic()
         self.stats.received += 1
-        msg = Message(wire.id, wire.body, wire.timestamp, wire.attempts, responder)
+        msg = Message(
+            wire.id,
+            wire.body,
+            wire.timestamp,
+            wire.attempts,
+            responder,
+            headers=json_headers(wire.ext) if wire.ext_version == JSON_HEADER_EXT_VERSION else None,
+            trace_id=BINARY_ID.unpack(wire.id)[1] if conn.extended else 0,
+            queue_offset=wire.queue_offset,
+        )
         if self._closing:
             msg.requeue(0, backoff=False)
         elif self.max_attempts and msg.attempts > self.max_attempts:

@@ -25,19 +25,24 @@ log = logging.getLogger("nsqpy.client")
 ACCEPT = "application/vnd.nsq; version=1.0"
 
 
-def lookup_url(address: str, topic: str) -> str:
-    """The ``/lookup?topic=`` URL for a lookupd given as ``host:port`` or a URL."""
+def lookup_url(address: str, topic: str, partition: int = -1) -> str:
+    """The ``/lookup?topic=`` URL for a lookupd given as ``host:port`` or a URL (with
+    ``metainfo`` for a ``partition`` >= 0: the lookupd then lists each partition's node)."""
     if "://" not in address:
         address = "http://" + address
     parts = urlsplit(address)
     path = parts.path if parts.path not in ("", "/") else "/lookup"
     query = [p for p in parts.query.split("&") if p and not p.startswith("topic=")]
     query.append(urlencode({"topic": topic}))
+    if partition >= 0:
+        query.append("metainfo=true")
     return urlunsplit((parts.scheme, parts.netloc, path, "&".join(query), ""))
 
 
-def parse_producers(payload: Any) -> list[str]:
-    """``host:port`` of every producer in a /lookup reply (``broadcast_address:tcp_port``)."""
+def parse_producers(payload: Any, partition: int = -1) -> list[str]:
+    """``host:port`` of every producer in a /lookup reply (``broadcast_address:tcp_port``),
+    or of the one listed for ``partition`` (>= 0) in its ``partitions`` map when it has one
+    (youzan's lookupd and nsqpy's list each partition's leader there)."""
     if not isinstance(payload, dict):
         raise ClientError(f"lookupd reply is not a JSON object: {str(payload)[:80]}")
     if "producers" not in payload and isinstance(payload.get("data"), dict):
@@ -45,6 +50,10 @@ def parse_producers(payload: Any) -> list[str]:
     producers = payload.get("producers")
     if not isinstance(producers, list):
         raise ClientError("lookupd reply has no producers list")
+    partitions = payload.get("partitions")
+    if partition >= 0 and isinstance(partitions, dict):
+        found = partitions.get(str(partition))
+        producers = [found] if found is not None else []
     out: list[str] = []
     for p in producers:
         if not isinstance(p, dict):
@@ -68,10 +77,12 @@ class LookupdPoller:
         *,
         timeout: float = 5.0,
         auth_secret: str | None = None,
+        partition: int = -1,
     ) -> None:
         if not addresses:
             raise ValueError("LookupdPoller needs at least one lookupd address")
-        self.urls = [lookup_url(a, topic) for a in addresses]
+        self.urls = [lookup_url(a, topic, partition) for a in addresses]
+        self.partition = partition
         self.timeout = timeout
         self.headers = {"Accept": ACCEPT}
         if auth_secret:  # go-nsq sends its AUTH secret to lookupd too (lookupd_authorization)
@@ -90,7 +101,7 @@ class LookupdPoller:
                 raise ClientError(f"lookupd {url} answered HTTP {resp.status}")
             text = await resp.text()
         try:
-            return parse_producers(json.loads(text))
+            return parse_producers(json.loads(text), self.partition)
         except json.JSONDecodeError as exc:
             raise ClientError(f"lookupd {url} sent invalid JSON: {exc}") from None
 

@@ -8,6 +8,7 @@ does the RDY/backoff bookkeeping. No I/O here; imports nothing from asyncio.
 
 from __future__ import annotations
 
+import json
 from typing import Protocol
 
 
@@ -24,19 +25,47 @@ class Responder(Protocol):
 class Message:
     """One delivery of an NSQ message.
 
-    ``id`` is the 16-byte ASCII hex id, ``body`` the payload, ``timestamp`` the publish
-    time in ns since the epoch, ``attempts`` the delivery count (1 on the first delivery).
+    ``id`` is the 16-byte ID as nsqd sent it (ASCII hex; binary on a connection with
+    youzan's ``extend_support``), ``body`` the payload, ``timestamp`` the publish time in ns
+    since the epoch, ``attempts`` the delivery count (1 on the first delivery).
+
+    With youzan's extensions: ``headers`` is the message's JSON header (``extend_support``;
+    empty otherwise), ``trace_id`` its trace id (``extend_support``; 0 otherwise) and
+    ``queue_offset`` its offset in its partition (a subscription that is ordered or has a
+    start position; -1 otherwise).
     """
 
-    __slots__ = ("_responded", "_responder", "attempts", "body", "id", "timestamp")
+    __slots__ = (
+        "_responded",
+        "_responder",
+        "attempts",
+        "body",
+        "headers",
+        "id",
+        "queue_offset",
+        "timestamp",
+        "trace_id",
+    )
 
     def __init__(
-        self, id: bytes, body: bytes, timestamp: int, attempts: int, responder: Responder
+        self,
+        id: bytes,
+        body: bytes,
+        timestamp: int,
+        attempts: int,
+        responder: Responder,
+        *,
+        headers: dict[str, str] | None = None,
+        trace_id: int = 0,
+        queue_offset: int = -1,
     ) -> None:
         self.id = id
         self.body = body
         self.timestamp = timestamp
         self.attempts = attempts
+        self.headers = headers if headers is not None else {}
+        self.trace_id = trace_id
+        self.queue_offset = queue_offset
         self._responder = responder
         self._responded = False
 
@@ -73,6 +102,23 @@ class Message:
 
     def __repr__(self) -> str:
         return (
-            f"Message(id={self.id.decode(errors='replace')}, attempts={self.attempts}, "
+            f"Message(id={_shown(self.id)}, attempts={self.attempts}, "
             f"body={self.body[:32]!r}{'...' if len(self.body) > 32 else ''})"
         )
+
+
+def _shown(msg_id: bytes) -> str:
+    """An ID as text: as sent when it is hex text, else (a binary ID) in hex."""
+    return msg_id.decode() if msg_id.isascii() and msg_id.isalnum() else msg_id.hex()
+
+
+def json_headers(ext: bytes) -> dict[str, str]:
+    """A message's JSON header (youzan's extension) as a dict of strings; {} when it is not
+    a JSON object (nsqd checked it when it was published)."""
+    try:
+        doc = json.loads(ext) if ext else {}
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in doc.items()}

@@ -1,4 +1,5 @@
-"""``Producer``: PUB, MPUB and DPUB to one or more nsqd, each awaiting nsqd's answer.
+"""``Producer``: PUB, MPUB and DPUB to one or more nsqd, each awaiting nsqd's answer;
+youzan's PUB_EXT (headers, a dispatch tag) and PUB_TRACE (a trace id) too.
 
 Each publish goes to the next nsqd in round-robin order. A connection is opened on first
 use and again after it drops; an address that cannot be reached is skipped for
@@ -18,18 +19,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 from nsqpy.client.conn import Connection, IdentifyOptions, split_address
 from nsqpy.client.errors import ConnectionClosedError, NoConnectionsError
 from nsqpy.errors import BadBody, BadMessage, BadTopic, ConfigError, InvalidError
 from nsqpy.protocol.client_codec import encode_dpub, encode_mpub, encode_pub
+from nsqpy.protocol.extend import (
+    DISPATCH_TAG_KEY,
+    decode_traced_reply,
+    encode_pub_ext,
+    encode_pub_trace,
+)
 from nsqpy.protocol.names import valid_topic_name
 
 log = logging.getLogger("nsqpy.client")
 
 CLOSE_GRACE = 2.0  # seconds ``close`` waits for a connection to close before aborting it
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a traced publish went (youzan's traced reply): the message's ID as a number
+    (its partition and offset), its trace id, its offset in its partition and its stored
+    size in bytes."""
+
+    id: int
+    trace_id: int
+    offset: int
+    size: int
 
 
 class _Endpoint:
@@ -111,6 +131,44 @@ class Producer:
         if delay < 0:
             raise InvalidError(f"DPUB delay {delay} must be >= 0")
         await self._send(encode_dpub(topic, round(delay * 1000), body))
+
+    async def pub_ext(
+        self,
+        topic: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        tag: str = "",
+        partition: int = -1,
+    ) -> Published | None:
+        """youzan's PUB_EXT: one message with a JSON header of strings (``tag``: youzan's
+        dispatch tag, only consumers that asked for it get the message). Returns where it
+        went when nsqd answers with a traced reply (a ``##trace_id`` header asks for it),
+        else None."""
+        _check_topic(topic)
+        _check_body(body)
+        _check_partition(partition)
+        doc = dict(headers or {})
+        if tag:
+            doc[DISPATCH_TAG_KEY] = tag
+        try:
+            data = encode_pub_ext(topic, doc, body, partition if partition >= 0 else None)
+        except ValueError as exc:
+            raise BadBody(str(exc)) from None
+        reply = await self._send(data)
+        return None if reply == b"OK" else Published(*decode_traced_reply(reply))
+
+    async def pub_trace(
+        self, topic: str, body: bytes, trace_id: int, *, partition: int = -1
+    ) -> Published:
+        """youzan's PUB_TRACE: one message with a trace id (a uint64); returns where it went."""
+        _check_topic(topic)
+        _check_body(body)
+        _check_partition(partition)
+        if not 0 <= trace_id < 1 << 64:
+            raise InvalidError(f"trace id {trace_id} is not a uint64")
+        data = encode_pub_trace(topic, trace_id, body, partition if partition >= 0 else None)
+        return Published(*decode_traced_reply(await self._send(data)))
 
     @property
     def connections(self) -> list[Connection]:

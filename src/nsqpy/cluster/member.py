@@ -439,29 +439,36 @@ class Member:
     def knows(self, topic: str) -> bool:
         return topic in self.view.snapshot().topics
 
-    async def ensure_topic(self, topic: str) -> None:
-        """The topic exists in the cluster and this node holds what etcd gives it of it:
-        created through the coordinator when missing. TopicUnavailable when it cannot be."""
+    async def ensure_topic(self, topic: str, partitions: int = 0) -> None:
+        """The topic exists in the cluster, with at least ``partitions`` partitions, and
+        this node holds what etcd gives it of it: created through the coordinator when
+        missing (the cluster's defaults), grown when it has fewer partitions.
+        TopicUnavailable when it cannot be."""
         if not self.knows(topic):
-            await self._ask_create(topic)
-        ok = await self.view.wait_until(
-            lambda s: topic in s.topics and any(t == topic for t, _ in s.replicas),
-            self.settings.create_wait_s,
-        )
-        if not ok:
+            await self._ask_coordinator(
+                f"/topic/create?topic={quote(topic)}&implicit=true"
+                f"&suggest_leader={quote(self.node_id)}"
+            )
+
+        wait_s = self.settings.create_wait_s
+        if not await self.view.wait_until(lambda s: topic in s.topics, wait_s):
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
+        if partitions > self.view.snapshot().topics[topic].partition_num:
+            await self._ask_coordinator(
+                f"/topic/partition/expand?topic={quote(topic)}&partition_num={partitions}"
+            )
+        needed = [(topic, p) for p in range(max(partitions, 1))]
+        if not await self.view.wait_until(lambda s: all(k in s.replicas for k in needed), wait_s):
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
         self.apply(self.view.snapshot(), first=topic)
 
-    async def _ask_create(self, topic: str) -> None:
+    async def _ask_coordinator(self, path: str) -> None:
         coordinator = self.view.coordinator
         if coordinator is None:
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", "no coordinator to create it")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
-        url = (
-            f"{coordinator_url(coordinator, self.tls)}/topic/create?topic={quote(topic)}"
-            f"&implicit=true&suggest_leader={quote(self.node_id)}"
-        )
+        url = f"{coordinator_url(coordinator, self.tls)}{path}"
         tls = self.tls.client if self.tls is not None and url.startswith("https:") else True
         try:
             async with self._http.post(url, ssl=tls) as resp:

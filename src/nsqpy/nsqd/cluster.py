@@ -42,7 +42,7 @@ from nsqpy.cluster.member import (
 from nsqpy.cluster.model import Load, NodeInfo, Replicas, Snapshot, partition_name
 from nsqpy.cluster.tls import INSECURE, ClusterTls
 from nsqpy.cluster.view import ClusterView
-from nsqpy.errors import ConfigError, TopicNotExist
+from nsqpy.errors import ConfigError, CreateTopicFailed, TopicNotExist
 from nsqpy.flags import check_host_port, etcd_endpoints
 from nsqpy.nsqd.forward import Forwarder, Route
 from nsqpy.nsqd.gate import ABSENT, ELSEWHERE, HERE
@@ -412,3 +412,16 @@ class NsqdCluster:
         except TopicUnavailable as exc:
             log.info("cluster: topic %s not created: %s", topic, exc.detail)
             raise TopicNotExist() from None
+
+    async def create_partitions(self, topic: str, count: int) -> None:
+        await self.started.wait()
+        assert self.member is not None
+        if self.opts.disable_auto_create:
+            raise CreateTopicFailed(
+                "CREATE_TOPIC is not allowed here while cluster feature enabled."
+            )
+        try:
+            await self.member.ensure_topic(topic, count)
+        except TopicUnavailable as exc:
+            log.info("cluster: topic %s not created: %s", topic, exc.detail)
+            raise CreateTopicFailed(f"CREATE_TOPIC {topic} failed: {exc.detail}") from None

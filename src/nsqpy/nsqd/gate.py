@@ -42,6 +42,12 @@ class TopicGate(Protocol):
         it; TopicNotExist when it cannot be created."""
         ...
 
+    async def create_partitions(self, topic: str, count: int) -> None:
+        """youzan's INTERNAL_CREATE_TOPIC: the topic exists with at least ``count``
+        partitions (created through the coordinator, or grown) and this node took up what
+        it holds of it; CreateTopicFailed when it cannot be (``--disable-auto-create``)."""
+        ...
+
     def cursor_moved(self, topic: str) -> None:
         """An ordered channel of ``topic`` finished or requeued a message: its followers
         get the channel's cursor now rather than within the second (CLUSTER.md "Channels in

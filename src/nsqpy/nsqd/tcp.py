@@ -42,6 +42,7 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.broker.extensions import DetailSink, ExtendSink
 from nsqpy.broker.partition import Partition
+from nsqpy.broker.replay import BadPosition, Position, parse_position, start_at
 from nsqpy.broker.topic import MAX_PARTITIONS, Topic
 from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import (
@@ -51,6 +52,7 @@ from nsqpy.errors import (
     CreateTopicFailed,
     DpubFailed,
     FinFailed,
+    InvalidError,
     MpubFailed,
     NotLeader,
     NotLeaderForSub,
@@ -427,14 +429,24 @@ class V2Connection(BufferedConnection):
     def sub(self, cmd: Sub) -> None:
         if not self._topic_here(cmd.topic, cmd, NotLeaderForSub):
             return
+        start = _start_position(cmd.start) if cmd.start else None
+        if start is not None and cmd.partition >= 0:
+            topic = self.broker.get_topic(cmd.topic)
+            held = topic.partition(cmd.partition) if topic is not None else None
+            if held is not None and not held.leading:  # (its cursor moves on its leader)
+                raise NotLeaderForSub(f"SUB_ADVANCED {cmd.topic} {cmd.partition} on a follower")
         try:
             channel = self.broker.subscribe(
                 self.client, cmd.topic, cmd.channel, partition=cmd.partition, ordered=cmd.ordered
             )
+            if start is not None:
+                start_at(channel, cmd.partition, start)
         except StorageError as exc:  # the topic or channel could not be created (health NOK)
             raise SubFailed(f"SUB failed {exc}") from exc
+        except BadPosition as exc:
+            raise InvalidError(str(exc)) from None
         self.client.state = SUBSCRIBED
-        if cmd.ordered:  # (youzan's detail in front of each body, as youzan's nsqd sends it)
+        if cmd.ordered or cmd.advanced:  # (youzan's detail in front of each body)
             c = self.client
             if isinstance(c.sink, ExtendSink):
                 c.sink.sink = DetailSink(c.sink.sink, extended=True)
@@ -448,12 +460,18 @@ class V2Connection(BufferedConnection):
         """youzan's INTERNAL_CREATE_TOPIC: partition ``cmd.partition`` of the topic exists
         after it (the topic created with, or grown to, that many partitions and one; its
         ``ext`` flag changes nothing here: every topic takes both forms). In a cluster,
-        topics are created through nsqlookupd: refused, as youzan's nsqd refuses it."""
-        if self.ctx.cluster is not None:
-            raise CreateTopicFailed(
-                "CREATE_TOPIC is not allowed here while cluster feature enabled."
-            )
+        through the coordinator, as an implicit creation: with the cluster's defaults,
+        grown when it has fewer partitions; refused with ``--disable-auto-create`` (youzan's
+        nsqd refuses it in a cluster always)."""
         count = cmd.partition + 1
+        gate = self.ctx.cluster
+        if gate is not None and not is_ephemeral(cmd.topic):
+            if count > MAX_PARTITIONS:
+                raise CreateTopicFailed(f"CREATE_TOPIC {cmd.topic} failed: {count} partitions")
+            self.hold()
+            self.spawn(self._when_ready(gate.create_partitions(cmd.topic, count),
+                                        partial(self._reply, None, OK_FRAME)))  # fmt: skip
+            return
         topic = self.broker.get_topic(cmd.topic)
         try:
             if count > MAX_PARTITIONS or (count > 1 and is_ephemeral(cmd.topic)):
@@ -542,8 +560,14 @@ class V2Connection(BufferedConnection):
         self.ctx.tasks.spawn(coro)
 
     async def _when_created(self, gate: TopicGate, topic: str, command: object) -> None:
+        await self._when_ready(gate.prepare(topic), partial(self.dispatch, command))
+
+    async def _when_ready(self, ready: Awaitable[None], then: Callable[[], None]) -> None:
+        """The connection holds (runs nothing else) until ``ready``; then ``then`` runs
+        and the commands that waited. An error of ``ready`` is sent instead (the connection
+        resumes unless it is fatal)."""
         try:
-            await gate.prepare(topic)
+            await ready
         except ProtocolError as err:
             if self.transport is not None:
                 self.send_error(err)
@@ -553,7 +577,7 @@ class V2Connection(BufferedConnection):
             return
         if self.transport is None:
             return
-        self.dispatch(command)
+        then()
         self._pump_pending()
         self.ctx.touch(self)
         self.resume()
@@ -724,3 +748,11 @@ class V2Connection(BufferedConnection):
             self._waiting_bytes += grown
             self._reply_bytes += grown
             self._replies.append((ack, reply, close))
+
+
+def _start_position(raw: bytes) -> Position:
+    """SUB_ADVANCED's position, checked before anything is subscribed: fatal E_INVALID."""
+    try:
+        return parse_position(raw)
+    except BadPosition as exc:
+        raise InvalidError(str(exc)) from None

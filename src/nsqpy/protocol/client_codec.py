@@ -29,10 +29,11 @@ def _topic(topic: str) -> bytes:
     return topic.encode("ascii")
 
 
-def _msg_id(msg_id: _BytesLike) -> bytes:
-    """The slow path of the ID check: any 16 bytes without space or newline."""
+def _msg_id(msg_id: _BytesLike, binary: bool = False) -> bytes:
+    """The slow path of the ID check: any 16 bytes without space or newline (any 16 bytes
+    when ``binary``: youzan's binary IDs, which nsqd reads by their length)."""
     raw = bytes(msg_id)
-    if len(raw) != 16 or b" " in raw or b"\n" in raw:
+    if len(raw) != 16 or (not binary and (b" " in raw or b"\n" in raw)):
         raise ValueError(f"message ID must be 16 bytes without space or newline: {raw!r}")
     return raw
 
@@ -112,25 +113,25 @@ def encode_rdy(count: int) -> bytes:
     return b"RDY " + _count(count, "RDY count") + b"\n"
 
 
-def encode_fin(msg_id: _BytesLike) -> bytes:
-    """``FIN <id>\\n``."""
+def encode_fin(msg_id: _BytesLike, *, binary: bool = False) -> bytes:
+    """``FIN <id>\\n`` (``binary``: the ID may be any 16 bytes, see ``_msg_id``)."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
         return b"FIN " + msg_id + b"\n"
-    return b"FIN " + _msg_id(msg_id) + b"\n"
+    return b"FIN " + _msg_id(msg_id, binary) + b"\n"
 
 
-def encode_req(msg_id: _BytesLike, timeout_ms: int) -> bytes:
+def encode_req(msg_id: _BytesLike, timeout_ms: int, *, binary: bool = False) -> bytes:
     """``REQ <id> <timeout_ms>\\n``."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum() and timeout_ms >= 0:
         return b"REQ %s %d\n" % (msg_id, timeout_ms)
-    return b"REQ " + _msg_id(msg_id) + b" " + _count(timeout_ms, "timeout_ms") + b"\n"
+    return b"REQ " + _msg_id(msg_id, binary) + b" " + _count(timeout_ms, "timeout_ms") + b"\n"
 
 
-def encode_touch(msg_id: _BytesLike) -> bytes:
+def encode_touch(msg_id: _BytesLike, *, binary: bool = False) -> bytes:
     """``TOUCH <id>\\n``."""
     if len(msg_id) == 16 and type(msg_id) is bytes and msg_id.isalnum():
         return b"TOUCH " + msg_id + b"\n"
-    return b"TOUCH " + _msg_id(msg_id) + b"\n"
+    return b"TOUCH " + _msg_id(msg_id, binary) + b"\n"
 
 
 def encode_cls() -> bytes:

@@ -153,6 +153,7 @@ class CommandParser:
             b"AUTH": self._auth,
             b"IDENTIFY": self._identify,
             b"SUB_ORDERED": self._sub_ordered,
+            b"SUB_ADVANCED": self._sub_advanced,
             b"INTERNAL_CREATE_TOPIC": self._internal_create_topic,
             # Youzan's extended publishing (``nsqpy.protocol.extend``), over ``read_topic``,
             # ``read_message_body`` and ``read_mpub``
@@ -567,7 +568,10 @@ class CommandParser:
             raise InvalidError(f"RDY count {count} out of range 0-{max_rdy}")
         return Rdy(count), start
 
-    def _sub(self, params: _Params, start: int, ordered: bool = False) -> _Parsed:
+    def _sub(self, params: _Params, start: int) -> _Parsed:
+        return self._read_sub(params), start
+
+    def _read_sub(self, params: _Params) -> Sub:
         if len(params) < 3:
             raise InvalidError("SUB insufficient number of parameters")
         topic = self.read_topic(params[1], "SUB")
@@ -575,10 +579,22 @@ class CommandParser:
         if not valid_name_bytes(raw_channel):
             raise BadChannel(f"SUB channel name {go_quote(raw_channel)} is not valid")
         partition = parse_partition(params[3]) if len(params) == 4 else -1
-        return Sub(topic, raw_channel.decode("ascii"), partition, ordered), start
+        return Sub(topic, raw_channel.decode("ascii"), partition)
 
     def _sub_ordered(self, params: _Params, start: int) -> _Parsed:
-        return self._sub(params, start, ordered=True)
+        sub = self._read_sub(params)
+        sub.ordered = True
+        return sub, start
+
+    def _sub_advanced(self, params: _Params, start: int) -> _Parsed:
+        """youzan's ``SUB_ADVANCED <topic> <channel> [<partition> [<position>]]``: a SUB whose
+        messages carry youzan's detail and that may first move the channel's cursor to
+        ``position`` (``type:value``, checked where it is applied)."""
+        if len(params) > 5:
+            raise InvalidError("SUB_ADVANCED too many parameters")
+        sub = self._read_sub(params[:4])
+        sub.advanced, sub.start = True, bytes(params[4]) if len(params) == 5 else b""
+        return sub, start
 
     def _internal_create_topic(self, params: _Params, start: int) -> _Parsed:
         """``INTERNAL_CREATE_TOPIC <topic> <partition> [<ext>]``, checked as youzan's nsqd

@@ -12,7 +12,8 @@ the reply a traced publish gets (``encode_traced_reply``:
 big-endian) and the client-side encoders of ``PUB_EXT``/``MPUB_EXT`` (each message is a
 uint16 header length, the JSON header, the body), ``PUB_TRACE``/``MPUB_TRACE`` (a uint64
 trace id, the body), the partitioned ``PUB``/``MPUB <topic> <partition>`` and
-``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]``, and the server's parsing of
+``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]`` and
+``SUB_ADVANCED <topic> <channel> [<partition> [<position>]]``, and the server's parsing of
 ``PUB_EXT``/``MPUB_EXT``/``PUB_TRACE``/``MPUB_TRACE`` (``parse_pub_ext`` …, which
 ``commands.CommandParser`` calls with itself as the ``BodyReader`` it satisfies: this module
 never imports ``commands``). Imports only the standard library, nsqpy.errors and sibling
@@ -366,13 +367,25 @@ def encode_extended(cmd: PubExt | MpubExt | PubTrace | MpubTrace, partition: int
 
 
 def encode_sub_partition(
-    topic: str, channel: str, partition: int | None = None, *, ordered: bool = False
+    topic: str,
+    channel: str,
+    partition: int | None = None,
+    *,
+    ordered: bool = False,
+    advanced: bool = False,
+    start: str = "",
 ) -> bytes:
-    """``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]\\n``."""
+    """``SUB``/``SUB_ORDERED <topic> <channel> [<partition>]\\n``, or with ``advanced``
+    (implied by a ``start`` position, ``type:value``, which needs a partition)
+    ``SUB_ADVANCED <topic> <channel> [<partition> [<start>]]\\n``."""
     if not valid_channel_name(channel):
         raise ValueError(f"invalid channel name {channel!r}")
-    verb = b"SUB_ORDERED" if ordered else b"SUB"
+    if start and (partition is None or ordered):
+        raise ValueError("a start position needs a partition and an unordered SUB")
+    verb = b"SUB_ADVANCED" if advanced or start else b"SUB_ORDERED" if ordered else b"SUB"
     line = _line(verb, topic, None)[:-1] + b" " + channel.encode("ascii")
     if partition is not None:
         line += b" %d" % partition
+    if start:
+        line += b" " + start.encode("ascii")
     return line + b"\n"

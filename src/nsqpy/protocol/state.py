@@ -55,6 +55,7 @@ ALLOWED: dict[bytes, frozenset[int]] = {
     b"NOP": _ANY,
     # youzan's extensions
     b"SUB_ORDERED": frozenset((INIT,)),
+    b"SUB_ADVANCED": frozenset((INIT,)),
     b"PUB_EXT": _ANY,
     b"MPUB_EXT": _ANY,
     b"PUB_TRACE": _ANY,
@@ -82,6 +83,8 @@ _VERBS: dict[type, bytes] = {
     InternalCreateTopic: b"INTERNAL_CREATE_TOPIC",
 }
 
+_SUBS = frozenset((b"SUB", b"SUB_ORDERED", b"SUB_ADVANCED"))
+
 # Pre-built errors' texts: "cannot SUB in current state".
 _CANNOT = {verb: f"cannot {verb.decode()} in current state" for verb in ALLOWED}
 
@@ -103,7 +106,7 @@ def check_verb(
         raise RawInvalidError("cannot ", verb, " in current state (TLS required)")
     allowed = ALLOWED.get(verb)
     if allowed is None or state in allowed:
-        if verb == b"SUB" or verb == b"SUB_ORDERED":
+        if verb in _SUBS:
             check_sub_allowed(heartbeat_interval_ms)
         return True
     if state == CLOSING and verb == b"RDY":
@@ -112,9 +115,10 @@ def check_verb(
 
 
 def verb_of(command: object) -> str:
-    """The wire verb of a parsed command (``SUB_ORDERED`` for an ordered SUB)."""
-    if isinstance(command, Sub) and command.ordered:
-        return "SUB_ORDERED"
+    """The wire verb of a parsed command (``SUB_ORDERED`` for an ordered SUB,
+    ``SUB_ADVANCED`` for an advanced one)."""
+    if isinstance(command, Sub) and (command.ordered or command.advanced):
+        return "SUB_ADVANCED" if command.advanced else "SUB_ORDERED"
     verb = _VERBS.get(type(command))
     return verb.decode() if verb is not None else type(command).__name__.upper()
 

@@ -30,6 +30,8 @@ class Sub:
     channel: str
     partition: int = -1
     ordered: bool = False  # SUB_ORDERED
+    advanced: bool = False  # SUB_ADVANCED (youzan's detail in front of each body)
+    start: bytes = b""  # SUB_ADVANCED's consume position (``type:value``), b"" for none
 
 
 @dataclass(slots=True)

@@ -99,15 +99,23 @@ async def test_a_fin_on_an_ordered_channel_sends_the_cursors_at_once(
     assert asked == ["ordered", "ordered"], "its SUB and its FIN ask; the plain channel never"
 
 
-async def test_internal_create_topic_is_refused_in_a_cluster(server: NsqdServer) -> None:
-    """Topics of a cluster are created through nsqlookupd: youzan's INTERNAL_CREATE_TOPIC
-    is answered with the non-fatal E_CREATE_TOPIC_FAILED, as youzan's nsqd answers it in
-    cluster mode, and nothing is created."""
+async def test_internal_create_topic_fails_without_a_coordinator_or_with_auto_create_off(
+    server: NsqdServer,
+) -> None:
+    """Topics of a cluster are created through the coordinator: youzan's
+    INTERNAL_CREATE_TOPIC, with none elected (no nsqlookupd here), or on a node started with
+    ``--disable-auto-create`` (youzan's nsqd refuses it in a cluster always), is answered
+    with the non-fatal E_CREATE_TOPIC_FAILED, and nothing is created."""
     wire = await AsyncWire.connect(server.tcp_port)
+    await wire.send(b"INTERNAL_CREATE_TOPIC made_here 0\n")
+    ftype, data = await wire.read_frame()
+    assert ftype == 1 and data.startswith(b"E_CREATE_TOPIC_FAILED CREATE_TOPIC made_here failed")
+    assert b"no coordinator" in data
+    cluster = cluster_of(server)
+    cluster.opts.disable_auto_create = True
     await wire.send(b"INTERNAL_CREATE_TOPIC made_here 0\n")
     ftype, data = await wire.read_frame()
     assert ftype == 1 and data.startswith(b"E_CREATE_TOPIC_FAILED CREATE_TOPIC is not allowed")
     await wire.send(b"NOP\n")  # (the connection goes on)
     assert "made_here" not in server.broker.topics
-    assert server.cluster is not None and server.cluster.view is not None
-    assert "made_here" not in server.cluster.view.snapshot().topics
+    assert cluster.view is not None and "made_here" not in cluster.view.snapshot().topics
