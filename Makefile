@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long
+.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long youzan-suite
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,13 @@ bench: venv sysdeps
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info frontend/node_modules $(STATIC)/uPlot.*
+
+# Youzan's Go client's own test suite (youzan/go-nsq v1.7.12.1-HA) against nsqpy, single
+# node and, with CLUSTER=1, a node of a cluster (docs/partitions.md, "Youzan's clients").
+# SUITE= a checkout of that tag, with its test binary (go-nsq.test) or what go test needs.
+youzan-suite: venv sysdeps
+	$(BIN)/python scripts/youzan_suite.py $(SUITE) $(if $(CLUSTER),--cluster) \
+		--out $(CURDIR)/test-artifacts/youzan-suite$(if $(CLUSTER),-cluster)
 
 # The Jepsen-style fault harness (root: network namespaces; docs/jepsen.md). `make jepsen`
 # is the short profile (about three minutes, run by .ci/run); `make jepsen-long` the long

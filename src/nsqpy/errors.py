@@ -197,8 +197,8 @@ class TopicNotExist(ProtocolError):
 
 
 class CreateTopicFailed(ProtocolError):
-    """E_CREATE_TOPIC_FAILED (youzan): INTERNAL_CREATE_TOPIC refused (in a cluster, where
-    topics are created through nsqlookupd) or failed. Non-fatal, as youzan's nsqd."""
+    """E_CREATE_TOPIC_FAILED (youzan): INTERNAL_CREATE_TOPIC refused (in a cluster with
+    ``--disable-auto-create`` or no coordinator) or failed. Non-fatal, as youzan's nsqd."""
 
     code = "E_CREATE_TOPIC_FAILED"
     fatal = False

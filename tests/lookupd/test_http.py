@@ -62,6 +62,14 @@ async def test_empty_lookupd(http: Api) -> None:
     assert_error(await http.call("GET", "/lookup?topic=t"), 404, "TOPIC_NOT_FOUND")
 
 
+async def test_listlookup_of_a_lookupd_of_no_cluster_lists_none(http: Api) -> None:
+    """youzan's clients ask ``/listlookup`` for the cluster's lookupds; youzan's lookupd of
+    no cluster answers 200 with no data (they keep the one they asked), and so does this."""
+    reply = await http.call("GET", "/listlookup")
+    assert (reply.status, reply.body) == (200, b"")
+    assert reply.headers["X-NSQ-Content-Type"] == "nsq; version=1.0"
+
+
 @pytest.mark.parametrize("path", ["/lookup", "/channels", "/lookup?channel=c", "/channels?Topic=t"])
 async def test_topic_argument_required(http: Api, path: str) -> None:
     assert_error(await http.call("GET", path), 400, "MISSING_ARG_TOPIC")

@@ -5,6 +5,7 @@ extended frames to ``extend_support`` clients only.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 
@@ -19,7 +20,7 @@ from nsqpy.protocol.extend import (
     encode_pub_trace,
 )
 from nsqpy.protocol.message import JSON_HEADER_EXT_VERSION, NO_EXT_VERSION
-from nsqpy.testing import AsyncWire, eventually, identify
+from nsqpy.testing import AsyncWire, FakeClock, eventually, identify
 
 from .conftest import connect, create_topic, err, http, message, post, subscribe
 
@@ -279,6 +280,31 @@ async def test_a_consumer_with_a_desired_tag_gets_only_messages_of_that_tag(
     await pub.send(encode_pub_ext("tags", {"##client_dispatch_tag": "blue"}, b"b3"))
     assert await pub.read_frame() == (0, b"OK")
     assert (await message(plain, extended=True)).body == b"b3"
+
+
+async def test_requeued_with_a_delay_a_message_keeps_to_its_tag(
+    nsqd: NsqdServer, clock: FakeClock
+) -> None:
+    """A message REQ'd with a delay comes back from the deferred set by the same dispatch
+    rule: a tagged one to its tag's consumer, an untagged one to a consumer of none."""
+    await create_topic(nsqd, "later", 1)
+    tagged = await subscribe(nsqd.tcp_port, "SUB later c", rdy=10,
+                             fields={**EXTEND, "desired_tag": "blue"})  # fmt: skip
+    plain = await subscribe(nsqd.tcp_port, "SUB later c", rdy=10, fields=EXTEND)
+    pub = await AsyncWire.connect(nsqd.tcp_port)
+    await pub.send(encode_pub_ext("later", {"##client_dispatch_tag": "blue"}, b"b"))
+    assert await pub.read_frame() == (0, b"OK")
+    await pub.send(encode_pub_ext("later", {"app": "x"}, b"p"))
+    assert await pub.read_frame() == (0, b"OK")
+    for _ in range(3):
+        blue, other = await message(tagged, extended=True), await message(plain, extended=True)
+        assert (blue.body, other.body) == (b"b", b"p")
+        await tagged.send(b"REQ " + blue.id + b" 1000\n")
+        await plain.send(b"REQ " + other.id + b" 1000\n")
+        await tagged.send(b"NOP\n")
+        await plain.send(b"NOP\n")
+        await asyncio.sleep(0.05)
+        clock.advance_ms(1001)
 
 
 async def test_a_desired_tag_longer_than_youzans_limit_is_refused(nsqd: NsqdServer) -> None:

@@ -3,8 +3,9 @@
 Owns ``ChannelDeferral``, which a ``ChannelPartition`` (``broker.channel_partition``) creates
 and keeps as ``deferral``, given the partition it reads (``PartitionView``, also the
 Protocol the channel modules share), the channel's name, cursor, cursor file, deferred set
-and memory queue (a channel of an ephemeral topic reads that, not the log), and three of the
-channel's own methods: ``confirm``, ``next_client`` and ``deliver``. A DPUB'd message goes
+and memory queue (a channel of an ephemeral topic reads that, not the log), and the
+channel's own methods: ``confirm``, ``pick_client`` (the consumer a message goes to, by
+youzan's dispatch tags when ``tagged``) and ``deliver``. A DPUB'd message goes
 to the deferred set as soon as it reaches the channel (``defer_arrived``, from the
 partition's notes, ``broker.dpubs``), consumers or not, so it counts in ``deferred_count``
 and never in ``depth``, as in NSQ. It stays out of the cursor until the log read reaches
@@ -112,7 +113,8 @@ class ChannelDeferral:
         queue: MemoryQueue | None,
         *,
         confirm: Callable[[int], bool],
-        next_client: Callable[[list[Client]], Client],
+        pick_client: Callable[[list[Client], bytes], Client | None],
+        tagged: Callable[[], bool],
         deliver: Deliver,
     ) -> None:
         self.source = source
@@ -121,10 +123,12 @@ class ChannelDeferral:
         self.cursor_file = cursor_file
         self.deferred = deferred
         self.queue = queue
-        # the channel's: confirm (in the cursor, counted for its save), the next consumer in
-        # turn, and delivery (in flight from now)
+        # the channel's: confirm (in the cursor, counted for its save), the consumer a
+        # message (by its extension) goes to (None: none ready fits its dispatch tag),
+        # whether any consumer wants a tag, and delivery (in flight from now)
         self.confirm = confirm
-        self.next_client = next_client
+        self.pick_client = pick_client
+        self.tagged = tagged
         self.deliver = deliver
         self.leased = 0  # deferred entries currently in flight
         self.stalled = False  # the delayed store refused a delayed message read: again
@@ -323,19 +327,20 @@ class ChannelDeferral:
             expire(due.offset, now, confirm=False)  # (it left the cursor's window)
             return 0
         body, timestamp, ext = due.body, due.timestamp, b""
-        if body is None:
+        if body is None or self.tagged():  # (the extension, with its tag, is in the log)
             try:
                 frames = self.source.log.read_frames(due.offset, 1)
             except (OffsetOutOfRange, StorageError):
                 frames = []
-            if not frames or frames[0][0] != due.offset:
+            if frames and frames[0][0] == due.offset:
+                timestamp, body, ext = frames[0][1], frames[0][4], frames[0][5]
+            elif body is None:
                 self.deferred.remove(due.offset)
                 return 0
-            timestamp, body, ext = frames[0][1], frames[0][4], frames[0][5]
-        if not ready:
+        client = self.pick_client(ready, ext) if ready else None
+        if client is None:  # due again at once, for the next consumer that fits
             self.deferred.put(due.offset, now, due.attempts, timestamp, body)
             return 0
-        client = self.next_client(ready)
         deadline = now + client.msg_timeout_ns  # the in-flight deadline ``deliver`` gives it
         self.deferred.put(due.offset, deadline, due.attempts + 1, timestamp, body)
         self.deliver(client, due.offset, due.attempts + 1, timestamp, body, FROM_DEFERRED, now, ext)

@@ -98,7 +98,8 @@ class ChannelPartition:
         # file and the failures of both (broker.channel_deferral)
         self.deferral = ChannelDeferral(
             topic, name, cursor, cursor_file, self.deferred, self.queue,
-            confirm=self._confirm, next_client=self._next_client, deliver=self._deliver,
+            confirm=self._confirm, pick_client=self._pick_client,
+            tagged=lambda: self._tags() is not None, deliver=self._deliver,
         )  # fmt: skip
         # Beyond NSQ (broker.policy): dead letters, TTL expiry, the topic's depth bound.
         self.policy = ChannelPolicy()  # (one object shared by the channel's partitions)
@@ -202,6 +203,14 @@ class ChannelPartition:
     def _next_client(self, ready: list[Client]) -> Client:
         self._rr = (self._rr + 1) % len(ready)
         return ready[self._rr]
+
+    def _pick_client(self, ready: list[Client], ext: bytes) -> Client | None:
+        """The consumer of ``ready`` a message with extension ``ext`` goes to: the next in
+        turn, or by youzan's dispatch tags when a consumer wants one (None: none fits)."""
+        tags = self._tags()
+        if tags is None:
+            return self._next_client(ready)
+        return self._tagged_client(ready, ext, tags)
 
     def _tags(self) -> frozenset[str] | None:
         """The dispatch tags this partition's consumers want (youzan's IDENTIFY

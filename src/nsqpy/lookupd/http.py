@@ -46,6 +46,7 @@ def make_app(daemon: LookupdView, cluster: ClusterHttpApi | None = None) -> web.
         ("GET", "/topics", api.topics),
         ("GET", "/channels", api.channels),
         ("GET", "/nodes", api.nodes),
+        ("GET", "/listlookup", api.listlookup),
         ("POST", "/topic/create", api.topic_create),
         ("POST", "/topic/delete", api.topic_delete),
         ("POST", "/channel/create", api.channel_create),
@@ -141,6 +142,12 @@ class HttpApi:
 
     async def topics(self, request: web.Request) -> web.StreamResponse:
         return v1_json({"topics": self.registry.topics()})
+
+    async def listlookup(self, request: web.Request) -> web.StreamResponse:
+        """youzan's lookupd discovery: a lookupd of no cluster lists no others, and
+        answers as youzan's does then (200, no data; youzan's clients keep the one they
+        asked)."""
+        return v1_empty()
 
     async def channels(self, request: web.Request) -> web.StreamResponse:
         args = query_args(request)

@@ -61,6 +61,7 @@ from nsqpy.errors import (
     ReqFailed,
     StorageError,
     SubFailed,
+    TopicNotExist,
     TouchFailed,
 )
 from nsqpy.nsqd.ack import Ack
@@ -427,7 +428,7 @@ class V2Connection(BufferedConnection):
         self._pre_auth_ns = 0
 
     def sub(self, cmd: Sub) -> None:
-        if not self._topic_here(cmd.topic, cmd, NotLeaderForSub):
+        if not self._topic_here(cmd.topic, cmd, NotLeaderForSub, cmd.partition):
             return
         start = _start_position(cmd.start) if cmd.start else None
         if start is not None and cmd.partition >= 0:
@@ -538,11 +539,14 @@ class V2Connection(BufferedConnection):
         self.client.state = CLOSING
         self._reply(None, CLOSE_WAIT_FRAME)
 
-    def _topic_here(self, topic: str, command: object, elsewhere: type[ProtocolError]) -> bool:
+    def _topic_here(
+        self, topic: str, command: object, elsewhere: type[ProtocolError], partition: int = -1
+    ) -> bool:
         """True when ``topic`` may be used here now (always, outside a cluster). A topic
         the cluster lacks: False, and ``command`` runs again once it is created (the
-        connection runs nothing else meanwhile); one held only by other nodes: ``elsewhere``.
-        """
+        connection runs nothing else meanwhile), unless the command names a ``partition``
+        (youzan's forms create nothing: TopicNotExist); one held only by other nodes:
+        ``elsewhere``."""
         gate = self.ctx.cluster
         if gate is None or is_ephemeral(topic):
             return True
@@ -551,6 +555,8 @@ class V2Connection(BufferedConnection):
             return True
         if where == ELSEWHERE:
             raise elsewhere()
+        if partition >= 0:
+            raise TopicNotExist(f"topic {topic} does not exist")
         self.hold()
         self.spawn(self._when_created(gate, topic, command))
         return False
@@ -601,7 +607,7 @@ class V2Connection(BufferedConnection):
         ):  # (in a cluster a topic held elsewhere only is checked by its leader)
             self.broker.check_partition(topic_name, partition)
         try:
-            if not self._topic_here(topic_name, command, NotLeader):
+            if not self._topic_here(topic_name, command, NotLeader, partition):
                 return []
             topic = self.broker.topic(topic_name)  # StorageError: it could not be created
             if topic.deleted:

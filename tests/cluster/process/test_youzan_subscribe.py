@@ -123,3 +123,23 @@ def test_internal_create_topic_creates_and_grows_through_the_coordinator(
     assert publisher.read_frame() == (0, b"OK")
     client.close()
     publisher.close()
+
+
+def test_a_partition_of_an_unknown_topic_creates_nothing(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """youzan's forms name a partition, and create nothing (as on a single nsqd): a PUB or
+    SUB of a partition of a topic the cluster lacks is the fatal E_TOPIC_NOT_EXIST (youzan's
+    producer then fails the publish; its consumer drops the node); a plain PUB creates it."""
+    for command in (mpub_partition(topic_name, 0, [b"x"]), f"SUB {topic_name} c 0\n".encode()):
+        client = wire(shared, 0)
+        client.send(command)
+        ftype, data = client.read_frame()
+        assert (ftype, data.split()[0]) == (1, b"E_TOPIC_NOT_EXIST"), data
+        client.close()
+    status, _ = shared.request("GET", shared.lookupd_http(0), f"/lookup?topic={topic_name}")
+    assert status == 404
+    client = wire(shared, 0, timeout=15)
+    client.send(f"PUB {topic_name}\n".encode() + b"\x00\x00\x00\x01x")
+    assert client.read_frame() == (0, b"OK")
+    client.close()
