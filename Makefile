@@ -57,14 +57,14 @@ test: venv sysdeps
 		-n $(TEST_WORKERS) --dist loadfile
 
 fmt: venv
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff format src tests bench scripts
 
 lint: venv
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench scripts
+	$(BIN)/ruff check src tests bench scripts
 
 typecheck: venv
-	$(BIN)/mypy src tests
+	$(BIN)/mypy src tests scripts
 
 check: lint typecheck test
 
