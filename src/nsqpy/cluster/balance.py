@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from operator import mul
 
@@ -198,9 +198,16 @@ class _Weights:
                 bounded.append((bound, key, held, scale))
         bounded.sort(key=lambda e: (-e[0], e[1]))
         best: tuple[tuple[float, bool, Key, str, str], float] | None = None
+        # The bound of the partition the best move is of, when that move gains all its
+        # bound allows and its source is no leader: a later partition of that same bound
+        # (a later key) can then only tie it and lose (all the idle partitions of a cluster
+        # share one weight, so most bounds are equal).
+        settled: float | None = None
         for bound, key, held, scale in bounded:
             if best is not None and 2 * bound < best[1] - _SLACK:
                 break  # (no later partition can gain as much)
+            if bound == settled:
+                continue
             r = self.parts[key].value
             ranked, scores, ww, need = scale.ranked(), scale.sorted_scores, scale.ww, scale.need
             allowed = targets(r)
@@ -226,6 +233,7 @@ class _Weights:
                 rank = (-gain, r.leader == a and not leader_only, key, a, target)
                 if best is None or rank < best[0]:
                     best = (rank, 2 * evens)
+                    settled = bound if gain == round(2 * bound, 12) and not rank[1] else None
         if best is None:
             return None
         _, _, key, a, b = best[0]
@@ -242,9 +250,9 @@ class _Scale:
     every node at once when many partitions share ``w``."""
 
     def __init__(self, w: tuple[float, ...], totals: Mapping[str, list[float]],
-                 low: float, need: float, every: bool) -> None:  # fmt: skip
+                 low: float, need: float, every: bool, ww: float) -> None:  # fmt: skip
         self.w, self.totals, self.low, self.need = w, totals, low, need
-        self.ww = _dot(w, w)
+        self.ww = ww
         self.scores = {n: _dot(w, t) for n, t in totals.items()} if every else None
         self._ranked: list[tuple[float, str]] | None = None
         self.sorted_scores: list[float] = []
@@ -254,10 +262,11 @@ class _Scale:
            spread: list[float], margin: float, every: bool) -> _Scale | None:  # fmt: skip
         """None when no move of a partition weighing ``w`` can qualify: not even from the
         highest total to the lowest, dimension by dimension."""
-        most, need = _dot(w, spread) - _dot(w, w), margin * sum(w)
+        ww = _dot(w, w)
+        most, need = _dot(w, spread) - ww, margin * sum(w)
         if most <= 0 or most < need - _SLACK:
             return None
-        return cls(w, totals, _dot(w, lowest), need, every)
+        return cls(w, totals, _dot(w, lowest), need, every, ww)
 
     def score(self, node: str) -> float:
         if self.scores is not None:
@@ -286,7 +295,13 @@ def _inverse(total: float) -> float:
     return 1.0 / total if total else 0.0
 
 
-def _dot(a: Iterable[float], b: Iterable[float]) -> float:
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    """The dot product, summed left to right (the weights have 2 or 3 dimensions: written
+    out, the same sum as ``sum(map(mul, a, b))``, several times faster)."""
+    if len(a) == 3:
+        return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+    if len(a) == 2:
+        return a[0] * b[0] + a[1] * b[1]
     total: float = sum(map(mul, a, b))
     return total
 

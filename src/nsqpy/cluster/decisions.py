@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .model import Change, Move, NodeInfo, Replicas, Snapshot, TopicMeta, partition_name
 
@@ -145,8 +146,13 @@ def _quiet(r: Replicas, meta: TopicMeta, live: Mapping[str, NodeInfo],
     if r.move is not None or r.catchup or len(r.isr) != meta.replicator:
         return False
     info = live.get(r.leader)
-    if info is None or any(n not in live or n in removing for n in r.isr):
+    if info is None:
         return False
+    for n in r.isr:
+        if n not in live or n in removing:
+            return False
+    if not info.failing and not info.lagging:  # (a healthy leader's: no name to look up)
+        return True
     name = partition_name(topic, partition)
     failing, lagging = info.failing.get(name), info.lagging.get(name)
     return failing != r.leader_epoch and (lagging is None or lagging[0] != r.leader_epoch
@@ -164,13 +170,32 @@ class _Round:
         self.missing_since = missing_since
         self.repair_delay_ns = repair_delay_ns
         self.emergency_delay_ns = emergency_delay_ns
-        self.leaders, self.held = snapshot.counts()
         self.removing = snapshot.removing
         self.moves = len(snapshot.moving)
-        self.topic_held: dict[tuple[str, str], int] = {}
-        for (topic, _), versioned in snapshot.replicas.items():
+        self._snapshot = snapshot
+
+    # The running loads, counted over every partition when a rule first needs them (a
+    # round where every partition is quiet counts nothing); ``hold`` and the elections
+    # change them as the round goes.
+    @cached_property
+    def _counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        return self._snapshot.counts()
+
+    @property
+    def leaders(self) -> dict[str, int]:
+        return self._counts[0]
+
+    @property
+    def held(self) -> dict[str, int]:
+        return self._counts[1]
+
+    @cached_property
+    def topic_held(self) -> dict[tuple[str, str], int]:
+        found: dict[tuple[str, str], int] = {}
+        for (topic, _), versioned in self._snapshot.replicas.items():
             for node in versioned.value.holders:
-                self.topic_held[(topic, node)] = self.topic_held.get((topic, node), 0) + 1
+                found[(topic, node)] = found.get((topic, node), 0) + 1
+        return found
 
     def end(self, node: str, topic: str, partition: int) -> tuple[int, int] | None:
         info = self.live.get(node)

@@ -454,11 +454,17 @@ class Replicas:
     epoch: int = 1
     leader_epoch: int = 1
     move: Move | None = None
+    # Derived once (the coordinator's rounds read them for every partition, many times):
+    # every node holding the partition, isr then catchup; the ISR members but the leader.
+    holders: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    followers: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "isr", tuple(self.isr))
         object.__setattr__(self, "catchup", tuple(self.catchup))
         holders = self.isr + self.catchup
+        object.__setattr__(self, "holders", holders)
+        object.__setattr__(self, "followers", tuple(n for n in self.isr if n != self.leader))
         if self.leader not in self.isr:
             raise ValueError(f"Replicas: leader {self.leader!r} is not in isr {list(self.isr)}")
         if len(set(holders)) != len(holders):
@@ -467,16 +473,6 @@ class Replicas:
         if self.epoch < 0 or self.leader_epoch < 0:
             raise ValueError(f"Replicas: epochs must be >= 0, got epoch={self.epoch} "
                              f"leader_epoch={self.leader_epoch}")  # fmt: skip
-
-    @property
-    def holders(self) -> tuple[str, ...]:
-        """Every node holding the partition: isr then catchup."""
-        return self.isr + self.catchup
-
-    @property
-    def followers(self) -> tuple[str, ...]:
-        """The ISR members other than the leader."""
-        return tuple(n for n in self.isr if n != self.leader)
 
     def to_json(self) -> bytes:
         move = {"move": self.move.to_dict()} if self.move is not None else {}

@@ -217,18 +217,29 @@ class LeaderFeed:
                     self._conns.pop(conn.key, None)
 
     async def _receive_loop(self, conn: _Conn, sender: asyncio.Task[None]) -> None:
-        while True:
-            recv = asyncio.ensure_future(conn.link.recv())
-            try:
-                done, _ = await asyncio.wait({recv, sender}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                if not recv.done():
-                    recv.cancel()
-            if recv not in done:  # the sender ended (leadership lost, write failed)
-                sender.result()
-                return
-            for frame in recv.result():
-                self._on_frame(conn, frame)
+        """The follower's frames until the link ends, or the sender does (leadership lost,
+        a write failed: its error is raised here). The sender's end cancels the read that
+        waits (no task per read: an idle link's heartbeats cost little)."""
+        me = asyncio.current_task()
+        assert me is not None
+        ended = False
+
+        def sender_ended(_: object) -> None:
+            nonlocal ended
+            ended = True
+            me.cancel()
+
+        sender.add_done_callback(sender_ended)
+        try:
+            while True:
+                for frame in await conn.link.recv():
+                    self._on_frame(conn, frame)
+        except asyncio.CancelledError:
+            if not ended or me.uncancel() > 0:  # (cancelled from outside too)
+                raise
+            sender.result()
+        finally:
+            sender.remove_done_callback(sender_ended)
 
     def _on_frame(self, conn: _Conn, frame: object) -> None:
         match frame:
