@@ -26,6 +26,7 @@ from nsqpy.lookupd.http import make_app
 from nsqpy.lookupd.options import NsqLookupdOptions
 from nsqpy.lookupd.registry import Registry
 from nsqpy.lookupd.tcp import V1Connection
+from nsqpy.metrics.lookupd_metrics import ClusterFigures
 
 if TYPE_CHECKING:
     from nsqpy.lookupd.cluster import LookupdCluster
@@ -71,6 +72,18 @@ class NsqLookupd:
     @property
     def connections(self) -> set[V1Connection]:
         return self._connections
+
+    def cluster_figures(self) -> ClusterFigures | None:
+        cluster = self.cluster
+        if cluster is None or cluster.view is None:
+            return None
+        coordinator = cluster.coordinator
+        return ClusterFigures(
+            cluster.view.snapshot(),
+            cluster.leading,
+            coordinator.changes_applied if coordinator is not None else 0,
+            coordinator.compacted if coordinator is not None else 0,
+        )
 
     @property
     def tcp_port(self) -> int:

@@ -4,18 +4,26 @@ Gauges for the connected nsqd (``nsqlookupd_producers``), known topics and chann
 the live producers of each topic (label ``topic``); counters for the TCP commands received
 (``nsqlookupd_tcp_commands_total{command=...}``), the cluster's calls on ``--rpc-address``
 (``nsqlookupd_rpc_connections_total``) and, through ``routes``, the HTTP
-responses. One call registers the route: ``add_lookupd_metrics(app, daemon)`` from
-lookupd's HTTP module. Reads the registry; never changes it.
+responses. In a cluster (``--etcd-endpoints``), the cluster's health as this lookupd's
+view of etcd shows it (``cluster_families``): whether it is the coordinator, live nodes,
+partitions offline (no live leader), under-replicated (an ISR smaller than the topic's
+replicas, or with a member that is not live), catching up and moving, per topic and in
+all, and the coordinator's applied changes and etcd compaction. Every lookupd of a
+cluster reports the same partitions (alert on ``max``). One call registers the route:
+``add_lookupd_metrics(app, daemon)`` from lookupd's HTTP module. Reads the registry and
+the view; never changes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
+from nsqpy.cluster.model import Snapshot
 from nsqpy.lookupd.registry import Registry
 from nsqpy.metrics.exposition import Family
 from nsqpy.metrics.routes import add_metrics_route
@@ -26,6 +34,17 @@ class Peer(Protocol):
 
     @property
     def peer(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class ClusterFigures:
+    """A cluster lookupd's side, for its metrics: its view of etcd and its coordinator's
+    counts (those of its own terms as the coordinator)."""
+
+    snapshot: Snapshot
+    coordinator: bool  # this lookupd holds the coordinator lock
+    changes_applied: int
+    compacted_revision: int
 
 
 class LookupdView(Protocol):
@@ -44,6 +63,10 @@ class LookupdView(Protocol):
     @property
     def rpc_connections(self) -> int:
         """Connections the cluster's daemons opened on ``--rpc-address`` (mutual TLS)."""
+        ...
+
+    def cluster_figures(self) -> ClusterFigures | None:
+        """None outside a cluster (or before its view started)."""
         ...
 
 
@@ -78,7 +101,73 @@ def lookupd_families(daemon: LookupdView) -> list[Family]:
             "counter",
             "connections of the cluster's daemons on --rpc-address (mutual TLS, handshake done)",
         ).add(daemon.rpc_connections),
+        *cluster_families(daemon.cluster_figures()),
     ]
+
+
+def cluster_families(figures: ClusterFigures | None) -> list[Family]:
+    """The cluster's health as one lookupd sees it (none outside a cluster)."""
+    if figures is None:
+        return []
+    snap = figures.snapshot
+    live = snap.nodes
+    kinds = ("offline", "under_replicated", "catching_up", "moving")
+    per_topic = {k: {topic: 0 for topic in snap.topics} for k in kinds}
+    partitions = 0
+    for (topic, number), versioned in snap.replicas.items():
+        meta = snap.topics.get(topic)
+        if meta is None or number >= meta.partition_num:
+            continue  # (being created, grown or deleted)
+        partitions += 1
+        r = versioned.value
+        found = {
+            "offline": r.leader not in live,
+            "under_replicated": len(r.isr) < meta.replicator or any(n not in live for n in r.isr),
+            "catching_up": bool(r.catchup),
+            "moving": r.move is not None,
+        }
+        for kind, yes in found.items():
+            per_topic[kind][topic] += yes
+    out = [
+        Family("nsqlookupd_cluster_coordinator", "gauge",
+               "1 while this lookupd is the cluster's coordinator").add(int(figures.coordinator)),
+        Family("nsqlookupd_cluster_nodes", "gauge", "nsqd with a live lease").add(len(live)),
+        Family("nsqlookupd_cluster_nodes_draining", "gauge", "nsqd being drained").add(
+            len(snap.removing)
+        ),
+        Family("nsqlookupd_cluster_partitions", "gauge", "partitions of every topic").add(
+            partitions
+        ),
+    ]  # fmt: skip
+    texts = {
+        "offline": "partitions whose leader is not live: no publish or delivery",
+        "under_replicated": "partitions whose ISR is smaller than the topic's replicas or "
+        "has a member that is not live",
+        "catching_up": "partitions with a replica copying the log (not yet in the ISR)",
+        "moving": "partitions being moved by the rebalancer or a drain",
+    }
+    for kind in kinds:
+        total = Family(f"nsqlookupd_cluster_partitions_{kind}", "gauge", texts[kind])
+        out.append(total.add(sum(per_topic[kind].values())))
+        topics = Family(f"nsqlookupd_cluster_topic_partitions_{kind}", "gauge",
+                        f"{texts[kind]}, by topic")  # fmt: skip
+        for topic, count in sorted(per_topic[kind].items()):
+            topics.add(count, topic=topic)
+        out.append(topics)
+    out += [
+        Family("nsqlookupd_cluster_changes_applied", "counter",
+               "changes of partitions' leaders and replicas this lookupd wrote as the "
+               "coordinator (elections, ISR changes, repairs, moves)").add(
+            figures.changes_applied
+        ),
+        Family("nsqlookupd_cluster_etcd_revision", "gauge",
+               "the etcd revision this lookupd's view is at").add(snap.revision),
+        Family("nsqlookupd_cluster_etcd_compacted_revision", "gauge",
+               "the revision etcd's history was compacted up to by this lookupd").add(
+            figures.compacted_revision
+        ),
+    ]  # fmt: skip
+    return out
 
 
 def add_lookupd_metrics(app: web.Application, daemon: LookupdView) -> None:

@@ -4,7 +4,11 @@ Per topic (label ``topic``) and channel (``topic``, ``channel``): NSQ's running 
 counters (``nsqd_topic_messages_total``, ``nsqd_channel_requeued_total``, …) and the levels
 as gauges (depth, backend depth, in-flight, deferred, clients, paused), e2e latency
 percentiles as gauges in seconds with a ``quantile`` label when configured, plus node-wide
-gauges and the garbage collector's counts. One call registers the route:
+gauges and the garbage collector's counts. In a cluster, per partition held here (labels
+``topic``, ``partition``): whether this node leads it, its ISR size, committed and end
+offsets; per partition led here and each other holder (``follower``): how far behind it
+is, in messages and in seconds since it was last heard; the node's lease, report writes
+and forwarded publishes. One call registers the route:
 ``add_nsqd_metrics(app, daemon)`` from nsqd's HTTP module. Sees nsqd only through
 ``NsqdView`` (never imports ``nsqpy.nsqd``); reads the broker through ``broker.stats``;
 never changes anything.
@@ -12,7 +16,8 @@ never changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -44,6 +49,18 @@ CHANNEL_METRICS = [
 ]
 
 
+@dataclass(frozen=True)
+class NodeFigures:
+    """An nsqd's cluster side, for its metrics."""
+
+    live: bool  # its lease is held: it takes part in the cluster
+    reports_written: int
+    forwarded: int  # publishes forwarded to a partition's leader elsewhere
+    forward_failures: int
+    # (topic, partition, follower, messages behind, seconds since heard; -1: never)
+    lags: Sequence[tuple[str, int, str, int, float]] = ()
+
+
 class NsqdView(Protocol):
     """What the exporter reads of nsqd: its broker, options (the broadcast address) and TCP
     connections (counted). ``NsqdServer`` is one; this module never names it."""
@@ -56,6 +73,10 @@ class NsqdView(Protocol):
 
     @property
     def connections(self) -> Sized: ...
+
+    def cluster_figures(self) -> NodeFigures | None:
+        """None outside a cluster."""
+        ...
 
 
 def _latency(family: Family, latency: Any, **labels: str) -> None:
@@ -113,7 +134,60 @@ def nsqd_families(daemon: NsqdView) -> list[Family]:
         *by_channel.values(),
         channel_e2e,
         *runtime,
+        *cluster_families(topics, daemon.cluster_figures()),
     ]
+
+
+def cluster_families(topics: list[dict[str, Any]], figures: NodeFigures | None) -> list[Family]:
+    """The partitions held here and their followers (none outside a cluster)."""
+    if figures is None:
+        return []
+    leader = Family("nsqd_partition_leader", "gauge", "1 while this nsqd leads the partition")
+    isr = Family("nsqd_partition_isr", "gauge", "in-sync replicas of the partition, as in etcd")
+    committed = Family(
+        "nsqd_partition_committed_offset",
+        "gauge",
+        "offset below which every ISR member has the partition's messages",
+    )
+    end = Family("nsqd_partition_end_offset", "gauge", "offset after the last message here")
+    for t in topics:
+        for p in t.get("partitions") or []:
+            labels = {"topic": str(t["topic_name"]), "partition": str(p["partition"])}
+            leader.add(int(p.get("role") == "leader"), **labels)
+            isr.add(len(p.get("isr") or ()), **labels)
+            committed.add(int(p.get("committed_offset") or 0), **labels)
+            end.add(int(p["high_watermark"]), **labels)
+    behind = Family(
+        "nsqd_partition_follower_lag_messages",
+        "gauge",
+        "messages a holder of a partition led here is behind the leader",
+    )
+    silent = Family(
+        "nsqd_partition_follower_silent_seconds",
+        "gauge",
+        "seconds since the leader last heard a holder (-1: not in this epoch)",
+    )
+    for topic, partition, follower, lag, quiet in figures.lags:
+        labels = {"topic": topic, "partition": str(partition), "follower": follower}
+        behind.add(lag, **labels)
+        silent.add(round(quiet, 3), **labels)
+    return [
+        Family("nsqd_cluster_live", "gauge",
+               "1 while this nsqd holds its lease and takes part in the cluster").add(
+            int(figures.live)
+        ),
+        Family("nsqd_cluster_reports_written", "counter",
+               "writes of this nsqd's report to etcd (only when it changed)").add(
+            figures.reports_written
+        ),
+        Family("nsqd_cluster_forwarded_messages", "counter",
+               "publishes forwarded to the partition's leader on another nsqd").add(
+            figures.forwarded
+        ),
+        Family("nsqd_cluster_forward_failures", "counter",
+               "forwarded publishes that failed").add(figures.forward_failures),
+        leader, isr, committed, end, behind, silent,
+    ]  # fmt: skip
 
 
 def add_nsqd_metrics(app: web.Application, daemon: NsqdView) -> None:

@@ -50,7 +50,7 @@ from nsqpy.httpapi import (
     v1_json,
     v1_text,
 )
-from nsqpy.metrics.nsqd_metrics import add_nsqd_metrics
+from nsqpy.metrics.nsqd_metrics import NodeFigures, add_nsqd_metrics
 from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_args import (
     HttpHost,
@@ -105,6 +105,10 @@ class NsqdHttpView(HttpHost, Protocol):
 
     def cluster_info(self) -> dict[str, object]:
         """What /info adds in a cluster (node id, cluster id); {} on a single node."""
+        ...
+
+    def cluster_figures(self) -> NodeFigures | None:
+        """What /metrics adds in a cluster; None on a single node."""
         ...
 
 

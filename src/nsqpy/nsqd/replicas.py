@@ -250,6 +250,27 @@ class Replication:
                 out[partition_name(part.name, part.number)] = (part.leader_epoch, tuple(late))
         return out
 
+    def follower_lags(self) -> list[tuple[str, int, str, int, float]]:
+        """For the metrics: per partition led here and each other holder, (topic,
+        partition, follower, messages behind the leader's end, seconds since it was last
+        heard; -1: never in this leader epoch)."""
+        out: list[tuple[str, int, str, int, float]] = []
+        for part, state in self._led_states():
+            r = self.replicas(part.name, part.number)
+            if r is None or r.leader != self.node_id:
+                continue
+            end, now = part.log.high_watermark, state.clock()
+            for node in r.holders:
+                if node == self.node_id:
+                    continue
+                peer = state.peers.get(node)
+                if peer is None:
+                    out.append((part.name, part.number, node, end, -1.0))
+                else:
+                    silent = now - peer.last_heard
+                    out.append((part.name, part.number, node, max(0, end - peer.end), silent))
+        return out
+
     def failing(self) -> dict[str, int]:
         """(``NodeInfo.failing``) Per partition led here whose last write failed (a full
         disk): its leader epoch. The coordinator gives it to another ISR member."""

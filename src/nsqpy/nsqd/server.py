@@ -44,6 +44,7 @@ from nsqpy.broker.topic import Topic
 from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import NotLeader, ProtocolError
 from nsqpy.flags import LOG_LEVELS
+from nsqpy.metrics.nsqd_metrics import NodeFigures
 from nsqpy.metrics.statsd import StatsdEmitter
 from nsqpy.nsqd.ack import Ack
 from nsqpy.nsqd.auth import AuthClient
@@ -684,6 +685,19 @@ class NsqdServer:
 
     def cluster_id(self) -> str:
         return self.opts.cluster_id if self.cluster is not None else ""
+
+    def cluster_figures(self) -> NodeFigures | None:
+        cluster = self.cluster
+        if cluster is None:
+            return None
+        member, replication = cluster.member, cluster.replication
+        return NodeFigures(
+            live=member is not None and member.live,
+            reports_written=member.reports_written if member is not None else 0,
+            forwarded=cluster.forwarder.forwarded,
+            forward_failures=cluster.forwarder.failed,
+            lags=replication.follower_lags() if replication is not None else (),
+        )
 
     def cluster_info(self) -> dict[str, object]:
         if self.cluster is None:

@@ -1,0 +1,96 @@
+"""Cluster health in the daemons' Prometheus ``/metrics`` on a real cluster: each nsqd's
+partitions (leader, ISR, offsets) and its followers' lag; each lookupd's view of the
+cluster (coordinator, offline and under-replicated partitions), through a follower's
+SIGKILL and its restart.
+"""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from nsqpy.protocol.extend import encode_mpub_partition
+from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.http import http_get
+
+from .conftest import OwnCluster, create, leaders, stats_partitions, wire
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(address: str) -> Samples:
+    status, body, _ = http_get(f"http://{address}/metrics")
+    assert status == 200
+    out: Samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def at(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def test_partitions_and_followers_in_nsqd_metrics(shared: LocalCluster, topic_name: str) -> None:
+    topic = topic_name
+    assert create(shared, topic, partition_num=2, replicator=3, multipart="true")[0] == 200
+    for i in range(3):
+        shared.wait_for(lambda i=i: len(stats_partitions(shared, i, topic)) == 2, 20,  # type: ignore[misc]
+                        f"nsqd {i} holds both partitions")  # fmt: skip
+    lead = leaders(shared, topic)
+    client = wire(shared, lead[0])
+    client.send(encode_mpub_partition(topic, 0, [b"m"] * 7))
+    assert client.read_frame() == (0, b"OK")
+    client.close()
+    node_ids = [shared.node_id(i) for i in range(3)]
+
+    def settled() -> bool:
+        s = scrape(shared.nsqd_http(lead[0]))
+        lags = [at(s, "nsqd_partition_follower_lag_messages", topic=topic, partition="0",
+                   follower=n) for n in node_ids if n != node_ids[lead[0]]]  # fmt: skip
+        return lags == [0.0, 0.0]
+
+    shared.wait_for(settled, 10, "both followers of partition 0 caught up")
+    for i in range(3):
+        s = scrape(shared.nsqd_http(i))
+        for p in (0, 1):
+            labels = {"topic": topic, "partition": str(p)}
+            assert at(s, "nsqd_partition_leader", **labels) == float(lead[p] == i)
+            assert at(s, "nsqd_partition_isr", **labels) == 3.0
+        assert at(s, "nsqd_partition_end_offset", topic=topic, partition="0") == 7.0
+        assert at(s, "nsqd_cluster_live") == 1.0
+    s = scrape(shared.nsqd_http(lead[0]))
+    assert at(s, "nsqd_partition_committed_offset", topic=topic, partition="0") == 7.0
+    for n in node_ids:
+        silent = at(s, "nsqd_partition_follower_silent_seconds", topic=topic, partition="0",
+                    follower=n)  # fmt: skip
+        if n == node_ids[lead[0]]:
+            assert silent is None  # (a leader has no lag of its own)
+        else:
+            assert silent is not None and 0 <= silent < 5
+
+
+def test_a_followers_death_shows_as_under_replicated_until_it_is_back(
+    own_cluster: OwnCluster,
+) -> None:
+    cluster = own_cluster(lookupds=2)
+    topic = "watched"
+    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    leader = leaders(cluster, topic)[0]
+    follower = next(i for i in range(3) if i != leader)
+
+    def under(i: int) -> float | None:
+        return at(scrape(cluster.lookupd_http(i)), "nsqlookupd_cluster_partitions_under_replicated")
+
+    cluster.wait_for(lambda: under(0) == under(1) == 0.0, 20, "every ISR full")
+    coordinators = [at(scrape(cluster.lookupd_http(i)), "nsqlookupd_cluster_coordinator")
+                    for i in range(2)]  # fmt: skip
+    assert coordinators in ([0.0, 1.0], [1.0, 0.0]), "one coordinator"
+    cluster.kill_nsqd(follower)
+    cluster.wait_for(lambda: under(0) == under(1) == 1.0, 30, "seen under-replicated")
+    s = scrape(cluster.lookupd_http(0))
+    assert at(s, "nsqlookupd_cluster_topic_partitions_under_replicated", topic=topic) == 1.0
+    assert at(s, "nsqlookupd_cluster_partitions_offline") == 0.0
+    assert at(s, "nsqlookupd_cluster_nodes") == 2.0
+    cluster.restart_nsqd(follower)
+    cluster.wait_for(lambda: under(0) == under(1) == 0.0, 60, "the ISR full again")
