@@ -6,7 +6,9 @@ the data path, the broker's topics by name (read only) and its health state
 (``nsqpy.broker.health``, what /ping answers, where every failure here is reported). It
 takes the data path's lock (``lock_data_path``: ``flock`` on ``nsqd.lock``, exclusive,
 non-blocking) for as long as the broker is open, as NSQ locks its data path: two nsqd on
-one data path would overwrite each other's logs and cursors. It writes ``nsqd.dat``
+one data path would overwrite each other's logs and cursors; then checks the data path's
+format version (``nsqpy.broker.dataformat``: newer refused, older upgraded). It writes
+``nsqd.dat``
 (``nsqpy.broker.metadata`` makes and reads the document), at once or at the next timer
 tick after a creation, and loads it at start through a ``Restorer`` (the broker). A
 metadata save that failed, and the deferred rows of a deleted channel the delayed store
@@ -24,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsqpy.broker import metadata
+from nsqpy.broker import dataformat, metadata
 from nsqpy.broker.health import Health
 from nsqpy.errors import StorageError
 
@@ -68,6 +70,11 @@ class Persistence:
         self.topics = topics
         self.health = health
         self._lock_fd: int | None = lock_data_path(data_path)
+        try:
+            dataformat.check(data_path)  # (a newer format: refused before anything is read)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self._metadata_unsaved = False  # nsqd.dat failed to be written: retry writes it
         self._metadata_due = False  # topics or channels were created: retry writes it
         self._purging: set[Partition] = set()  # deleted channels' deferred rows left behind
