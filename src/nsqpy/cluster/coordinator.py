@@ -55,6 +55,7 @@ from nsqpy.cluster.model import (
     Replicas,
     Snapshot,
     TopicMeta,
+    partition_name,
 )
 from nsqpy.cluster.placement import PlacementError, place_topic
 from nsqpy.cluster.view import ClusterView
@@ -478,6 +479,53 @@ class Coordinator:
             self.settings.wait_s,
         )
         return grown
+
+    async def recover_partition(self, topic: str, partition: int) -> tuple[Replicas, int]:
+        """Forced recovery (Kafka's unclean leader election), on an operator's request only:
+        when no ISR member of the partition is live, the live replica with the longest log
+        (the end its nsqd reports, then its epoch) leads it alone, in a new leader epoch;
+        the other holders become catch-up members. What the dead ISR members had beyond the
+        new leader's end is lost: when they come back they truncate to the new leader's
+        history. Returns the new replicas and the new leader's end; 400 when an ISR member
+        is live (nothing to force) or no replica is."""
+        self._fence()
+        snap = self.view.snapshot()
+        versioned = snap.replicas.get((topic, partition))
+        meta = snap.topics.get(topic)
+        if meta is None:
+            raise CoordinatorError(400, "TOPIC_NOT_FOUND", f"topic {topic} is not created")
+        if versioned is None or partition >= meta.partition_num:
+            raise CoordinatorError(400, "INVALID_ARG_TOPIC_PARTITION_NUM",
+                                   f"topic {topic} has no partition {partition}")  # fmt: skip
+        r, live = versioned.value, snap.nodes
+        alive = [n for n in r.isr if n in live]
+        if alive:
+            raise CoordinatorError(400, "E_ISR_ALIVE", f"{topic}/{partition}: ISR member "
+                                   f"{alive[0]} is live; it is elected without forcing")  # fmt: skip
+        name = partition_name(topic, partition)
+
+        def log_of(node: str) -> tuple[int, int]:
+            epoch, end = live[node].ends.get(name, (-1, -1))
+            return end, epoch
+
+        candidates = [n for n in r.holders if n in live]
+        if not candidates:
+            raise CoordinatorError(400, "E_NO_LIVE_REPLICA",
+                                   f"{topic}/{partition}: no replica is live")  # fmt: skip
+        chosen = max(candidates, key=lambda n: (*log_of(n), n))
+        end = max(0, log_of(chosen)[0])
+        new = Replicas(chosen, (chosen,), tuple(n for n in r.holders if n != chosen),
+                       epoch=r.epoch + 1, leader_epoch=r.leader_epoch + 1)  # fmt: skip
+        key = self.keys.replicas(topic, partition)
+        if not await self._fenced([Compare.mod_is(key, versioned.mod_revision)],
+                                  [PutOp(key, new.to_json())]):  # fmt: skip
+            raise CoordinatorError(400, "E_CONFLICT", "the partition changed meanwhile; try again")
+        log.warning(
+            "coordinator: %s/%d: FORCED RECOVERY: no ISR member (%s) is live; %s leads it "
+            "from offset %d: what the ISR had beyond that offset is lost",
+            topic, partition, ", ".join(r.isr), chosen, end,
+        )  # fmt: skip
+        return new, end
 
     async def move_partition(
         self, topic: str, partition: int, *, leader_only: bool, source: str, target: str

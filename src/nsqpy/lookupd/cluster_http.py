@@ -126,6 +126,7 @@ class ClusterHttpApi:
             ("POST", "/topic/meta/update", self.topic_meta_update),
             ("POST", "/topic/partition/expand", self.partition_expand),
             ("POST", "/topic/partition/move", self.partition_move),
+            ("POST", "/topic/partition/recover", self.partition_recover),
             ("POST", "/cluster/node/remove", self.node_remove),
             ("GET", "/listlookup", self.listlookup),
             ("GET", "/cluster/stats", self.cluster_stats),
@@ -369,6 +370,25 @@ class ClusterHttpApi:
             return {"move": started.to_dict()}
 
         return await self._coordinate(request, move)
+
+    async def partition_recover(self, request: web.Request) -> web.StreamResponse:
+        """Forced recovery of a partition none of whose ISR members is live
+        (``Coordinator.recover_partition``): what may be lost is in the answer."""
+        args = query_args(request)
+        topic = _topic_arg(args)
+        partition = _int_arg(args, "partition", "TOPIC_PARTITION", 0, MAX_PARTITION_NUM - 1, None)
+
+        async def recover(c: Coordinator) -> dict[str, Any]:
+            new, end = await c.recover_partition(topic, partition)
+            return {
+                "leader": new.leader,
+                "leader_epoch": new.leader_epoch,
+                "offset": end,
+                "warning": f"messages the dead ISR members held at offset {end} and beyond "
+                "are lost (unless the new leader had them)",
+            }
+
+        return await self._coordinate(request, recover)
 
     async def node_remove(self, request: web.Request) -> web.StreamResponse:
         node = first(query_args(request), "remove_node")
