@@ -132,3 +132,35 @@ def test_the_cluster_is_secure_only_when_every_lookupd_says_so() -> None:
         assert state.secure is secure and state.to_json()["secure"] is secure
         page = cluster_summary(Links("/"), state.to_json())
         assert ("insecure cluster" in page) is not secure
+
+
+def test_offline_and_under_replicated_partitions_are_red_at_the_top() -> None:
+    """What each lookupd's ``/cluster/stats`` lists as offline or under-replicated is
+    merged and shown in red above the node list (offline with the way to force a
+    recovery); other degraded partitions stay a warning, each partition named once."""
+    state = ClusterState()
+    _merge(
+        state,
+        {
+            "offline_partitions": ["t/0"],
+            "under_replicated_partitions": ["t/0", "t/1"],
+            "degraded_partitions": ["t/0", "t/1", "u/3"],
+            "secure": True,
+        },
+        {},
+    )
+    _merge(state, {"offline_partitions": ["t/0"], "under_replicated_partitions": ["t/1"],
+                   "secure": True}, {})  # fmt: skip
+    doc = state.to_json()
+    assert doc["offline_partitions"] == ["t/0"]
+    assert doc["under_replicated_partitions"] == ["t/0", "t/1"]
+    page = cluster_summary(Links("/"), doc)
+    errors = page.split('<div class="alert error" role="alert">')[1:]
+    assert len(errors) == 2
+    assert errors[0].startswith("offline partitions") and "t/0" in errors[0]
+    assert "/topic/partition/recover" in errors[0]
+    assert errors[1].startswith("under-replicated partitions") and "t/0, t/1" in errors[1]
+    warning = page.split('<div class="alert warning" role="alert">')[1]
+    assert warning.startswith("degraded partitions: u/3<")
+    healthy = cluster_summary(Links("/"), ClusterState(secure=True).to_json())
+    assert "alert error" not in healthy and "alert warning" not in healthy

@@ -560,3 +560,29 @@ class Change:
     new: Replicas
     reason: str
     guards: tuple[tuple[str, int], ...] = ()
+
+
+HEALTH_KINDS = ("offline", "under_replicated", "catching_up", "moving")
+
+
+def partition_health(snapshot: Snapshot) -> dict[str, list[tuple[str, int]]]:
+    """The partitions (of topics as their metas count them) in each of ``HEALTH_KINDS``:
+    offline (the leader is not live: nothing published or delivered), under-replicated
+    (an ISR smaller than the topic's replicas, or with a member that is not live),
+    catching up (a replica copying the log), moving (a move under way); sorted."""
+    found: dict[str, list[tuple[str, int]]] = {kind: [] for kind in HEALTH_KINDS}
+    live = snapshot.nodes
+    for (topic, number), versioned in sorted(snapshot.replicas.items()):
+        meta = snapshot.topics.get(topic)
+        if meta is None or number >= meta.partition_num:
+            continue  # (being created, grown or deleted)
+        r = versioned.value
+        if r.leader not in live:
+            found["offline"].append((topic, number))
+        if len(r.isr) < meta.replicator or any(n not in live for n in r.isr):
+            found["under_replicated"].append((topic, number))
+        if r.catchup:
+            found["catching_up"].append((topic, number))
+        if r.move is not None:
+            found["moving"].append((topic, number))
+    return found

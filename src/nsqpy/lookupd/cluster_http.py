@@ -41,7 +41,7 @@ from aiohttp import web
 
 from nsqpy.cluster.balance import imbalance, loads
 from nsqpy.cluster.coordinator import Coordinator, CoordinatorError
-from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, partition_health
 from nsqpy.cluster.placement import MAX_PARTITION_NUM, MAX_REPLICATOR
 from nsqpy.flags.cluster import cluster_tls_on
 from nsqpy.httpapi import Args, HttpError, first, query_args, v1_empty, v1_json
@@ -225,6 +225,7 @@ class ClusterHttpApi:
     async def cluster_stats(self, request: web.Request) -> web.StreamResponse:
         snap = self._snapshot()
         leaders, held = snap.counts()
+        health = partition_health(snap)
         coordinator = self.cluster.coordinator
         stuck = list(coordinator.stuck) if coordinator is not None and self.cluster.leading else []
         degraded = [
@@ -265,6 +266,9 @@ class ClusterHttpApi:
                 "coordinator": holder,
                 "unavailable_partitions": stuck,
                 "degraded_partitions": degraded,
+                # nsqpy: no live leader; an ISR short or with a dead member
+                "offline_partitions": [f"{t}/{p}" for t, p in health["offline"]],
+                "under_replicated_partitions": [f"{t}/{p}" for t, p in health["under_replicated"]],
                 "moving_partitions": moving,
                 "removing_nodes": {n: held.get(n, 0) for n in sorted(snap.removing)},
                 # every link between daemons is mutual TLS: this lookupd's and each node's

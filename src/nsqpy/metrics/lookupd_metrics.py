@@ -23,7 +23,7 @@ from typing import Protocol
 from aiohttp import web
 
 from nsqpy import NSQ_VERSION
-from nsqpy.cluster.model import Snapshot
+from nsqpy.cluster.model import HEALTH_KINDS, Snapshot, partition_health
 from nsqpy.lookupd.registry import Registry
 from nsqpy.metrics.exposition import Family
 from nsqpy.metrics.routes import add_metrics_route
@@ -111,23 +111,13 @@ def cluster_families(figures: ClusterFigures | None) -> list[Family]:
         return []
     snap = figures.snapshot
     live = snap.nodes
-    kinds = ("offline", "under_replicated", "catching_up", "moving")
-    per_topic = {k: {topic: 0 for topic in snap.topics} for k in kinds}
-    partitions = 0
-    for (topic, number), versioned in snap.replicas.items():
-        meta = snap.topics.get(topic)
-        if meta is None or number >= meta.partition_num:
-            continue  # (being created, grown or deleted)
-        partitions += 1
-        r = versioned.value
-        found = {
-            "offline": r.leader not in live,
-            "under_replicated": len(r.isr) < meta.replicator or any(n not in live for n in r.isr),
-            "catching_up": bool(r.catchup),
-            "moving": r.move is not None,
-        }
-        for kind, yes in found.items():
-            per_topic[kind][topic] += yes
+    health = partition_health(snap)
+    per_topic = {k: dict.fromkeys(snap.topics, 0) for k in HEALTH_KINDS}
+    for kind, found in health.items():
+        for topic, _ in found:
+            per_topic[kind][topic] += 1
+    partitions = sum(1 for t, p in snap.replicas
+                     if (meta := snap.topics.get(t)) is not None and p < meta.partition_num)  # fmt: skip
     out = [
         Family("nsqlookupd_cluster_coordinator", "gauge",
                "1 while this lookupd is the cluster's coordinator").add(int(figures.coordinator)),
@@ -146,7 +136,7 @@ def cluster_families(figures: ClusterFigures | None) -> list[Family]:
         "catching_up": "partitions with a replica copying the log (not yet in the ISR)",
         "moving": "partitions being moved by the rebalancer or a drain",
     }
-    for kind in kinds:
+    for kind in HEALTH_KINDS:
         total = Family(f"nsqlookupd_cluster_partitions_{kind}", "gauge", texts[kind])
         out.append(total.add(sum(per_topic[kind].values())))
         topics = Family(f"nsqlookupd_cluster_topic_partitions_{kind}", "gauge",

@@ -34,6 +34,8 @@ class ClusterState:
     stable: bool = True
     degraded: list[str] = field(default_factory=list)
     unavailable: list[str] = field(default_factory=list)
+    offline: list[str] = field(default_factory=list)  # no live leader
+    under_replicated: list[str] = field(default_factory=list)  # ISR short or with a dead member
     balanced: bool = True
     moving: dict[str, Json] = field(default_factory=dict)  # "topic/p" -> {from, to, leader}
     removing: dict[str, int] = field(default_factory=dict)  # node id -> replicas it holds
@@ -61,6 +63,8 @@ class ClusterState:
             "stable": self.stable,
             "degraded_partitions": self.degraded,
             "unavailable_partitions": self.unavailable,
+            "offline_partitions": self.offline,
+            "under_replicated_partitions": self.under_replicated,
             "balanced": self.balanced,
             "moving_partitions": self.moving,
             "removing_nodes": self.removing,
@@ -117,7 +121,9 @@ def _merge(state: ClusterState, stats: Json, listing: Json) -> None:
     for node_id, left in as_dict(stats.get("removing_nodes")).items():
         state.removing.setdefault(node_id, as_int(left))
     for key, into in (("degraded_partitions", state.degraded),
-                      ("unavailable_partitions", state.unavailable)):  # fmt: skip
+                      ("unavailable_partitions", state.unavailable),
+                      ("offline_partitions", state.offline),
+                      ("under_replicated_partitions", state.under_replicated)):  # fmt: skip
         into.extend(p for p in as_list(stats.get(key)) if isinstance(p, str) and p not in into)
     for raw in as_list(listing.get("lookupdnodes")):
         found = _lookupd_entry(raw)

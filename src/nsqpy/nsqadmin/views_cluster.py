@@ -234,8 +234,21 @@ def cluster_summary(links: Links, summary: Json) -> str:
     coordinator = summary["coordinator"] or "none (no lookupd holds the lock)"
     state = "stable" if summary["stable"] else "not stable"
     balance = "balanced" if summary.get("balanced", True) else "not balanced"
-    bad = [*summary["unavailable_partitions"], *summary["degraded_partitions"]]
-    note = alert("warning", "degraded partitions: " + ", ".join(bad)) if bad else ""
+    offline = summary.get("offline_partitions") or []
+    short = summary.get("under_replicated_partitions") or []
+    note = ""
+    if offline:
+        note += alert("error", "offline partitions (no live leader: nothing is published or "
+                      "delivered): " + ", ".join(offline) + ". If no ISR member will come "
+                      "back, POST /topic/partition/recover on a lookupd elects another "
+                      "replica, and what only the ISR had is lost.")  # fmt: skip
+    if short:
+        note += alert("error", "under-replicated partitions (one more failure may leave "
+                      "them offline): " + ", ".join(short))  # fmt: skip
+    shown = set(offline) | set(short)
+    bad = [p for p in [*summary["unavailable_partitions"], *summary["degraded_partitions"]]
+           if p not in shown]  # fmt: skip
+    note += alert("warning", "degraded partitions: " + ", ".join(bad)) if bad else ""
     if not summary.get("secure", True):
         note += alert(
             "warning",

@@ -92,5 +92,8 @@ def test_a_followers_death_shows_as_under_replicated_until_it_is_back(
     assert at(s, "nsqlookupd_cluster_topic_partitions_under_replicated", topic=topic) == 1.0
     assert at(s, "nsqlookupd_cluster_partitions_offline") == 0.0
     assert at(s, "nsqlookupd_cluster_nodes") == 2.0
+    stats = cluster.lookupd_json("/cluster/stats", 1)  # (what nsqadmin shows in red)
+    assert stats["under_replicated_partitions"] == [f"{topic}/0"]
+    assert stats["offline_partitions"] == []
     cluster.restart_nsqd(follower)
     cluster.wait_for(lambda: under(0) == under(1) == 0.0, 60, "the ISR full again")
