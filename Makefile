@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long youzan-suite
+.PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long youzan-suite wheel
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ bench: venv sysdeps
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info frontend/node_modules $(STATIC)/uPlot.*
+
+# A wheel for `pip install` (dist/): nsqadmin's built assets inside, the C speedups compiled
+# for this machine. pip install dist/nsqpy-*.whl for one node; with '[cluster]' after the
+# file's name, cluster mode's etcd client too.
+wheel: $(STAMP) $(ASSETS)
+	$(BIN)/python -m pip wheel --no-deps --quiet -w dist .
 
 # Youzan's Go client's own test suite (youzan/go-nsq v1.7.12.1-HA) against nsqpy, single
 # node and, with CLUSTER=1, a node of a cluster (docs/partitions.md, "Youzan's clients").

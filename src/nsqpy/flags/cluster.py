@@ -13,11 +13,15 @@ first three).
   ``nsqpy.cluster.etcd.Etcd.connect`` takes (``EtcdSecurity``: PEM bytes and a user), or
   raises a one-line ``ConfigError`` naming the flag.
 
+``require_cluster_extra()`` refuses cluster mode, with one line naming the extra to
+install, when the etcd client it needs (nsqpy's ``cluster`` extra) is not installed.
+
 Imports only the standard library, ``nsqpy.errors`` and the flags package.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import Field, dataclass, field
 from pathlib import Path
@@ -182,3 +186,20 @@ def _read(flag: str, path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read it ({exc.strerror or exc})") from None
+
+
+CLUSTER_EXTRA = ("aetcd", "grpc", "google.protobuf")  # what ``nsqpy[cluster]`` installs
+
+
+def require_cluster_extra() -> None:
+    """ConfigError (one line) when a package of nsqpy's ``cluster`` extra is missing."""
+    for name in CLUSTER_EXTRA:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # (a parent package missing)
+            found = False
+        if not found:
+            raise ConfigError(
+                f"cluster mode (--etcd-endpoints) needs nsqpy's cluster extra, the etcd "
+                f"client ({name} is not installed): pip install 'nsqpy[cluster]'"
+            )

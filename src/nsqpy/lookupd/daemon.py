@@ -22,6 +22,7 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.cluster.tls import INSECURE, ClusterTls, serve_protocol
 from nsqpy.flags import listen_host_port
+from nsqpy.flags.cluster import require_cluster_extra
 from nsqpy.lookupd.http import make_app
 from nsqpy.lookupd.options import NsqLookupdOptions
 from nsqpy.lookupd.registry import Registry
@@ -61,6 +62,7 @@ class NsqLookupd:
         # not need)
         self.cluster: LookupdCluster | None = None
         if opts.etcd_endpoints:
+            require_cluster_extra()
             from nsqpy.lookupd.cluster import LookupdCluster
 
             self.cluster = LookupdCluster(opts)

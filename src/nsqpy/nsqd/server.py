@@ -44,6 +44,7 @@ from nsqpy.broker.topic import Topic
 from nsqpy.daemon import BackgroundTasks
 from nsqpy.errors import NotLeader, ProtocolError
 from nsqpy.flags import LOG_LEVELS
+from nsqpy.flags.cluster import require_cluster_extra
 from nsqpy.metrics.nsqd_metrics import NodeFigures
 from nsqpy.metrics.statsd import StatsdEmitter
 from nsqpy.nsqd.ack import Ack
@@ -159,6 +160,7 @@ class NsqdServer:
         # then: the etcd client and gRPC cost a single node ~15 MB of memory for nothing).
         self.cluster: NsqdCluster | None = None
         if opts.etcd_endpoints:
+            require_cluster_extra()
             from nsqpy.nsqd.cluster import NsqdCluster
 
             self.cluster = NsqdCluster(self)
