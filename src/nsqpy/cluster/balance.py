@@ -242,7 +242,7 @@ class _Weights:
                f"{b} {share[b]:.2f} of a fair share")  # fmt: skip
         v = self.parts[key]
         new = replace(v.value, epoch=v.value.epoch + 1, move=Move(a, b, leader_only))
-        return Change(key[0], key[1], v.mod_revision, new, why)
+        return Change(key[0], key[1], v.mod_revision, new, why, old=v.value)
 
 
 class _Scale:

@@ -123,6 +123,8 @@ class Coordinator:
         self._task: asyncio.Task[None] | None = None
         self.stuck: list[str] = []  # partitions the last round could do nothing for
         self.changes_applied = 0
+        # of those: new leaders, ISRs that lost a member, ISRs that gained one (/metrics)
+        self.elections = self.isr_shrinks = self.isr_expands = 0
         self.elected_at = 0  # clock when this lookupd last took the lock
         self.rebalanced_at = 0  # clock of the last rebalancing look
         self.rebalance_looks = 0  # how many times the rebalancer weighed the cluster
@@ -329,6 +331,11 @@ class Coordinator:
 
     def _written(self, change: Change) -> None:
         new = change.new
+        was = change.old
+        if was is not None:  # (the partition as the decision read it)
+            self.elections += new.leader != was.leader
+            self.isr_shrinks += bool(set(was.isr) - set(new.isr))
+            self.isr_expands += bool(set(new.isr) - set(was.isr))
         move = f" move {new.move.to_dict()}" if new.move is not None else ""
         log.info(
             "coordinator: %s/%d epoch %d leader %s isr %s catchup %s%s (%s)",
@@ -520,6 +527,7 @@ class Coordinator:
         if not await self._fenced([Compare.mod_is(key, versioned.mod_revision)],
                                   [PutOp(key, new.to_json())]):  # fmt: skip
             raise CoordinatorError(400, "E_CONFLICT", "the partition changed meanwhile; try again")
+        self.elections += 1
         log.warning(
             "coordinator: %s/%d: FORCED RECOVERY: no ISR member (%s) is live; %s leads it "
             "from offset %d: what the ISR had beyond that offset is lost",

@@ -133,7 +133,9 @@ def plan(
         if new != versioned.value:
             reason = "; ".join(step.reasons)
             guards = tuple(step.guards)
-            change = Change(topic, partition, versioned.mod_revision, new, reason, guards)
+            change = Change(
+                topic, partition, versioned.mod_revision, new, reason, guards, old=versioned.value
+            )
             out.changes.append(change)
     return out
 

@@ -552,7 +552,8 @@ class Change:
     """One decision: write ``new`` to ``topics/<topic>/<partition>/replicas`` only if the
     key's mod_revision is still ``expected_revision`` and each node key of ``guards``
     (node id, mod_revision) is still the one the decision read (a decision resting on a
-    node's report is void once the node reported again)."""
+    node's report is void once the node reported again). ``old``: the value it replaces,
+    as the decision read it (what the coordinator's counts compare)."""
 
     topic: str
     partition: int
@@ -560,6 +561,7 @@ class Change:
     new: Replicas
     reason: str
     guards: tuple[tuple[str, int], ...] = ()
+    old: Replicas | None = field(default=None, compare=False)
 
 
 HEALTH_KINDS = ("offline", "under_replicated", "catching_up", "moving")

@@ -80,11 +80,16 @@ class NsqLookupd:
         if cluster is None or cluster.view is None:
             return None
         coordinator = cluster.coordinator
+        if coordinator is None:
+            return ClusterFigures(cluster.view.snapshot(), False, 0, 0)
         return ClusterFigures(
             cluster.view.snapshot(),
             cluster.leading,
-            coordinator.changes_applied if coordinator is not None else 0,
-            coordinator.compacted if coordinator is not None else 0,
+            coordinator.changes_applied,
+            coordinator.compacted,
+            coordinator.elections,
+            coordinator.isr_shrinks,
+            coordinator.isr_expands,
         )
 
     @property

@@ -45,6 +45,9 @@ class ClusterFigures:
     coordinator: bool  # this lookupd holds the coordinator lock
     changes_applied: int
     compacted_revision: int
+    elections: int = 0  # of the changes: a new leader
+    isr_shrinks: int = 0  # an ISR that lost a member
+    isr_expands: int = 0  # an ISR that gained one
 
 
 class LookupdView(Protocol):
@@ -149,6 +152,18 @@ def cluster_families(figures: ClusterFigures | None) -> list[Family]:
                "changes of partitions' leaders and replicas this lookupd wrote as the "
                "coordinator (elections, ISR changes, repairs, moves)").add(
             figures.changes_applied
+        ),
+        Family("nsqlookupd_cluster_leader_elections", "counter",
+               "partitions this lookupd gave a new leader as the coordinator").add(
+            figures.elections
+        ),
+        Family("nsqlookupd_cluster_isr_shrinks", "counter",
+               "ISRs this lookupd took a member out of as the coordinator").add(
+            figures.isr_shrinks
+        ),
+        Family("nsqlookupd_cluster_isr_expands", "counter",
+               "ISRs this lookupd added a member to as the coordinator").add(
+            figures.isr_expands
         ),
         Family("nsqlookupd_cluster_etcd_revision", "gauge",
                "the etcd revision this lookupd's view is at").add(snap.revision),

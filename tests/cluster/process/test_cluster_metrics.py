@@ -97,3 +97,13 @@ def test_a_followers_death_shows_as_under_replicated_until_it_is_back(
     assert stats["offline_partitions"] == []
     cluster.restart_nsqd(follower)
     cluster.wait_for(lambda: under(0) == under(1) == 0.0, 60, "the ISR full again")
+
+    def counted(name: str) -> float:  # (only the coordinator counts what it writes)
+        return sum(at(scrape(cluster.lookupd_http(i)), name) or 0.0 for i in range(2))
+
+    assert counted("nsqlookupd_cluster_isr_shrinks_total") >= 1
+    assert counted("nsqlookupd_cluster_isr_expands_total") >= 1
+    assert counted("nsqlookupd_cluster_leader_elections_total") == 0
+    cluster.kill_nsqd(leader)
+    cluster.wait_for(lambda: counted("nsqlookupd_cluster_leader_elections_total") == 1, 30,
+                     "the leader's death counted as an election")  # fmt: skip
