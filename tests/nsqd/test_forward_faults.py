@@ -57,7 +57,7 @@ class Gate:
     def where(self, topic: str) -> str:
         return ELSEWHERE
 
-    async def prepare(self, topic: str) -> None:
+    async def prepare(self, topic: str, *, create: bool = True) -> None:
         return None
 
     async def create_partitions(self, topic: str, count: int) -> None:

@@ -439,12 +439,16 @@ class Member:
     def knows(self, topic: str) -> bool:
         return topic in self.view.snapshot().topics
 
-    async def ensure_topic(self, topic: str, partitions: int = 0) -> None:
+    async def ensure_topic(self, topic: str, partitions: int = 0, *, create: bool = True) -> None:
         """The topic exists in the cluster, with at least ``partitions`` partitions, and
         this node holds what etcd gives it of it: created through the coordinator when
-        missing (the cluster's defaults), grown when it has fewer partitions.
-        TopicUnavailable when it cannot be."""
-        if not self.knows(topic):
+        missing (the cluster's defaults), grown when it has fewer partitions. Without
+        ``create``, only waited for when etcd has it (this node's watch may not have brought
+        it yet). TopicUnavailable when it cannot be."""
+        if not create and not self.knows(topic):
+            if await self.etcd.get(self.keys.topic_meta(topic)) is None:
+                raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} does not exist")
+        elif not self.knows(topic):
             await self._ask_coordinator(
                 f"/topic/create?topic={quote(topic)}&implicit=true"
                 f"&suggest_leader={quote(self.node_id)}"

@@ -402,16 +402,15 @@ class NsqdCluster:
         self._turns[topic] = chosen.partition
         return chosen
 
-    async def prepare(self, topic: str) -> None:
+    async def prepare(self, topic: str, *, create: bool = True) -> None:
         await self.started.wait()
         assert self.member is not None
-        if self.opts.disable_auto_create and not self.member.knows(topic):
-            raise TopicNotExist()
+        create = create and not self.opts.disable_auto_create
         try:
-            await self.member.ensure_topic(topic)
+            await self.member.ensure_topic(topic, create=create)
         except TopicUnavailable as exc:
-            log.info("cluster: topic %s not created: %s", topic, exc.detail)
-            raise TopicNotExist() from None
+            log.info("cluster: topic %s not taken up: %s", topic, exc.detail)
+            raise TopicNotExist(f"topic {topic} does not exist" if not create else "") from None
 
     async def create_partitions(self, topic: str, count: int) -> None:
         await self.started.wait()

@@ -37,9 +37,10 @@ class TopicGate(Protocol):
         """``HERE``, ``ELSEWHERE`` or ``ABSENT`` (see the module docstring)."""
         ...
 
-    async def prepare(self, topic: str) -> None:
+    async def prepare(self, topic: str, *, create: bool = True) -> None:
         """Create the topic through the coordinator and take up what this node holds of
-        it; TopicNotExist when it cannot be created."""
+        it; TopicNotExist when it cannot be created. Without ``create`` (a command naming
+        a partition: youzan's forms create nothing), TopicNotExist unless etcd has it."""
         ...
 
     async def create_partitions(self, topic: str, count: int) -> None:

@@ -61,7 +61,6 @@ from nsqpy.errors import (
     ReqFailed,
     StorageError,
     SubFailed,
-    TopicNotExist,
     TouchFailed,
 )
 from nsqpy.nsqd.ack import Ack
@@ -544,9 +543,9 @@ class V2Connection(BufferedConnection):
     ) -> bool:
         """True when ``topic`` may be used here now (always, outside a cluster). A topic
         the cluster lacks: False, and ``command`` runs again once it is created (the
-        connection runs nothing else meanwhile), unless the command names a ``partition``
-        (youzan's forms create nothing: TopicNotExist); one held only by other nodes:
-        ``elsewhere``."""
+        connection runs nothing else meanwhile; a command naming a ``partition``, youzan's
+        form, creates nothing: it runs once this node's view has a topic etcd has, else
+        TopicNotExist); one held only by other nodes: ``elsewhere``."""
         gate = self.ctx.cluster
         if gate is None or is_ephemeral(topic):
             return True
@@ -555,18 +554,18 @@ class V2Connection(BufferedConnection):
             return True
         if where == ELSEWHERE:
             raise elsewhere()
-        if partition >= 0:
-            raise TopicNotExist(f"topic {topic} does not exist")
         self.hold()
-        self.spawn(self._when_created(gate, topic, command))
+        self.spawn(self._when_created(gate, topic, command, create=partition < 0))
         return False
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` for this connection as a task the server holds (``ctx.tasks``)."""
         self.ctx.tasks.spawn(coro)
 
-    async def _when_created(self, gate: TopicGate, topic: str, command: object) -> None:
-        await self._when_ready(gate.prepare(topic), partial(self.dispatch, command))
+    async def _when_created(
+        self, gate: TopicGate, topic: str, command: object, *, create: bool = True
+    ) -> None:
+        await self._when_ready(gate.prepare(topic, create=create), partial(self.dispatch, command))
 
     async def _when_ready(self, ready: Awaitable[None], then: Callable[[], None]) -> None:
         """The connection holds (runs nothing else) until ``ready``; then ``then`` runs

@@ -119,3 +119,29 @@ async def test_internal_create_topic_fails_without_a_coordinator_or_with_auto_cr
     await wire.send(b"NOP\n")  # (the connection goes on)
     assert "made_here" not in server.broker.topics
     assert cluster.view is not None and "made_here" not in cluster.view.snapshot().topics
+
+
+async def test_a_partitioned_command_waits_for_a_topic_etcd_has_and_creates_none(
+    server: NsqdServer, etcd: Etcd, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """youzan's forms name a partition and create nothing: for a topic this node's view
+    has not brought yet (a forwarded publish can arrive before the watch does), etcd is
+    asked, and the command runs once the view has it; one etcd lacks is E_TOPIC_NOT_EXIST
+    at once, and nothing is created."""
+    cluster = cluster_of(server)
+    assert cluster.member is not None and cluster.view is not None
+    wire = await AsyncWire.connect(server.tcp_port)
+    await wire.send(b"PUB nowhere 0\n\x00\x00\x00\x01x")
+    ftype, data = await wire.read_frame()
+    assert ftype == 1 and data.startswith(b"E_TOPIC_NOT_EXIST topic nowhere does not exist"), data
+    assert "nowhere" not in cluster.view.snapshot().topics
+
+    await place(etcd, keys, "arriving", cluster.node_id)
+    assert await etcd.get(keys.topic_meta("arriving")) is not None
+    knows = cluster.member.knows
+    hidden = iter([True])  # (the first look: as if the watch had not brought it yet)
+    monkeypatch.setattr(cluster.member, "knows",
+                        lambda t: False if next(hidden, False) else knows(t))  # fmt: skip
+    await cluster.prepare("arriving", create=False)
+    topic = server.broker.get_topic("arriving")
+    assert topic is not None and topic.partitions[0].leading
