@@ -6,7 +6,7 @@ topics with one, two and three replicas (one partition each), and publishes MPUB
 to each topic's leader over one pipelined TCP connection (``--inflight`` batches
 outstanding), counting only acknowledged messages. Prints messages/s and the
 replicated/plain ratios. Then, when NSQ's own ``bench_writer`` and ``bench_reader`` are
-found (``--go-tools``, by default ``../shared/nsq-go`` beside the checkout), the same with
+found (``--go-tools`` or ``$NSQ_GO_TOOLS``, see ``vs_go.GO_TOOLS_HELP``), the same with
 them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) and consuming (RDY
 2500, a FIN per message) for ``--runfor`` each. ``--sync-every`` etc. are nsqd's
 defaults (fsync on its schedule, not per batch).
@@ -20,12 +20,16 @@ import re
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.wire import mpub
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vs_go import GO_TOOLS_HELP, TOOLS
 
 
 def publish(port: int, topic: str, batches: int, batch: int, size: int, inflight: int) -> float:
@@ -66,8 +70,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--go-tools",
-        default=str(Path(__file__).resolve().parents[2] / "shared" / "nsq-go"),
-        help="folder with NSQ's bench_writer and bench_reader (skipped when absent)",
+        default=str(TOOLS),
+        help=f"{GO_TOOLS_HELP} (skipped when absent)",
     )
     parser.add_argument("--runfor", default="5s", help="bench_writer/bench_reader duration")
     args = parser.parse_args()

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster_publish import ops, publish, run_tool
 from nsqpy.testing.cluster import LocalCluster
+from vs_go import GO_TOOLS_HELP, TOOLS
 
 TOPIC = "tls_bench"
 
@@ -67,8 +68,8 @@ def main() -> None:
     parser.add_argument("--runfor", default="5s", help="bench_writer's duration")
     parser.add_argument(
         "--go-tools",
-        default=str(Path(__file__).resolve().parents[2] / "shared" / "nsq-go"),
-        help="folder with NSQ's bench_writer (skipped when absent)",
+        default=str(TOOLS),
+        help=f"{GO_TOOLS_HELP} (skipped when absent)",
     )
     args = parser.parse_args()
     print(f"# {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "

@@ -7,7 +7,7 @@ backlog of ``--messages`` 200-byte messages each, drained to the end, FIN per me
 
   - tracing: a channel with tracing on against the same without, filled by NSQ's own
     ``bench_writer`` and read by its ``bench_reader`` (go-nsq, RDY 2500) for ``--runfor``
-    seconds when ``../shared/nsq-go`` has them, else by the Python client below;
+    seconds when ``$NSQ_GO_TOOLS`` has them (``vs_go.GO_TOOLS_HELP``), else by the Python client below;
   - ``extend_support``: messages published with MPUB_EXT (small JSON headers each) read by
     a client that IDENTIFYs with ``extend_support`` (extended frames carry the headers),
     against plain messages read with plain frames;

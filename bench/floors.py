@@ -19,7 +19,7 @@ Two comparisons, each alternating the servers for ``--rounds`` rounds, medians p
      with plain SUB at RDY 1, and nsqpy's SUB_ORDERED over 8 partitions (one message in
      flight per partition by design).
 
-The tools come from ``../shared/nsq-go`` beside the checkout.
+The tools come from ``$NSQ_GO_TOOLS`` (how to build them: ``vs_go.GO_TOOLS_HELP``).
 
     .venv/bin/python bench/floors.py [--rounds 3] [--runfor 4] [--messages 60000]
 """

@@ -10,7 +10,7 @@ its own) and, for ``--rounds`` rounds, alternating Go then nsqpy on a fresh topi
 
 then the median of each daemon's rounds and the nsqpy/Go ratio. With ``--rss`` it also
 fills one topic with ``--backlog`` messages on each and reports the peak RSS. The tools
-come from ``../shared/nsq-go`` beside the checkout (``--go-tools``).
+come from ``--go-tools`` or ``$NSQ_GO_TOOLS`` (how to build them: ``GO_TOOLS_HELP``).
 
     .venv/bin/python bench/vs_go.py [--rounds 3] [--runfor 5s] [--rss --backlog 1000000]
     .venv/bin/python bench/vs_go.py --only nsqpy --phase sub   # one daemon, one phase
@@ -33,7 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from nsqpy.testing import nsqd_process
 
-TOOLS = Path(__file__).resolve().parents[2] / "shared" / "nsq-go"
+# NSQ 1.3.0's Go programs (nsqd, nsqlookupd, bench_writer, bench_reader, nsq_tail, to_nsq):
+# the folder named by --go-tools or $NSQ_GO_TOOLS. Built from NSQ's source with Go:
+#   git clone --branch v1.3.0 https://github.com/nsqio/nsq && cd nsq && make &&
+#   go build -o build/ ./bench/bench_writer ./bench/bench_reader   # then: NSQ_GO_TOOLS=$PWD/build
+GO_TOOLS_ENV = "NSQ_GO_TOOLS"
+TOOLS = Path(os.environ.get(GO_TOOLS_ENV) or "nsq-go-tools-not-set")
+GO_TOOLS_HELP = (
+    f"a folder of NSQ 1.3.0's Go programs (default ${GO_TOOLS_ENV}); build them from NSQ's "
+    "source: git clone --branch v1.3.0 https://github.com/nsqio/nsq && cd nsq && make && "
+    "go build -o build/ ./bench/bench_writer ./bench/bench_reader"
+)
 
 
 def free_port() -> int:
@@ -135,7 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runfor", default="5s")
-    parser.add_argument("--go-tools", default=str(TOOLS))
+    parser.add_argument("--go-tools", default=str(TOOLS), help=GO_TOOLS_HELP)
     parser.add_argument("--only", choices=["go", "nsqpy"], default=None)
     parser.add_argument("--phase", action="append", choices=["mpub", "pub", "sub"])
     parser.add_argument("--rss", action="store_true", help="also the RSS with a backlog")
@@ -143,7 +153,7 @@ def main() -> None:
     args = parser.parse_args()
     tools = Path(args.go_tools)
     if not (tools / "bench_reader").exists():
-        sys.exit(f"no NSQ bench tools in {tools}")
+        sys.exit(f"no NSQ bench tools in {tools}: --go-tools is {GO_TOOLS_HELP}")
     phases = set(args.phase or ["mpub", "pub", "sub"])
     names = [args.only] if args.only else ["go", "nsqpy"]
     print(f"# {os.cpu_count()} cpus; rounds {args.rounds}, runfor {args.runfor}, 200-byte messages")
