@@ -194,3 +194,24 @@ def test_counters_are_differences_between_pushes() -> None:
     assert "p.topic.t.message_count:3|c\n" in second and "p.topic.t.message_bytes:30|c\n" in second
     assert "p.topic.t.channel.c.requeue_count:0|c\n" in second
     assert "p.topic.t.channel.c.clients:2|g\n" in second and "p.mem.gc_runs:2|c\n" in second
+
+
+def test_a_cluster_nodes_partitions_are_gauges() -> None:
+    """In a cluster /stats gives each partition its role and ISR: each becomes gauges
+    (a single nsqd's partitions, without them, add nothing)."""
+    base = {"topic_name": "t", "message_count": 0, "message_bytes": 0, "depth": 0,
+            "backend_depth": 0, "channels": [], "e2e_processing_latency": {}}  # fmt: skip
+    cluster = {**base, "partitions": [
+        {"partition": 0, "role": "leader", "isr": ["a", "b", "c"], "committed_offset": 7,
+         "high_watermark": 9},
+        {"partition": 1, "role": "follower", "isr": ["b", "a"], "committed_offset": 3,
+         "high_watermark": 3},
+    ]}  # fmt: skip
+    lines = StatsdCollector("p.").collect([cluster], None)
+    for line in ("p.topic.t.partition.0.leader:1|g\n", "p.topic.t.partition.0.isr:3|g\n",
+                 "p.topic.t.partition.0.committed_offset:7|g\n",
+                 "p.topic.t.partition.0.end_offset:9|g\n", "p.topic.t.partition.1.leader:0|g\n",
+                 "p.topic.t.partition.1.isr:2|g\n"):  # fmt: skip
+        assert line in lines, line
+    single = {**base, "partitions": [{"partition": 0, "high_watermark": 9}]}
+    assert not [x for x in StatsdCollector("p.").collect([single], None) if ".partition." in x]

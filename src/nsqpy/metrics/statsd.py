@@ -8,6 +8,8 @@ since the previous push) and ``|g`` (gauges) lines over UDP to ``--statsd-addres
 - ``topic.<t>.channel.<c>.message_count``, ``.requeue_count``, ``.timeout_count`` (c),
   ``.depth``, ``.backend_depth``, ``.in_flight_count``, ``.deferred_count``, ``.clients`` (g),
   ``.e2e_processing_latency_<pct>`` (g);
+- in a cluster, per partition held: ``topic.<t>.partition.<p>.leader`` (1 where this nsqd
+  leads it), ``.isr``, ``.committed_offset``, ``.end_offset`` (g);
 - with ``--statsd-mem-stats``: ``mem.heap_objects``, ``mem.heap_idle_bytes``,
   ``mem.heap_in_use_bytes``, ``mem.heap_released_bytes``, ``mem.gc_pause_usec_100|99|95``,
   ``mem.next_gc_bytes`` (g) and ``mem.gc_runs`` (c).
@@ -110,6 +112,14 @@ class StatsdCollector:
         self._gauge(f"{key}.depth", topic["depth"])
         self._gauge(f"{key}.backend_depth", topic["backend_depth"])
         self._latency(key, topic["e2e_processing_latency"])
+        for part in topic.get("partitions") or []:
+            if "role" not in part:  # (a single nsqd's partitions: no cluster fields)
+                continue
+            at = f"{key}.partition.{part['partition']}"
+            self._gauge(f"{at}.leader", int(part["role"] == "leader"))
+            self._gauge(f"{at}.isr", len(part.get("isr") or ()))
+            self._gauge(f"{at}.committed_offset", int(part.get("committed_offset") or 0))
+            self._gauge(f"{at}.end_offset", int(part["high_watermark"]))
         last_channels = {c["channel_name"]: c for c in last.get("channels") or []}
         for channel in topic["channels"]:
             name = str(channel["channel_name"])
