@@ -436,6 +436,13 @@ class Member:
 
     # -- implicit creation -------------------------------------------------------------------
 
+    def lease_left(self) -> float:
+        """Seconds the lease has left as of its last renewal (-1: no live lease)."""
+        lease = self._lease
+        if lease is None or lease.lost.is_set():
+            return -1.0
+        return max(0.0, lease.expires - asyncio.get_running_loop().time())
+
     def knows(self, topic: str) -> bool:
         return topic in self.view.snapshot().topics
 

@@ -59,6 +59,7 @@ class NodeFigures:
     forward_failures: int
     # (topic, partition, follower, messages behind, seconds since heard; -1: never)
     lags: Sequence[tuple[str, int, str, int, float]] = ()
+    lease_left: float = -1.0  # seconds its lease has left, as last renewed (-1: none)
 
 
 class NsqdView(Protocol):
@@ -175,6 +176,11 @@ def cluster_families(topics: list[dict[str, Any]], figures: NodeFigures | None) 
         Family("nsqd_cluster_live", "gauge",
                "1 while this nsqd holds its lease and takes part in the cluster").add(
             int(figures.live)
+        ),
+        Family("nsqd_cluster_lease_remaining_seconds", "gauge",
+               "seconds this nsqd's etcd lease has left as of its last renewal (renewed every "
+               "third of its TTL: a value falling toward 0 means keep-alives fail; -1: none)").add(
+            round(figures.lease_left, 3)
         ),
         Family("nsqd_cluster_reports_written", "counter",
                "writes of this nsqd's report to etcd (only when it changed)").add(

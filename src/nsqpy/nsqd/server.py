@@ -699,6 +699,7 @@ class NsqdServer:
             forwarded=cluster.forwarder.forwarded,
             forward_failures=cluster.forwarder.failed,
             lags=replication.follower_lags() if replication is not None else (),
+            lease_left=member.lease_left() if member is not None else -1.0,
         )
 
     def cluster_info(self) -> dict[str, object]:

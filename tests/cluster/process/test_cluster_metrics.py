@@ -59,6 +59,8 @@ def test_partitions_and_followers_in_nsqd_metrics(shared: LocalCluster, topic_na
             assert at(s, "nsqd_partition_isr", **labels) == 3.0
         assert at(s, "nsqd_partition_end_offset", topic=topic, partition="0") == 7.0
         assert at(s, "nsqd_cluster_live") == 1.0
+        left = at(s, "nsqd_cluster_lease_remaining_seconds")
+        assert left is not None and 0 < left <= 2.0  # (the test cluster's leases: 2 s)
     s = scrape(shared.nsqd_http(lead[0]))
     assert at(s, "nsqd_partition_committed_offset", topic=topic, partition="0") == 7.0
     for n in node_ids:
