@@ -136,3 +136,15 @@ def test_escaping_survives_the_prometheus_parser() -> None:
     assert parsed_x.documentation == "help with \\ and\nnewline"
     assert parsed_x.samples[0].labels == {"name": 'a"b\\c\nd'} and parsed_x.samples[0].value == 1.5
     assert (parsed_y.name, parsed_y.type, parsed_y.samples[0].name) == ("y", "counter", "y_total")
+
+
+def test_a_histogram_is_read_by_prometheus_own_parser() -> None:
+    family = Family("h", "histogram", "a histogram").add_histogram(
+        (0.1, 1.0), [2, 3], 1.25, 4, call="put"
+    )
+    (parsed,) = text_string_to_metric_families(render([family]))
+    assert (parsed.name, parsed.type) == ("h", "histogram")
+    got = {(x.name, x.labels.get("le", "")): x.value for x in parsed.samples}
+    assert got == {("h_bucket", "0.1"): 2, ("h_bucket", "1.0"): 3, ("h_bucket", "+Inf"): 4,
+                   ("h_sum", ""): 1.25, ("h_count", ""): 4}  # fmt: skip
+    assert all(x.labels["call"] == "put" for x in parsed.samples)

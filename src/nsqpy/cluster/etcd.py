@@ -40,6 +40,7 @@ from aetcd import rpc, transactions, utils
 
 from nsqpy.cluster.etcd_types import (
     KV,
+    CallLatency,
     Compacted,
     Compare,
     DeleteOp,
@@ -219,6 +220,7 @@ class Etcd:
         self._client = client
         self.endpoints = list(endpoints)
         self.timeout = timeout
+        self.latency = CallLatency()  # (``_call``: each call's time, by kind; /metrics)
         self._user = security.username if security is not None else ""
         self._password = security.password if security is not None else ""
         self._token_generation = 0  # +1 at each Authenticate answered
@@ -303,7 +305,16 @@ class Etcd:
         if self._closed:
             raise EtcdUnavailable(f"{what}: the etcd client is closed")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        started = loop.time()
+        try:
+            return await self._attempts(what, op, retry, started + self.timeout)
+        finally:
+            self.latency.record(what, loop.time() - started)
+
+    async def _attempts(
+        self, what: str, op: Callable[[], Awaitable[T]], retry: bool, deadline: float
+    ) -> T:
+        loop = asyncio.get_running_loop()
         delay = BACKOFF_MIN
         renewed = False  # a new token is asked for once per call
         while True:

@@ -140,3 +140,32 @@ async def resolve(endpoints: Sequence[str]) -> list[tuple[str, int]]:
         infos.sort(key=lambda info: info[0] != socket.AF_INET)
         found.append((str(infos[0][4][0]), port))
     return found
+
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class CallLatency:
+    """How long the calls to etcd took, answered or not (retries included), by kind (the
+    first word of the call's name: get, put, txn, delete, lease, compact...): for each, a
+    count per upper bound of ``LATENCY_BUCKETS`` (cumulative, as Prometheus' histograms), the
+    sum in seconds and the count."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, tuple[list[int], list[float]]] = {}
+
+    def record(self, what: str, seconds: float) -> None:
+        kind = what.split(" ", 1)[0]
+        found = self.kinds.get(kind)
+        if found is None:
+            found = self.kinds[kind] = ([0] * len(LATENCY_BUCKETS), [0.0, 0.0])
+        counts, totals = found
+        for i, bound in enumerate(LATENCY_BUCKETS):
+            if seconds <= bound:
+                counts[i] += 1
+        totals[0] += seconds
+        totals[1] += 1
+
+    def snapshot(self) -> dict[str, tuple[list[int], float, int]]:
+        """kind -> (cumulative counts per bucket, sum in seconds, count)."""
+        return {k: (list(c), t[0], int(t[1])) for k, (c, t) in self.kinds.items()}

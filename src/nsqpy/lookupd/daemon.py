@@ -80,8 +80,9 @@ class NsqLookupd:
         if cluster is None or cluster.view is None:
             return None
         coordinator = cluster.coordinator
+        latency = cluster.etcd.latency.snapshot() if cluster.etcd is not None else {}
         if coordinator is None:
-            return ClusterFigures(cluster.view.snapshot(), False, 0, 0)
+            return ClusterFigures(cluster.view.snapshot(), False, 0, 0, etcd_latency=latency)
         return ClusterFigures(
             cluster.view.snapshot(),
             cluster.leading,
@@ -90,6 +91,7 @@ class NsqLookupd:
             coordinator.elections,
             coordinator.isr_shrinks,
             coordinator.isr_expands,
+            etcd_latency=latency,
         )
 
     @property

@@ -16,8 +16,8 @@ the view; never changes them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
@@ -25,7 +25,7 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.cluster.model import HEALTH_KINDS, Snapshot, partition_health
 from nsqpy.lookupd.registry import Registry
-from nsqpy.metrics.exposition import Family
+from nsqpy.metrics.exposition import Family, etcd_latency_family
 from nsqpy.metrics.routes import add_metrics_route
 
 
@@ -48,6 +48,8 @@ class ClusterFigures:
     elections: int = 0  # of the changes: a new leader
     isr_shrinks: int = 0  # an ISR that lost a member
     isr_expands: int = 0  # an ISR that gained one
+    # etcd calls' times by kind: kind -> (cumulative counts per LATENCY_BUCKETS, sum, count)
+    etcd_latency: Mapping[str, tuple[Sequence[int], float, int]] = field(default_factory=dict)
 
 
 class LookupdView(Protocol):
@@ -165,6 +167,7 @@ def cluster_families(figures: ClusterFigures | None) -> list[Family]:
                "ISRs this lookupd added a member to as the coordinator").add(
             figures.isr_expands
         ),
+        etcd_latency_family("nsqlookupd", figures.etcd_latency),
         Family("nsqlookupd_cluster_etcd_revision", "gauge",
                "the etcd revision this lookupd's view is at").add(snap.revision),
         Family("nsqlookupd_cluster_etcd_compacted_revision", "gauge",

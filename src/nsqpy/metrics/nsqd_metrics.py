@@ -16,8 +16,8 @@ never changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Sized
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence, Sized
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -25,7 +25,7 @@ from aiohttp import web
 from nsqpy import NSQ_VERSION
 from nsqpy.broker.broker import Broker
 from nsqpy.broker.stats import stats
-from nsqpy.metrics.exposition import Family
+from nsqpy.metrics.exposition import Family, etcd_latency_family
 from nsqpy.metrics.routes import add_metrics_route
 from nsqpy.options import NsqdOptions
 
@@ -60,6 +60,8 @@ class NodeFigures:
     # (topic, partition, follower, messages behind, seconds since heard; -1: never)
     lags: Sequence[tuple[str, int, str, int, float]] = ()
     lease_left: float = -1.0  # seconds its lease has left, as last renewed (-1: none)
+    # etcd calls' times by kind: kind -> (cumulative counts per LATENCY_BUCKETS, sum, count)
+    etcd_latency: Mapping[str, tuple[Sequence[int], float, int]] = field(default_factory=dict)
 
 
 class NsqdView(Protocol):
@@ -192,6 +194,7 @@ def cluster_families(topics: list[dict[str, Any]], figures: NodeFigures | None) 
         ),
         Family("nsqd_cluster_forward_failures", "counter",
                "forwarded publishes that failed").add(figures.forward_failures),
+        etcd_latency_family("nsqd", figures.etcd_latency),
         leader, isr, committed, end, behind, silent,
     ]  # fmt: skip
 

@@ -700,6 +700,7 @@ class NsqdServer:
             forward_failures=cluster.forwarder.failed,
             lags=replication.follower_lags() if replication is not None else (),
             lease_left=member.lease_left() if member is not None else -1.0,
+            etcd_latency=cluster.etcd.latency.snapshot() if cluster.etcd is not None else {},
         )
 
     def cluster_info(self) -> dict[str, object]:

@@ -61,6 +61,13 @@ def test_partitions_and_followers_in_nsqd_metrics(shared: LocalCluster, topic_na
         assert at(s, "nsqd_cluster_live") == 1.0
         left = at(s, "nsqd_cluster_lease_remaining_seconds")
         assert left is not None and 0 < left <= 2.0  # (the test cluster's leases: 2 s)
+        puts = at(s, "nsqd_etcd_call_duration_seconds_count", call="put")
+        assert puts is not None and puts >= 1  # (its registration, at least)
+        within = at(s, "nsqd_etcd_call_duration_seconds_bucket", call="put", le="+Inf")
+        assert within == puts
+    s = scrape(shared.lookupd_http(0))
+    txns = at(s, "nsqlookupd_etcd_call_duration_seconds_count", call="txn")
+    assert txns is not None and txns >= 1  # (its coordinator election, topic creations)
     s = scrape(shared.nsqd_http(lead[0]))
     assert at(s, "nsqd_partition_committed_offset", topic=topic, partition="0") == 7.0
     for n in node_ids:
