@@ -55,6 +55,7 @@ from nsqpy.cluster.model import (
     Replicas,
     Snapshot,
     TopicMeta,
+    Versioned,
     partition_name,
 )
 from nsqpy.cluster.placement import PlacementError, place_topic
@@ -487,14 +488,9 @@ class Coordinator:
         )
         return grown
 
-    async def recover_partition(self, topic: str, partition: int) -> tuple[Replicas, int]:
-        """Forced recovery (Kafka's unclean leader election), on an operator's request only:
-        when no ISR member of the partition is live, the live replica with the longest log
-        (the end its nsqd reports, then its epoch) leads it alone, in a new leader epoch;
-        the other holders become catch-up members. What the dead ISR members had beyond the
-        new leader's end is lost: when they come back they truncate to the new leader's
-        history. Returns the new replicas and the new leader's end; 400 when an ISR member
-        is live (nothing to force) or no replica is."""
+    def _partition(self, topic: str, partition: int) -> tuple[Snapshot, Versioned[Replicas]]:
+        """An operation's partition (fenced: NotCoordinator first), or 400 naming what is
+        missing."""
         self._fence()
         snap = self.view.snapshot()
         versioned = snap.replicas.get((topic, partition))
@@ -504,6 +500,17 @@ class Coordinator:
         if versioned is None or partition >= meta.partition_num:
             raise CoordinatorError(400, "INVALID_ARG_TOPIC_PARTITION_NUM",
                                    f"topic {topic} has no partition {partition}")  # fmt: skip
+        return snap, versioned
+
+    async def recover_partition(self, topic: str, partition: int) -> tuple[Replicas, int]:
+        """Forced recovery (Kafka's unclean leader election), on an operator's request only:
+        when no ISR member of the partition is live, the live replica with the longest log
+        (the end its nsqd reports, then its epoch) leads it alone, in a new leader epoch;
+        the other holders become catch-up members. What the dead ISR members had beyond the
+        new leader's end is lost: when they come back they truncate to the new leader's
+        history. Returns the new replicas and the new leader's end; 400 when an ISR member
+        is live (nothing to force) or no replica is."""
+        snap, versioned = self._partition(topic, partition)
         r, live = versioned.value, snap.nodes
         alive = [n for n in r.isr if n in live]
         if alive:
@@ -541,15 +548,7 @@ class Coordinator:
         """Start moving a partition's replica (or, ``leader_only``, its lead) from ``source``
         to ``target`` ("" for either: the leader, and the live node the decisions would pick).
         The reconciling carries it out (``decisions``); 400 with the reason when it cannot."""
-        self._fence()
-        snap = self.view.snapshot()
-        versioned = snap.replicas.get((topic, partition))
-        meta = snap.topics.get(topic)
-        if meta is None:
-            raise CoordinatorError(400, "TOPIC_NOT_FOUND", f"topic {topic} is not created")
-        if versioned is None or partition >= meta.partition_num:
-            raise CoordinatorError(400, "INVALID_ARG_TOPIC_PARTITION_NUM",
-                                   f"topic {topic} has no partition {partition}")  # fmt: skip
+        snap, versioned = self._partition(topic, partition)
         r = versioned.value
         if r.move is not None:
             raise CoordinatorError(400, "E_MOVE_UNDER_WAY", f"{topic}/{partition} is moving: "
