@@ -410,7 +410,7 @@ class NsqdCluster:
             await self.member.ensure_topic(topic, create=create)
         except TopicUnavailable as exc:
             log.info("cluster: topic %s not taken up: %s", topic, exc.detail)
-            raise TopicNotExist(f"topic {topic} does not exist" if not create else "") from None
+            raise TopicNotExist() from None  # (no text, as youzan's nsqd answers it)
 
     async def create_partitions(self, topic: str, count: int) -> None:
         await self.started.wait()

@@ -133,7 +133,7 @@ async def test_a_partitioned_command_waits_for_a_topic_etcd_has_and_creates_none
     wire = await AsyncWire.connect(server.tcp_port)
     await wire.send(b"PUB nowhere 0\n\x00\x00\x00\x01x")
     ftype, data = await wire.read_frame()
-    assert ftype == 1 and data.startswith(b"E_TOPIC_NOT_EXIST topic nowhere does not exist"), data
+    assert (ftype, data) == (1, b"E_TOPIC_NOT_EXIST"), data
     assert "nowhere" not in cluster.view.snapshot().topics
 
     await place(etcd, keys, "arriving", cluster.node_id)

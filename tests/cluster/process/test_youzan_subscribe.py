@@ -111,10 +111,12 @@ def test_internal_create_topic_creates_and_grows_through_the_coordinator(
     client = wire(shared, 1, timeout=15)
     client.send(f"INTERNAL_CREATE_TOPIC {topic} 0\n".encode())
     assert client.read_frame() == (0, b"OK")
-    assert 0 in shared.partitions(topic)
+    # (lookupd answers from its own view of etcd, a moment behind this node's)
+    shared.wait_for(lambda: 0 in shared.partitions(topic), 10, "lookupd shows the topic")
     client.send(f"INTERNAL_CREATE_TOPIC {topic} 4 true\n".encode())
     assert client.read_frame() == (0, b"OK")
-    assert sorted(shared.partitions(topic)) == [0, 1, 2, 3, 4]
+    shared.wait_for(lambda: sorted(shared.partitions(topic)) == [0, 1, 2, 3, 4], 10,
+                    "lookupd shows five partitions")  # fmt: skip
     client.send(f"INTERNAL_CREATE_TOPIC {topic} 2\n".encode())  # it has that one: as it is
     assert client.read_frame() == (0, b"OK")
     lead = leaders(shared, topic)
