@@ -48,7 +48,8 @@ def _post(address: str, path: str) -> tuple[int, bytes]:
         with urllib.request.urlopen(req, timeout=10.0) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
+        with exc:
+            return exc.code, exc.read()
 
 
 def make_run_certs(directory: Path, names: dict[str, list[str]]) -> None:

@@ -323,7 +323,9 @@ class EtcdCluster:
             with self._open(i, "/v3/kv/range", body, 5.0) as resp:
                 found = json.loads(resp.read())
         except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"etcd range {key}: {exc.code} {exc.read().decode()!r}") from None
+            with exc:
+                text = exc.read().decode()
+            raise RuntimeError(f"etcd range {key}: {exc.code} {text!r}") from None
         kvs = found.get("kvs") or []
         if not kvs:
             return None
@@ -374,7 +376,9 @@ class EtcdCluster:
             with self._open(i, path, body, 10.0) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"etcd {path}: {exc.code} {exc.read().decode()!r}") from None
+            with exc:
+                text = exc.read().decode()
+            raise RuntimeError(f"etcd {path}: {exc.code} {text!r}") from None
 
     def add_user(self, name: str, password: str, prefix: str) -> None:
         """User ``name`` whose role (also ``name``) may read and write the keys under

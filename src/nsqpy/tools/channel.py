@@ -93,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = _post(ns.nsqd_http_address, path, query, body)
     except urllib.error.HTTPError as err:
-        raw = err.read()
+        with err:
+            raw = err.read()
         try:
             code = json.loads(raw).get("message", raw.decode(errors="replace"))
         except (ValueError, AttributeError):

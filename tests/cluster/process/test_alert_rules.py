@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,8 +85,14 @@ def start_prometheus(directory: Path, port: int, targets: list[str]) -> subproce
 
 
 def api(port: int, path: str) -> Any:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=5) as resp:
-        return json.load(resp)["data"]
+    """Prometheus' API; OSError while it cannot answer (a 503 while it starts: the error's
+    response is closed here, not left to the collector, which would warn in a later test)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/{path}", timeout=5) as resp:
+            return json.load(resp)["data"]
+    except urllib.error.HTTPError as err:
+        with err:
+            raise OSError(f"Prometheus answered {err.code} to {path}") from None
 
 
 def firing(port: int) -> set[str]:

@@ -31,7 +31,8 @@ def youzan_get(cluster: LocalCluster, path: str) -> tuple[int, Any, dict[str, st
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, json.loads(resp.read() or b"{}"), dict(resp.headers)
     except urllib.error.HTTPError as err:
-        return err.code, err.read(), dict(err.headers)
+        with err:
+            return err.code, err.read(), dict(err.headers)
 
 
 def java_node(node: Any) -> tuple[str, int, bool]:
