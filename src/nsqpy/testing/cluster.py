@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -147,6 +148,9 @@ class LocalCluster:
                 pass
         if self._own_etcd:
             self.etcd.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def __enter__(self) -> LocalCluster:
         return self.start()
