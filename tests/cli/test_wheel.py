@@ -1,23 +1,27 @@
 """nsqpy installed as an operator installs it: a wheel built from this tree (as ``make
 wheel`` builds it) into a fresh virtual environment outside the source tree. It carries
 nsqadmin's assets and nothing of the development tools; without the ``cluster`` extra,
-cluster mode is refused with one line naming it; with it, a cluster runs from the install.
+cluster mode is refused with one line naming it; with it, a cluster of three machines (each
+a network namespace with an etcd member and an nsqd) runs from the install.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from nsqpy.jepsen.etcd import EtcdMembers
+from nsqpy.jepsen.netns import Network, preflight
 from nsqpy.testing import free_ports
-from nsqpy.testing.etcd import EtcdCluster
 from nsqpy.testing.http import http_get, http_request
+from nsqpy.testing.processes import die_with_parent
 
 ROOT = Path(__file__).parents[2]
 # The first test also builds the wheel and installs it with its dependencies (from pip's
@@ -55,9 +59,14 @@ def wait_up(port: int, timeout: float = 20) -> None:
     raise TimeoutError(f"nothing answered on {port}")
 
 
-def start(venv: Path, program: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([str(venv / "bin" / program), *args], cwd=cwd,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+def start(
+    venv: Path, program: str, *args: str, cwd: Path, prefix: Sequence[str] = (), log: str = ""
+) -> subprocess.Popen[bytes]:
+    """``program`` of the installed venv (in a network namespace: ``prefix``), its log in
+    ``cwd/<log or program>.log``."""
+    argv = die_with_parent([*prefix, str(venv / "bin" / program), *args])
+    with open(cwd / f"{log or program}.log", "ab") as out:
+        return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=out)
 
 
 def stop(*procs: subprocess.Popen[bytes]) -> None:
@@ -69,8 +78,6 @@ def stop(*procs: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
 
 
 def test_the_wheel_installs_the_daemons_and_nothing_of_the_dev_tools(
@@ -108,48 +115,94 @@ def test_the_wheel_installs_the_daemons_and_nothing_of_the_dev_tools(
         stop(admin, nsqd)
 
 
-def test_with_the_cluster_extra_a_cluster_runs_from_the_install(
+def until_ok(method: str, url: str, timeout: float = 60) -> tuple[int, bytes]:
+    """``method url`` again until it answers 200 (or ``timeout``): the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            status, body, _ = http_request(method, url, b"m" if method == "POST" else None)
+        except OSError as exc:
+            status, body = 0, str(exc).encode()
+        if status == 200 or time.monotonic() > deadline:
+            return status, body
+        time.sleep(0.2)
+
+
+def leader_of(lookupd: str, partition: int) -> str | None:
+    status, body = until_ok("GET", f"http://{lookupd}/lookup?topic=w&metainfo=true", timeout=5)
+    found = json.loads(body).get("partitions", {}).get(str(partition), {}) if status == 200 else {}
+    address = found.get("broadcast_address")
+    return f"{address}:{found['http_port']}" if address else None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_with_the_cluster_extra_a_cluster_of_three_machines_runs_from_the_install(
     installed: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    """Three hosts, each a network namespace of its own with its own address (as the fault
+    harness makes them): an etcd member and an nsqd on each, nsqlookupd on the first, the
+    daemons from the installed wheel; a client on a fourth host publishes through every
+    node, the leader's machine loses its nsqd (SIGKILL), and a new leader has every
+    acknowledged message and takes writes."""
     wheel, venv = installed
     run(venv / "bin/pip", "install", "--quiet", f"{wheel}[cluster]", cwd=tmp_path)
-    with EtcdCluster(1, tmp_path / "etcd") as etcd:
-        cluster = [f"--etcd-endpoints={etcd.endpoints[0]}", "--cluster-id=wheel"]
-        lookupd_tcp, lookupd_http, *nsqd_http = free_ports(5)
-        lookupd = start(venv, "nsqlookupd", f"--tcp-address=127.0.0.1:{lookupd_tcp}",
-                        f"--http-address=127.0.0.1:{lookupd_http}", *cluster, cwd=tmp_path)  # fmt: skip
-        nodes = [
-            start(venv, "nsqd", "--tcp-address=127.0.0.1:0", f"--http-address=127.0.0.1:{port}",
-                  "--rpc-address=127.0.0.1:0", f"--node-id={i}",
-                  f"--data-path={tmp_path / f'nsqd{i}'}", *cluster, cwd=tmp_path)
-            for i, port in enumerate(nsqd_http)
-        ]  # fmt: skip
+    problem = preflight()
+    assert problem is None, problem
+    machines = ["m1", "m2", "m3"]
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    with Network([*machines, "client"]) as net, net.inside("client"):
+        etcd = EtcdMembers(machines, net.address, net.exec_prefix, tmp_path / "etcd")
         try:
-            for port in [lookupd_http, *nsqd_http]:
-                wait_up(port)
-            base = f"http://127.0.0.1:{lookupd_http}"
-            deadline = time.monotonic() + 30
-            while True:  # (until the coordinator is elected and sees the three nodes)
-                status, body, _ = http_request(
-                    "POST", f"{base}/topic/create?topic=w&partition_num=1&replicator=3", b""
-                )
-                if status == 200 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.3)
+            etcd.start()
+            cluster = [f"--etcd-endpoints={','.join(etcd.endpoints)}", "--cluster-id=wheel"]
+            first = net.address("m1")
+            lookupd = f"{first}:4161"
+            procs["lookupd"] = start(
+                venv, "nsqlookupd", f"--tcp-address={first}:4160", f"--http-address={lookupd}",
+                f"--broadcast-address={first}", *cluster,
+                cwd=tmp_path, prefix=net.exec_prefix("m1"),
+            )  # fmt: skip
+            for k, host in enumerate(machines, 1):
+                address = net.address(host)
+                procs[host] = start(
+                    venv, "nsqd", f"--tcp-address={address}:4150",
+                    f"--http-address={address}:4151", f"--rpc-address={address}:4250",
+                    f"--broadcast-address={address}", f"--node-id={k}",
+                    f"--data-path={tmp_path / host}", *cluster,
+                    cwd=tmp_path, prefix=net.exec_prefix(host), log=host,
+                )  # fmt: skip
+            nodes = [f"{net.address(h)}:4151" for h in machines]
+            for where in [lookupd, *nodes]:
+                assert until_ok("GET", f"http://{where}/ping")[0] == 200, where
+            create = (
+                f"http://{lookupd}/topic/create?topic=w&partition_num=2&replicator=3&multipart=true"
+            )
+            status, body = until_ok("POST", create)
             assert status == 200, body
-            leader_port = None
-            while leader_port is None and time.monotonic() < deadline + 30:
-                status, body, _ = http_get(f"{base}/lookup?topic=w&metainfo=true")
-                parts = json.loads(body).get("partitions", {}) if status == 200 else {}
-                leader_port = parts.get("0", {}).get("http_port")
+            deadline = time.monotonic() + 60
+            while (leader := leader_of(lookupd, 0)) is None:
+                assert time.monotonic() < deadline, "no leader for partition 0"
                 time.sleep(0.2)
-            assert leader_port in nsqd_http
-            url = f"http://127.0.0.1:{leader_port}/pub?topic=w"
-            while True:  # (the new leader takes writes once its ISR has caught up)
-                status, body, _ = http_request("POST", url, b"replicated")
-                if status == 200 or time.monotonic() > deadline + 60:
-                    break
+            assert leader in nodes
+            # (the first publish waits until the new partition's ISR has caught up)
+            for node in nodes:
+                for _ in range(3):
+                    status, body = until_ok("POST", f"http://{node}/pub?topic=w&partition=0")
+                    assert (status, body) == (200, b"OK"), node
+
+            dead = machines[nodes.index(leader)]
+            procs[dead].kill()
+            procs[dead].wait()
+            while (successor := leader_of(lookupd, 0)) in (None, leader):
+                assert time.monotonic() < deadline + 60, "no new leader for partition 0"
                 time.sleep(0.2)
+            assert successor in nodes
+            status, body = until_ok("GET", f"http://{successor}/log/watermarks?topic=w")
+            assert status == 200, body
+            (zero,) = [p for p in json.loads(body)["partitions"] if p["partition"] == 0]
+            assert zero["high"] == 9, zero  # every acknowledged message, none more
+            status, body = until_ok("POST", f"http://{successor}/pub?topic=w&partition=0")
             assert (status, body) == (200, b"OK")
         finally:
-            stop(*nodes, lookupd)
+            stop(*procs.values())
+            etcd.close()

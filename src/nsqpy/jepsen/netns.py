@@ -28,13 +28,16 @@ namespaces, and tmpfs mounts under a directory named with its prefix).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 SUBNET = "10.77.0"
+_CLONE_NEWNET = 0x40000000
+_LIBC = ctypes.CDLL(None, use_errno=True)
 PREFIX_BASE = "nsqpyj"
 _STALE = re.compile(rf"^{PREFIX_BASE}(\d+)-")
 
@@ -69,6 +72,11 @@ def preflight() -> str | None:
     finally:
         subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
     return None
+
+
+def _setns(fd: int, where: str) -> None:
+    if _LIBC.setns(fd, _CLONE_NEWNET) != 0:
+        raise NetworkError(f"setns into {where}: {os.strerror(ctypes.get_errno())}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -199,6 +207,18 @@ class Network:
 
     def __exit__(self, *exc: object) -> None:
         self.destroy()
+
+    @contextlib.contextmanager
+    def inside(self, host: str) -> Iterator[None]:
+        """The calling thread in ``host``'s namespace for the block, then back where it was:
+        the sockets it opens and the processes it starts there are on that host (setns(2)
+        moves one thread only; use it from the thread that does the work)."""
+        with open("/proc/thread-self/ns/net") as own, open(f"/run/netns/{self.ns(host)}") as ns:
+            _setns(ns.fileno(), host)
+            try:
+                yield
+            finally:
+                _setns(own.fileno(), "the namespace it came from")
 
     # -- faults -----------------------------------------------------------------------
 
