@@ -150,4 +150,7 @@ def ops(output: str) -> float:
 
 
 if __name__ == "__main__":
+    from nsqpy.testing.benchinfo import run_header
+
+    print(run_header(), flush=True)
     main()

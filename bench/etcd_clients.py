@@ -399,6 +399,9 @@ async def main(rounds: int) -> None:
 
 
 if __name__ == "__main__":
+    from nsqpy.testing.benchinfo import run_header
+
+    print(run_header(), flush=True)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20, help="txn race rounds per racer count")
     asyncio.run(main(parser.parse_args().rounds))

@@ -88,4 +88,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from nsqpy.testing.benchinfo import run_header
+
+    print(run_header(), flush=True)
     main()
