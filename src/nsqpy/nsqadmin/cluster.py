@@ -271,7 +271,10 @@ class Cluster:
                 params = {"topic": topic, "channel": channel}
                 await self.post_all(self.nsqd, "/channel/create", params, errors, "nsqd")
             return
-        await self.post_all(self.lookupd, "/topic/create", {"topic": topic}, errors, "nsqlookupd")
+        # (``implicit``: a cluster's lookupd creates the topic with the cluster's defaults,
+        # where NSQ's form names no partitions; any other lookupd ignores it)
+        params = {"topic": topic, "implicit": "true"}
+        await self.post_all(self.lookupd, "/topic/create", params, errors, "nsqlookupd")
         if channel:
             params = {"topic": topic, "channel": channel}
             await self.post_all(self.lookupd, "/channel/create", params, errors, "nsqlookupd")

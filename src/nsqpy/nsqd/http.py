@@ -54,6 +54,7 @@ from nsqpy.metrics.nsqd_metrics import NodeFigures, add_nsqd_metrics
 from nsqpy.nsqd import http_extend
 from nsqpy.nsqd.http_args import (
     HttpHost,
+    cluster_topic,
     forwarded,
     named_topic_args,
     publish_target,
@@ -67,7 +68,7 @@ from nsqpy.nsqd.logread import add_logread_routes
 from nsqpy.nsqd.params import BOOL_PARAMS, parse_int64
 from nsqpy.options import config_value
 from nsqpy.protocol.extend import PubTrace, encode_extended
-from nsqpy.protocol.names import valid_channel_name, valid_topic_name
+from nsqpy.protocol.names import is_ephemeral, valid_channel_name, valid_topic_name
 from nsqpy.storage import Entry
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -368,7 +369,20 @@ class HttpApi:
 
     async def topic_create(self, request: web.Request) -> web.StreamResponse:
         args, name = named_topic_args(request)
-        http_extend.create_topic(self.broker, name, args)
+        gate = self.server.cluster
+        if gate is None or is_ephemeral(name):
+            http_extend.create_topic(self.broker, name, args)
+            return v1_empty()
+        # In a cluster the topic is etcd's: created through the coordinator (the cluster's
+        # defaults, at least ``partition_num`` partitions), as a PUB of a new topic would.
+        count = http_extend.create_args(args)[0]
+        try:
+            if count is None:
+                await cluster_topic(gate, name)
+            else:
+                await gate.create_partitions(name, count)
+        except ProtocolError as exc:
+            raise HttpError(400, exc.code) from None
         return v1_empty()
 
     async def partition_expand(self, request: web.Request) -> web.StreamResponse:
@@ -381,6 +395,8 @@ class HttpApi:
 
     async def topic_delete(self, request: web.Request) -> web.StreamResponse:
         topic = self._existing_topic(request)  # nsqd does not validate the name here
+        if self.server.cluster is not None and not is_ephemeral(topic.name):
+            raise HttpError(400, "E_DELETE_THROUGH_NSQLOOKUPD")  # (etcd's: the coordinator's)
         self.broker.delete_topic(topic.name)
         self.server.after_change()
         return v1_empty()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import zlib
+from typing import Any
 from urllib.parse import quote
 
 from nsqpy.nsqd.gate import FORWARD_AGENT
@@ -161,6 +162,37 @@ def test_a_forwarded_publish_is_never_forwarded_again(
     client.send(b"NOP\n")  # not fatal: the connection still publishes what it may
     client.send(pub(f"{topic_name}_mine", b"y"))
     assert client.read_frame() == (0, b"OK")
+
+
+def test_nsqds_topic_routes_act_on_the_clusters_topic(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """In a cluster a topic is etcd's: nsqd's /topic/create creates it through the
+    coordinator (the cluster's defaults, or at least ``partition_num`` partitions) as a PUB
+    of a new topic would, and /topic/delete and /topic/partition/expand, which would change
+    only this node's copy, are refused: they go through nsqlookupd."""
+
+    def meta(topic: str) -> Any:  # (each lookupd follows etcd within moments)
+        return shared.wait_for(
+            lambda: shared.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"],
+            10,
+            f"{topic} in lookupd",
+        )
+
+    node = shared.nsqd_http(1)
+    assert shared.request("POST", node, f"/topic/create?topic={topic_name}")[0] == 200
+    assert meta(topic_name)["partition_num"] == 1, "the cluster default"
+    assert leaders(shared, topic_name)[0] == 1, "this node leads its first partition"
+    wider = f"{topic_name}_wide"
+    path = f"/topic/create?topic={wider}&partition_num=2"
+    assert shared.request("POST", node, path)[0] == 200
+    assert meta(wider)["partition_num"] == 2
+    assert shared.request("POST", node, path)[0] == 200, "exists: answered as created"
+    for path, code in ((f"/topic/delete?topic={topic_name}", "E_DELETE_THROUGH_NSQLOOKUPD"),
+                       (f"/topic/partition/expand?topic={topic_name}&partition_num=3",
+                        "E_EXPAND_THROUGH_NSQLOOKUPD")):  # fmt: skip
+        assert shared.request("POST", node, path) == (400, {"message": code}), path
+    assert leaders(shared, topic_name)[0] == 1, "nothing deleted"
 
 
 def test_disable_auto_create_answers_topic_not_exist(own_cluster: OwnCluster) -> None:
