@@ -1,5 +1,5 @@
 """The etcd v3 client of cluster mode: ``Etcd``, a thin layer over the PyPI client ``aetcd``
-(docs/cluster.md, "etcd client", says why that one and what was measured).
+(docs/replication.md, "etcd client", says why that one and what was measured).
 
 What it adds to aetcd: one gRPC channel over every endpoint (gRPC's multi-address
 ``ipv4:`` target with round-robin picking, so a dead member is skipped by the next call);

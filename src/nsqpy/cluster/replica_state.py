@@ -1,5 +1,5 @@
 """One partition's replica state on one node, sans-IO: the single owner of everything the
-safety of replication rests on (docs/cluster.md, "Replication").
+safety of replication rests on (docs/replication.md, "Replication").
 
 ``ReplicaState`` owns the assignment (role, leader epoch, ISR, catch-up members, the
 replicator), the **committed offset** (Kafka's high watermark: the smallest end every

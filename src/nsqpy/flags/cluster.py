@@ -201,5 +201,6 @@ def require_cluster_extra() -> None:
         if not found:
             raise ConfigError(
                 f"cluster mode (--etcd-endpoints) needs nsqpy's cluster extra, the etcd "
-                f"client ({name} is not installed): pip install 'nsqpy[cluster]'"
+                f"client ({name} is not installed): pip install 'nsqpy[cluster]' (or the "
+                f"wheel with it: pip install 'nsqpy-<version>-<python>-<platform>.whl[cluster]')"
             )

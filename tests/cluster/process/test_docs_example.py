@@ -43,6 +43,25 @@ while True:
 """
 
 
+def run_in_namespace(script: str, timeout: float) -> str:
+    """``script`` by bash in a network namespace of its own (its loopback only), which is
+    deleted afterwards, and every process the script left killed; what it printed."""
+    namespace = f"nsqpy-docs-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", namespace, "bash", "-c", script],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+    return output.decode(errors="replace")
+
+
 def blocks() -> tuple[str, list[str], str]:
     """The section's set-up block, its curl lines and its nsqadmin line."""
     text = DOC.read_text()
@@ -73,20 +92,7 @@ def test_the_documented_three_node_cluster_runs_secure(tmp_path: Path) -> None:
         f" > {tmp_path}/admin",
         "kill $(jobs -p) 2>/dev/null; wait",
     ])  # fmt: skip
-    namespace = f"nsqpy-docs-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", namespace], check=True)
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", namespace, "bash", "-c", script],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        subprocess.run(["ip", "netns", "del", namespace], check=False)
-    log = output.decode(errors="replace")
+    log = run_in_namespace(script, timeout=150)
     ready = json.loads((tmp_path / "ready").read_text())
     assert "timed_out" not in ready, log[-3000:]
     assert ready["secure"] is True and all(n["secure"] for n in ready["node_stat_list"])
