@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nsq_to_nsq": ("nsqpy.tools.nsq_to_nsq", "forward a topic to other nsqd"),
     "nsq_stat": ("nsqpy.tools.stat", "a periodic table of a topic/channel's depth and rates"),
     "pipeline": ("nsqpy.spark.cli", "Spark pipelines: archive, replay, transform"),
+    "spark": ("nsqpy.spark.package", "what a Spark cluster's executors need: spark package"),
     "channel": ("nsqpy.tools.channel", "replay a channel (setoffset), set its dead-letter limit"),
     "jepsen": ("nsqpy.jepsen.cli", "fault-test a cluster in network namespaces (root)"),
     "cert": ("nsqpy.tools.cert", "make a secure cluster's certificates: its CA, nodes, clients"),

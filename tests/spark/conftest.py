@@ -66,15 +66,23 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def publish(nsqd: DaemonProcess, topic: str, bodies: list[bytes], chunk: int = 1000) -> None:
-    """Binary MPUB over HTTP, ``chunk`` messages per call; each call answers once written."""
+def publish(
+    nsqd: DaemonProcess,
+    topic: str,
+    bodies: list[bytes],
+    chunk: int = 1000,
+    partition: int | None = None,
+) -> None:
+    """Binary MPUB over HTTP to ``partition``, ``chunk`` messages per call; each call answers
+    once written."""
+    where = "" if partition is None else f"&partition={partition}"
     for i in range(0, len(bodies), chunk):
         part = bodies[i : i + chunk]
         payload = struct.pack(">i", len(part)) + b"".join(
             struct.pack(">i", len(b)) + b for b in part
         )
         status, body, _ = http_request(
-            "POST", f"{nsqd.http}/mpub?topic={topic}&binary=true", payload
+            "POST", f"{nsqd.http}/mpub?topic={topic}{where}&binary=true", payload
         )
         assert (status, body) == (200, b"OK")
 
