@@ -85,6 +85,11 @@ class NsqdHttpView(HttpHost, Protocol):
     def tcp_port(self) -> int: ...
 
     @property
+    def https_port(self) -> int:
+        """The HTTPS listener's port; 0 without one (no --tls-cert)."""
+        ...
+
+    @property
     def start_time(self) -> int: ...
 
     @property
@@ -197,6 +202,9 @@ class HttpApi:
                 "max_output_buffer_size": self.opts.max_output_buffer_size,
                 "max_output_buffer_timeout": self.opts.max_output_buffer_timeout_ms * 1_000_000,
                 "max_deflate_level": self.opts.max_deflate_level,
+                # nsqpy: where the same API is served over TLS (clients that must use it,
+                # such as the Spark source, find it here)
+                **({"https_port": self.server.https_port} if self.server.https_port else {}),
                 **self.server.cluster_info(),
             }
         )

@@ -27,7 +27,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from nsqpy.protocol.logread import BATCHES
 from nsqpy.spark.nsqhttp import NsqdHttp, NsqHttpError
-from nsqpy.spark.options import EARLIEST
+from nsqpy.spark.options import EARLIEST, TlsOptions
 from nsqpy.spark.plan import DataLoss, OffsetRange
 from nsqpy.spark.wire import decode_batches, to_record_batch
 
@@ -42,6 +42,7 @@ class FetchSettings:
     max_count: int = 20_000
     max_bytes: int = 4 << 20
     timeout: float = 30.0
+    tls: TlsOptions | None = None  # HTTPS to nsqd (``nsq.ssl.*``)
 
 
 def _lost(r: OffsetRange, first: int, last: int, why: str, settings: FetchSettings) -> None:
@@ -98,7 +99,7 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches of the source schema, in offset order
     (``cluster``: Behind, not data loss, when the node does not have them)."""
-    with NsqdHttp(r.address, settings.timeout) as conn:
+    with NsqdHttp(r.address, settings.timeout, settings.tls) as conn:
         offset = r.start
         if offset == EARLIEST:
             offset = _low_watermark(conn, r)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,15 +27,23 @@ from nsqpy.protocol.logread import (
     LOW_WATERMARK_HEADER,
     NEXT_OFFSET_HEADER,
 )
+from nsqpy.spark.options import TlsOptions
 
 _RETRYABLE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
+_HINTS = {
+    "TLS_REQUIRED": " (nsqd requires HTTPS: give the source or sink the nsq.ssl.* options)",
+    "TLS_CLOSED": " (nsqd closed the TLS connection unanswered: it may require a client "
+    "certificate, nsq.ssl.certfile and nsq.ssl.keyfile, of its --tls-root-ca-file)",
+}
 
 
 class NsqHttpError(NsqError):
     """An HTTP call to nsqd or nsqlookupd failed (``status`` 0: no answer at all)."""
 
     def __init__(self, address: str, path: str, status: int, code: str, doc: Any = None) -> None:
-        super().__init__(f"{address}{path}: {status} {code}")
+        super().__init__(f"{address}{path}: {status} {code}{_HINTS.get(code, '')}")
         self.address = address
         self.path = path
         self.status = status
@@ -75,21 +84,67 @@ class ReadReply:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``http://host:port`` -> (host, port)."""
+    """``host:port``, ``http://host:port`` or ``https://host:port`` -> (host, port)."""
     url = urlsplit(address if "://" in address else "http://" + address)
-    if url.scheme != "http" or not url.hostname or url.port is None:
+    if url.scheme not in ("http", "https") or not url.hostname or url.port is None:
         raise NsqHttpError(address, "", 0, "BAD_ADDRESS")
     return url.hostname, url.port
 
 
-class NsqdHttp:
-    """A keep-alive HTTP/1.1 connection to one nsqd (or nsqlookupd)."""
+# (host, HTTP port) -> nsqd's HTTPS port, as its /info or its TLS_REQUIRED answer says;
+# found once per process
+_HTTPS_PORTS: dict[tuple[str, int], int] = {}
 
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
+
+class NsqdHttp:
+    """A keep-alive HTTP/1.1 connection to one nsqd (or nsqlookupd).
+
+    With ``tls``, it speaks HTTPS: to the address itself when it is ``https://...``, else
+    to the HTTPS port of the nsqd whose HTTP address it is (nsqd's ``/info`` names it, and
+    a plain request to an nsqd with ``--tls-required`` answers 403 with it; that first
+    request carries nothing but its path). Without ``tls``, an nsqd that requires TLS is
+    refused with NsqHttpError ``TLS_REQUIRED``.
+    """
+
+    def __init__(self, address: str, timeout: float = 30.0, tls: TlsOptions | None = None) -> None:
         self.address = address
         self.host, self.port = split_address(address)
         self.timeout = timeout
+        self.tls = tls
+        self._secure = address.startswith("https://")
+        self._context: ssl.SSLContext | None = None
         self._conn: http.client.HTTPConnection | None = None
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self.tls is None and not self._secure:
+            return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        if self._context is None:
+            self._context = (self.tls or TlsOptions()).context()
+        port = self.port if self._secure else self._https_port()
+        return http.client.HTTPSConnection(self.host, port, timeout=self.timeout,
+                                           context=self._context)  # fmt: skip
+
+    def _https_port(self) -> int:
+        key = (self.host, self.port)
+        if key not in _HTTPS_PORTS:
+            plain = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            try:
+                plain.request("GET", "/info")
+                answer = plain.getresponse()
+                status, data = answer.status, answer.read()
+            except (OSError, http.client.HTTPException) as exc:
+                raise NsqHttpError(self.address, "/info", 0, type(exc).__name__) from exc
+            finally:
+                plain.close()
+            try:
+                port = json.loads(data).get("https_port")
+            except (ValueError, AttributeError):
+                port = None
+            if status not in (200, 403) or not isinstance(port, int) or not 0 < port < 65536:
+                raise NsqHttpError(self.address, "/info", status, "NO_HTTPS_PORT",
+                                   {"message": "nsqd serves no HTTPS (no --tls-cert)"})  # fmt: skip
+            _HTTPS_PORTS[key] = port
+        return _HTTPS_PORTS[key]
 
     def close(self) -> None:
         if self._conn is not None:
@@ -112,14 +167,18 @@ class NsqdHttp:
         target = f"{path}?{urlencode(query)}" if query else path
         for attempt in (0, 1):
             fresh = self._conn is None
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             try:
+                if self._conn is None:
+                    self._conn = self._connect()
                 self._conn.request(method, target, body=body)
                 resp = self._conn.getresponse()
                 data = resp.read()
             except _RETRYABLE as exc:
                 self.close()
+                if fresh and (self.tls is not None or self._secure):
+                    # (nsqd ends a TLS connection it refuses at the first read: a client
+                    # certificate missing or not of its CA)
+                    raise NsqHttpError(self.address, path, 0, "TLS_CLOSED") from exc
                 if fresh or attempt:
                     raise NsqHttpError(self.address, path, 0, type(exc).__name__) from exc
                 continue

@@ -15,6 +15,8 @@ every node. Pure: imports only the standard library, ``nsqpy.errors`` and
 from __future__ import annotations
 
 import json
+import os
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -68,6 +70,43 @@ class OffsetSpec:
 
 
 @dataclass(frozen=True)
+class TlsOptions:
+    """HTTPS to nsqd (``nsq.ssl.*`` options): the CA that signed nsqd's certificate (None:
+    the system's), a client certificate and key for nsqd's ``--tls-client-auth-policy``,
+    and whether the certificate must name the host. Plain strings, so that Spark can send
+    them to its executors; each process makes its own SSL context."""
+
+    cafile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.cafile)
+        if self.certfile:
+            context.load_cert_chain(self.certfile, self.keyfile or None)
+        if not self.check_hostname:
+            context.check_hostname = False
+        return context
+
+
+def tls_options(options: Mapping[str, str]) -> TlsOptions | None:
+    """``nsq.ssl.enabled``, ``nsq.ssl.cafile``, ``nsq.ssl.certfile``, ``nsq.ssl.keyfile``,
+    ``nsq.ssl.checkHostname`` (named after the Kafka source's ``kafka.ssl.*``): None unless
+    enabled or a file is named; each file named must be readable."""
+    files = {name: _get(options, f"nsq.ssl.{name}") for name in ("cafile", "certfile", "keyfile")}
+    if not _bool(options, "nsq.ssl.enabled", any(files.values())):
+        return None
+    for name, path in files.items():
+        if path is not None and not os.access(path, os.R_OK):
+            raise ConfigError(f"option nsq.ssl.{name}={path!r} is not a readable file")
+    if files["keyfile"] and not files["certfile"]:
+        raise ConfigError("option nsq.ssl.keyfile needs nsq.ssl.certfile")
+    return TlsOptions(files["cafile"], files["certfile"], files["keyfile"],
+                      _bool(options, "nsq.ssl.checkHostname", True))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     """What a read needs to know; built by ``source_options``."""
 
@@ -83,6 +122,7 @@ class SourceOptions:
     fetch_max_count: int
     fetch_max_bytes: int
     timeout: float
+    tls: TlsOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +134,7 @@ class SinkOptions:
     lookupd: tuple[str, ...]
     mpub_max_bytes: int
     timeout: float
+    tls: TlsOptions | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -232,6 +273,7 @@ def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOpti
         fetch_max_count=_int(options, "fetchMaxCount", 20_000, 1) or 1,
         fetch_max_bytes=_int(options, "fetchMaxBytes", 4 << 20, 1) or 1,
         timeout=timeout / 1000,
+        tls=tls_options(options),
     )
 
 
@@ -250,6 +292,7 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         lookupd=lookupd,
         mpub_max_bytes=max_bytes,
         timeout=timeout / 1000,
+        tls=tls_options(options),
     )
 
 

@@ -87,7 +87,7 @@ def discover(opts: SourceOptions, *, batch: bool) -> dict[PartitionKey, Partitio
         found = False
         for address in addresses:
             try:
-                with NsqdHttp(address, opts.timeout) as conn:
+                with NsqdHttp(address, opts.timeout, opts.tls) as conn:
                     marks = conn.watermarks(topic)
             except NsqHttpError as exc:
                 if batch or exc.status:
@@ -131,7 +131,7 @@ def starting_offsets(
     out: dict[PartitionKey, int] = {}
     for key, info in sorted(infos.items()):
         if opts.starting_timestamp_ms is not None:
-            with NsqdHttp(info.address, opts.timeout) as conn:
+            with NsqdHttp(info.address, opts.timeout, opts.tls) as conn:
                 out[key] = conn.offset_for_time(
                     info.topic, info.partition, opts.starting_timestamp_ms
                 )

@@ -53,7 +53,7 @@ def publish_task(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Publis
         raise ConfigError(f"no nsqd registered with nsqlookupd {','.join(opts.lookupd)}")
     ctx = TaskContext.get()
     index = ctx.partitionId() if ctx is not None else 0
-    with NsqdHttp(addresses[index % len(addresses)], opts.timeout) as conn:
+    with NsqdHttp(addresses[index % len(addresses)], opts.timeout, opts.tls) as conn:
         publisher = Publisher(conn, opts.topic, opts.mpub_max_bytes)
         for batch in batches:
             publisher.add(batch)

@@ -74,6 +74,7 @@ def read_partition(partition: InputPartition, opts: SourceOptions) -> Iterator[p
         max_count=opts.fetch_max_count,
         max_bytes=opts.fetch_max_bytes,
         timeout=opts.timeout,
+        tls=opts.tls,
     )
     if r.node.startswith(CLUSTER_NODE) and opts.lookupd:
         return read_cluster_range(r, settings, opts.lookupd)

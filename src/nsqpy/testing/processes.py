@@ -288,13 +288,15 @@ def nsqd_process(
     env: dict[str, str] | None = None,
     nofile: int | None = None,
 ) -> DaemonProcess:
-    """nsqd on loopback ports chosen by it, data under ``data_path``, broadcasting
-    127.0.0.1; ``extra`` flags are appended."""
+    """nsqd on loopback ports chosen by it (HTTPS too, when ``extra`` gives it a
+    certificate), data under ``data_path``, broadcasting 127.0.0.1; ``extra`` flags are
+    appended (a flag given again there wins)."""
     return DaemonProcess(
         "nsqd",
         [
             "--tcp-address=127.0.0.1:0",
             "--http-address=127.0.0.1:0",
+            "--https-address=127.0.0.1:0",  # (served only with --tls-cert and --tls-key)
             f"--data-path={data_path}",
             "--broadcast-address=127.0.0.1",
             *extra,
