@@ -89,7 +89,13 @@ def test_nsqpy_dispatches_every_subcommand() -> None:
     for name in cli.COMMANDS:
         code, out, err = results[name]
         assert code == 0, (name, err)
-        if name in ("pipeline", "channel", "jepsen", "cert"):  # argparse, with actions of their own
+        if name in (
+            "pipeline",
+            "channel",
+            "jepsen",
+            "cert",
+            "spark",
+        ):  # argparse, actions of their own
             assert out.startswith(f"usage: nsqpy {name}")
             continue
         assert out.startswith(f"Usage: {name} [flags]\n"), (name, out[:100])

@@ -8,6 +8,8 @@ what it needs, but not nsqpy: they import nsqpy only from the zip the job ships.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -18,10 +20,14 @@ from pathlib import Path
 import pytest
 
 from nsqpy.spark.package import SPARK_SIDE_REQUIREMENTS, build, zip_name
-from nsqpy.testing import DaemonProcess, http_request
-from nsqpy.testing.spark import StandaloneSpark
+from nsqpy.testing import DaemonProcess, http_request, wait_for
+from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.spark import QUICK_JVM, StandaloneSpark
 
 from .conftest import publish
+from .test_cluster import TOPIC, create
+from .test_cluster import publish as cluster_publish
+from .test_pipelines import commits, start_archive
 
 JOB = Path(__file__).parent / "jobs" / "read_topic.py"
 
@@ -115,3 +121,73 @@ def test_a_job_submitted_to_the_standalone_cluster_reads_a_topic_on_its_executor
     assert all(f"{archive.name}/nsqpy/" in where for _, where in ran), "nsqpy from the zip"
     apps = standalone.state().get("completedapps", [])
     assert any(app.get("name") == "nsqpy-standalone" for app in apps), apps
+
+
+@pytest.mark.timeout(600)
+def test_the_archive_on_the_standalone_cluster_is_exactly_once_through_failovers(
+    standalone: StandaloneSpark, executor_python: Path, tmp_path: Path
+) -> None:
+    """``nsqpy pipeline archive --master spark://...`` (its executors get nsqpy from the
+    job) against a three-node nsqpy cluster while producers publish: the leader of
+    partition 0 is SIGKILLed and restarted, partition 1's lead is moved, then the job itself
+    is killed and started again from its checkpoint. The Parquet output holds every
+    acknowledged message once: each (partition, offset) once, none missing."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    with LocalCluster(tmp_path / "nsqpy") as cluster:
+        create(cluster, TOPIC)
+        sent = {p: [b"s%d-%05d" % (p, i) for i in range(1000)] for p in (0, 1)}
+        for p, bodies in sent.items():
+            cluster_publish(cluster, TOPIC, p, bodies)
+
+        def more(start: int, count: int) -> None:
+            for p in (0, 1):
+                bodies = [b"s%d-%05d" % (p, i) for i in range(start, start + count)]
+                cluster_publish(cluster, TOPIC, p, bodies)
+                sent[p] += bodies
+
+        out, checkpoint, log = tmp_path / "archive", tmp_path / "checkpoint", tmp_path / "job.log"
+        args = [
+            "pipeline", "archive", f"--lookupd={','.join(cluster.lookupd_https())}",
+            f"--topic={TOPIC}", f"--output={out}", f"--checkpoint={checkpoint}",
+            f"--master={standalone.master_url}", "--quiet",
+            f"--conf=spark.pyspark.python={executor_python}",
+            "--conf=spark.executor.memory=512m", "--conf=spark.ui.enabled=false",
+            f"--conf=spark.driver.extraJavaOptions={QUICK_JVM}",
+            f"--conf=spark.executor.extraJavaOptions={QUICK_JVM}",
+            "--max-offsets-per-trigger=200", "--trigger=0 seconds",
+        ]  # fmt: skip
+        job = start_archive(args, log)
+        try:
+            wait_for(lambda: commits(checkpoint) >= 2 or job.poll() is not None, timeout=150)
+            assert job.poll() is None, log.read_text()[-3000:]
+            victim = cluster.node_index(cluster.partitions(TOPIC)[0]["id"])
+            cluster.kill_nsqd(victim)  # partition 0's leader, in the middle of the stream
+            cluster.wait_for(
+                lambda: cluster.partitions(TOPIC)[0]["id"] != cluster.node_id(victim),
+                20,
+                "partition 0 led again",
+            )
+            more(1000, 200)
+            cluster.restart_nsqd(victim)
+            status, doc = cluster.post(
+                f"/topic/partition/move?topic={TOPIC}&partition=1&move_leader=true"
+            )
+            assert status == 200, doc
+            more(1200, 200)
+            before = commits(checkpoint)
+            wait_for(
+                lambda: commits(checkpoint) >= before + 3 or job.poll() is not None, timeout=150
+            )
+            assert job.poll() is None, log.read_text()[-3000:]  # it went on through both
+        finally:
+            os.killpg(job.pid, signal.SIGKILL)  # the job too: its driver and what it started
+            job.wait()
+        more(1400, 100)
+        final = start_archive([*args, "--once"], log)
+        assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
+    table = pq.read_table(str(out), columns=["partition", "offset", "body"]).to_pylist()
+    for p in (0, 1):
+        mine = sorted((r["offset"], bytes(r["body"])) for r in table if r["partition"] == p)
+        assert [o for o, _ in mine] == list(range(len(sent[p]))), p  # each offset once
+        assert [b for _, b in mine] == sent[p]

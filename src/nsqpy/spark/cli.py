@@ -16,7 +16,9 @@ import importlib
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from nsqpy.errors import NsqError
 
@@ -32,6 +34,19 @@ def _endpoint_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     group.add_argument(
         f"--{prefix}lookupd", default="", help=f"{what}nsqlookupd HTTP address(es), comma-separated"
     )
+
+
+def _ssl_args(parser: argparse.ArgumentParser) -> None:
+    for name, what in (("cafile", "the CA of nsqd's certificate: HTTPS to nsqd"),
+                       ("certfile", "a client certificate for nsqd"),
+                       ("keyfile", "the key of --ssl-certfile")):  # fmt: skip
+        parser.add_argument(f"--ssl-{name}", default=None, help=f"{what} (nsq.ssl.{name})")
+
+
+def ssl_options(args: argparse.Namespace) -> dict[str, str]:
+    """The source's and sink's ``nsq.ssl.*`` options from ``--ssl-*``."""
+    names = ("cafile", "certfile", "keyfile")
+    return {f"nsq.ssl.{n}": v for n in names if (v := getattr(args, f"ssl_{n}", None))}
 
 
 def _spark_args(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _endpoint_args(p)
     _stream_args(p)
+    _ssl_args(p)
     _spark_args(p)
 
     p = sub.add_parser("replay", help="Parquet rows (their body column) into a topic (batch)")
@@ -106,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--unordered", action="store_true", help="publish in parallel, in no particular order"
     )
     _endpoint_args(p)
+    _ssl_args(p)
     _spark_args(p)
 
     p = sub.add_parser(
@@ -119,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     _endpoint_args(p)
     _endpoint_args(p, prefix="to-")
     _stream_args(p)
+    _ssl_args(p)
     _spark_args(p)
     return parser
 
@@ -149,6 +167,13 @@ def spark_session(
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
+        if master and not master.startswith("local"):
+            # (a cluster's executors get nsqpy's Spark side from the job, as with
+            # spark-submit --py-files: nsqpy spark package)
+            from nsqpy.spark.package import build
+
+            cache = Path(tempfile.gettempdir()) / f"nsqpy-spark-{os.getuid()}"
+            session.sparkContext.addPyFile(str(build(cache)))
     else:
         session.conf.set(
             "spark.sql.session.timeZone", settings.get("spark.sql.session.timeZone", "UTC")
@@ -177,7 +202,7 @@ def run(args: argparse.Namespace, spark: object) -> int:
     from nsqpy.spark import pipelines as pl
 
     assert isinstance(spark, SparkSession)
-    source = pl.Endpoint(args.nsqd, args.lookupd)
+    source = pl.Endpoint(args.nsqd, args.lookupd, ssl_options(args))
     if args.pipeline == "replay":
         n = pl.replay(spark, args.input, source, args.topic, args.where, not args.unordered)
         print(f"replayed {n} messages into {args.topic}", file=sys.stderr)
@@ -193,7 +218,7 @@ def run(args: argparse.Namespace, spark: object) -> int:
     if args.pipeline == "archive":
         query = pl.archive(spark, source, args.topic, args.output, stream, args.writer)
     else:
-        target = pl.Endpoint(args.to_nsqd, args.to_lookupd)
+        target = pl.Endpoint(args.to_nsqd, args.to_lookupd, ssl_options(args))
         if not target.nsqd and not target.lookupd:
             target = source
         selects = args.select or ["body"]

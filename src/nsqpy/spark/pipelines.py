@@ -46,9 +46,11 @@ class Endpoint:
 
     nsqd: str = ""
     lookupd: str = ""
+    ssl: dict[str, str] = field(default_factory=dict)  # nsq.ssl.* options, HTTPS to nsqd
 
     def options(self) -> dict[str, str]:
-        return {"nsqd": self.nsqd} if self.nsqd else {"lookupd": self.lookupd}
+        where = {"nsqd": self.nsqd} if self.nsqd else {"lookupd": self.lookupd}
+        return {**where, **self.ssl}
 
 
 @dataclass
