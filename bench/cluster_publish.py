@@ -1,5 +1,5 @@
 """Benchmark: publishing to a replicated partition against an unreplicated one, same
-cluster, same run (issue 19: replication must not undo group commit).
+cluster, same run (replication must not undo group commit).
 
 Starts a ``LocalCluster`` (etcd, 2 nsqlookupd, 3 nsqd, all on this machine), creates
 topics with one, two and three replicas (one partition each), and publishes MPUB batches

@@ -1,6 +1,6 @@
 """Benchmark: how long writes stop when a leader dies, and how long a restarted replica
-takes to be back in the ISR (issue 19's figures: writes resume within 5 s of a leader's
-SIGKILL; a restarted node is back in the ISR within 30 s, also for a 1 GB partition).
+takes to be back in the ISR (the aims: writes resume within 5 s of a leader's SIGKILL; a
+restarted node is back in the ISR within 30 s, also for a 1 GB partition).
 
 Starts a ``LocalCluster`` (etcd, 2 nsqlookupd, 3 nsqd on this machine, leases of
 ``--lease-ttl``), one topic with one partition and three replicas.

@@ -1,4 +1,4 @@
-"""Replication between nsqd (CLUSTER.md "Write path", issue 19): the sans-IO codec of the
+"""Replication between nsqd (docs/replication.md, "Replication protocol"): the sans-IO codec of the
 link a follower opens to its leader's ``--rpc-address``, one link per partition.
 
 Owns the framing, the frames (frozen dataclasses), the incremental ``ReplicationReader``
