@@ -53,9 +53,13 @@ async def test_nsqs_create_form_makes_a_cluster_topic_with_the_clusters_defaults
         meta = cluster.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
         assert (meta["partition_num"], meta["replica"]) == (1, 3)
     finally:  # (a topic on all three nodes would keep the drain test's node from draining)
-        cluster.post(f"/topic/delete?topic={topic}")
-        cluster.wait_for(lambda: topic not in cluster.lookupd_json("/topics")["topics"], 20,
-                         "deleted")  # fmt: skip
+        assert cluster.post(f"/topic/delete?topic={topic}")[0] == 200
+        lookup = f"/lookup?topic={topic}"
+        cluster.wait_for(
+            lambda: all(cluster.request("GET", address, lookup)[0] == 404
+                        for address in cluster.lookupd_https()),
+            20, "deleted from etcd",
+        )  # fmt: skip
 
 
 async def test_the_api_creates_expands_and_moves_through_the_coordinator(

@@ -120,6 +120,7 @@ class ClusterHttpApi:
         return [
             ("GET", "/lookup", self.lookup),
             ("GET", "/topics", self.topics),
+            ("GET", "/channels", self.channels),
             ("POST", "/topic/create", self.topic_create),
             ("PUT", "/topic/create", self.topic_create),
             ("POST", "/topic/delete", self.topic_delete),
@@ -205,8 +206,19 @@ class ClusterHttpApi:
         return v1_json(body)
 
     async def topics(self, request: web.Request) -> web.StreamResponse:
-        names = set(self._snapshot().topics) | set(self.registry.topics())
+        # etcd's topics, and the ones nsqd hold outside it (ephemeral ones): a registration
+        # without a producer of a topic etcd lacks is what a deleted topic left behind (an
+        # nsqd's REGISTER that arrived after the deletion, then its UNREGISTER)
+        names = set(self._snapshot().topics) | set(self.registry.produced_topics())
         return v1_json({"topics": sorted(names)})
+
+    async def channels(self, request: web.Request) -> web.StreamResponse:
+        topic = first(query_args(request), "topic")
+        if topic is None:
+            raise HttpError(400, "MISSING_ARG_TOPIC")
+        if topic in self._snapshot().topics:
+            return v1_json({"channels": self.registry.channels(topic)})
+        return v1_json({"channels": self.registry.produced_channels(topic)})
 
     async def listlookup(self, request: web.Request) -> web.StreamResponse:
         view = self.cluster.view

@@ -163,6 +163,24 @@ class NsqLookupd:
             except BaseException:
                 await self.stop()
                 raise
+            self._forget_deleted_topics()
+
+    def _forget_deleted_topics(self) -> None:
+        """In a cluster, a topic deleted from etcd (through any lookupd) leaves this one's
+        registry too: the channels created here by /channel/create (nsqadmin's create form)
+        are registrations no nsqd removes."""
+        assert self.cluster is not None and self.cluster.view is not None
+        view = self.cluster.view
+        known = set(view.snapshot().topics)
+
+        def forget() -> None:
+            nonlocal known
+            now = set(view.snapshot().topics)
+            for topic in known - now:
+                self._registry.delete_topic(topic)
+            known = now
+
+        view.listeners.append(forget)
 
     def _rpc_connected(self) -> None:
         self.rpc_connections += 1

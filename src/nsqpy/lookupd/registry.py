@@ -271,6 +271,14 @@ class Registry:
     def channels(self, topic: str) -> list[str]:
         return [r.subkey for r in self.db.find_registrations(CHANNEL, topic, WILDCARD)]
 
+    def produced_topics(self) -> list[str]:
+        """The topics some nsqd registered and still has (not only ``/topic/create``)."""
+        return [t for t in self.topics() if self.db.find_producers(TOPIC, t, "")]
+
+    def produced_channels(self, topic: str) -> list[str]:
+        """The channels of ``topic`` some nsqd registered and still has."""
+        return [c for c in self.channels(topic) if self.db.find_producers(CHANNEL, topic, c)]
+
     def lookup(self, topic: str) -> tuple[list[str], list[PeerInfo]] | None:
         """/lookup: channels and live, untombstoned producers; None when the topic is unknown."""
         if not self.db.find_registrations(TOPIC, topic, ""):

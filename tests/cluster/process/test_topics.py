@@ -267,3 +267,31 @@ def test_create_racing_on_both_lookupds_creates_one_topic(
     winner = 0 if answers[0] == (200, None) else 1
     assert (meta["partition_num"], meta["replica"]) == (3, replicators[winner])
     assert sorted(shared.partitions(topic_name)) == [0, 1, 2]
+
+
+def forgotten(cluster: LocalCluster, lookupd: str, topic: str) -> bool:
+    topics = cluster.request("GET", lookupd, "/topics")[1]["topics"]
+    channels = cluster.request("GET", lookupd, f"/channels?topic={topic}")[1]["channels"]
+    return topic not in topics and channels == []
+
+
+def test_a_deleted_topic_leaves_every_lookupds_listing(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """Channels created on each lookupd (nsqadmin's create form posts /channel/create to
+    every one) are registrations of that lookupd alone; deleting the topic through one
+    lookupd removes it from etcd, and every lookupd forgets it as its view sees that."""
+    assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
+    lookupds = [shared.lookupd_http(i) for i in range(len(shared.lookupds))]
+    for address in lookupds:
+        path = f"/channel/create?topic={topic_name}&channel=c"
+        assert shared.request("POST", address, path)[0] == 200
+        assert topic_name in shared.request("GET", address, "/topics")[1]["topics"]
+    for via in (0, 1):  # (whichever coordinates, the other lookupd forgets it too)
+        if via:
+            assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
+            for address in lookupds:
+                shared.request("POST", address, f"/channel/create?topic={topic_name}&channel=c")
+        assert shared.request("POST", lookupds[via], f"/topic/delete?topic={topic_name}")[0] == 200
+        for address in lookupds:  # (nsqd unregister what they held within moments)
+            wait_for(lambda a=address: forgotten(shared, a, topic_name))  # type: ignore[misc]
