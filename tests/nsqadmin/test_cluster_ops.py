@@ -82,7 +82,7 @@ async def test_the_api_creates_expands_and_moves_through_the_coordinator(
     cluster.wait_for(lambda: cluster.partitions(topic)[0]["id"] == follower, 10, "lead moved")
     # the coordinator's refusals, with their status and code
     refused = {
-        ("expand", 2): (500, "E_PARTITION_NUM_REDUCED"),
+        ("expand", 2): (400, "E_PARTITION_NUM_REDUCED"),
         ("move", 7): (400, "INVALID_ARG_TOPIC_PARTITION_NUM"),
     }
     for (action, value), (code_status, code) in refused.items():

@@ -459,10 +459,10 @@ class Coordinator:
         async with self._create_lock:
             kv = await self.etcd.get(self.keys.topic_meta(name))
             if kv is None:
-                raise CoordinatorError(500, "TOPIC_NOT_FOUND", f"topic {name} is not created")
+                raise CoordinatorError(404, "TOPIC_NOT_FOUND", f"topic {name} is not created")
             meta = TopicMeta.from_json(kv.value)
             if partition_num < meta.partition_num:
-                raise CoordinatorError(500, "E_PARTITION_NUM_REDUCED", f"topic {name} has "
+                raise CoordinatorError(400, "E_PARTITION_NUM_REDUCED", f"topic {name} has "
                                        f"{meta.partition_num} partitions; they cannot be fewer")  # fmt: skip
             if partition_num == meta.partition_num:
                 return meta
@@ -496,7 +496,7 @@ class Coordinator:
         versioned = snap.replicas.get((topic, partition))
         meta = snap.topics.get(topic)
         if meta is None:
-            raise CoordinatorError(400, "TOPIC_NOT_FOUND", f"topic {topic} is not created")
+            raise CoordinatorError(404, "TOPIC_NOT_FOUND", f"topic {topic} is not created")
         if versioned is None or partition >= meta.partition_num:
             raise CoordinatorError(400, "INVALID_ARG_TOPIC_PARTITION_NUM",
                                    f"topic {topic} has no partition {partition}")  # fmt: skip

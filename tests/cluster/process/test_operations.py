@@ -68,8 +68,9 @@ def test_expand_while_producing_reaches_every_node_and_loses_nothing(
     check_nothing_lost(shared, producer, consumer)
     # never fewer; an unknown topic
     assert shared.post(f"/topic/partition/expand?topic={topic}&partition_num=3") == (
-        500, {"message": "E_PARTITION_NUM_REDUCED"})  # fmt: skip
-    assert shared.post(f"/topic/partition/expand?topic={topic}_no&partition_num=3")[0] == 500
+        400, {"message": "E_PARTITION_NUM_REDUCED"})  # fmt: skip
+    assert shared.post(f"/topic/partition/expand?topic={topic}_no&partition_num=3") == (
+        404, {"message": "TOPIC_NOT_FOUND"})  # fmt: skip
     assert shared.post(f"/topic/partition/expand?topic={topic}&partition_num=x") == (
         400, {"message": "INVALID_ARG_TOPIC_PARTITION_NUM"})  # fmt: skip
 
@@ -133,10 +134,11 @@ def test_move_arguments_are_checked(shared: LocalCluster, topic_name: str) -> No
         f"{base}&partition=1": "INVALID_ARG_TOPIC_PARTITION_NUM",
         f"{base}&partition=x": "INVALID_ARG_TOPIC_PARTITION",
         f"{base}": "MISSING_ARG_TOPIC_PARTITION",
-        f"/topic/partition/move?topic={topic}_no&partition=0": "TOPIC_NOT_FOUND",
     }
     for path, code in cases.items():
         assert shared.post(path) == (400, {"message": code}), path
+    unknown = f"/topic/partition/move?topic={topic}_no&partition=0"
+    assert shared.post(unknown) == (404, {"message": "TOPIC_NOT_FOUND"})
     assert shared.post("/cluster/node/remove") == (400, {"message": "MISSING_ARG_REMOVE_NODE"})
     assert shared.post("/cluster/node/remove?remove_node=nobody") == (
         400, {"message": "E_NODE_NOT_FOUND"})  # fmt: skip
