@@ -123,9 +123,11 @@ def nsqd_families(daemon: NsqdView) -> list[Family]:
             _latency(channel_e2e, c["e2e_processing_latency"], topic=topic, channel=channel)
     mem: dict[str, int] = doc.get("memory") or {}  # type: ignore[assignment]
     runtime = [
-        Family("nsqd_heap_objects", "gauge", "objects tracked by the garbage collector").add(
-            mem.get("heap_objects", 0)
-        ),
+        Family(
+            "nsqd_heap_objects",
+            "gauge",
+            "objects allocated and not yet examined by a garbage collection (gc.get_count summed)",
+        ).add(mem.get("heap_objects", 0)),
         Family("nsqd_gc_runs", "counter", "garbage collector runs").add(
             mem.get("gc_total_runs", 0)
         ),
