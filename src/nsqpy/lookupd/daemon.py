@@ -168,17 +168,19 @@ class NsqLookupd:
     def _forget_deleted_topics(self) -> None:
         """In a cluster, a topic deleted from etcd (through any lookupd) leaves this one's
         registry too: the channels created here by /channel/create (nsqadmin's create form)
-        are registrations no nsqd removes."""
+        are registrations no nsqd removes. Looked up key by key on each change of the view
+        (no snapshot is built for it)."""
         assert self.cluster is not None and self.cluster.view is not None
-        view = self.cluster.view
-        known = set(view.snapshot().topics)
+        view, keys = self.cluster.view, self.cluster.keys
+        seen: set[str] = set()  # registered topics etcd has had
 
         def forget() -> None:
-            nonlocal known
-            now = set(view.snapshot().topics)
-            for topic in known - now:
-                self._registry.delete_topic(topic)
-            known = now
+            for topic in self._registry.topics():
+                if view.kv(keys.topic_meta(topic)) is not None:
+                    seen.add(topic)
+                elif topic in seen:
+                    seen.discard(topic)
+                    self._registry.delete_topic(topic)
 
         view.listeners.append(forget)
 

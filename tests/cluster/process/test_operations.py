@@ -154,8 +154,11 @@ def test_draining_a_node_moves_everything_away_then_forgets_it(own_cluster: OwnC
     victim = max(range(3), key=lambda i: len(stats_partitions(cluster, i, topic)))
     node = cluster.node_id(victim)
     post_ok(cluster, f"/cluster/node/remove?remove_node={node}", via=1)
-    stats = cluster.lookupd_json("/cluster/stats")
-    assert node in stats["removing_nodes"]
+    # (lookupd 1 answered once its own view had the drain; lookupd 0 follows etcd moments later)
+    cluster.wait_for(
+        lambda: node in cluster.lookupd_json("/cluster/stats", 0)["removing_nodes"], 10,
+        "the drain in lookupd 0's view",
+    )  # fmt: skip
 
     def drained() -> bool:
         parts = cluster.partitions(topic)
