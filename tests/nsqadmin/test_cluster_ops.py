@@ -7,6 +7,7 @@ ground truth each step is checked against."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,28 +39,47 @@ def holders(info: dict[str, Any]) -> set[str]:
     return set(info["isr"]) | set(info["catchup"])
 
 
+def channels_on(cluster: LocalCluster, i: int, topic: str) -> set[str]:
+    doc = cluster.nsqd_json(i, f"/stats?format=json&topic={topic}")
+    return {c["channel_name"] for t in doc["topics"] or [] if t["topic_name"] == topic
+            for c in t["channels"]}  # fmt: skip
+
+
 async def test_nsqs_create_form_makes_a_cluster_topic_with_the_clusters_defaults(
     cluster: LocalCluster, make_admin: MakeAdmin
 ) -> None:
     """The create form NSQ's nsqadmin has (a topic, maybe a channel, no partitions) works
     against a cluster: its lookupds create the topic through the coordinator with the
-    cluster's defaults (1 partition, every replica the live nodes allow, at most 3)."""
+    cluster's defaults (1 partition, every replica the live nodes allow, at most 3). The
+    nodes take the topic up a moment after it is created, so the channel reaches a node
+    either from nsqadmin or, when the node has not got the topic yet, from lookupd when it
+    does; either way the form answers 200 without a warning, and every replica has it.
+    Three topics at once, so that both orders happen."""
     admin = await make_admin(lookupd_http_addresses=cluster.lookupd_https())
-    topic = unique("nsqform")
+    topics = [unique("nsqform") for _ in range(3)]
     try:
-        status, doc = await admin.post("/api/topics", {"topic": topic, "channel": "c"})
-        assert (status, doc) == (200, {"message": ""})
-        cluster.wait_for(lambda: settled(cluster, topic, 1, 3), 20, "created with the defaults")
-        meta = cluster.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
-        assert (meta["partition_num"], meta["replica"]) == (1, 3)
+        answers = await asyncio.gather(
+            *(admin.post("/api/topics", {"topic": t, "channel": "c"}) for t in topics)
+        )
+        assert answers == [(200, {"message": ""})] * len(topics)
+        for topic in topics:
+            cluster.wait_for(lambda: settled(cluster, topic, 1, 3), 20, "created with defaults")
+            meta = cluster.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
+            assert (meta["partition_num"], meta["replica"]) == (1, 3)
+            cluster.wait_for(
+                lambda: all(channels_on(cluster, i, topic) == {"c"} for i in range(3)),
+                20, "the channel on every replica",
+            )  # fmt: skip
     finally:  # (a topic on all three nodes would keep the drain test's node from draining)
-        assert cluster.post(f"/topic/delete?topic={topic}")[0] == 200
-        lookup = f"/lookup?topic={topic}"
-        cluster.wait_for(
-            lambda: all(cluster.request("GET", address, lookup)[0] == 404
-                        for address in cluster.lookupd_https()),
-            20, "deleted from etcd",
-        )  # fmt: skip
+        for topic in topics:
+            assert cluster.post(f"/topic/delete?topic={topic}")[0] == 200
+        for topic in topics:
+            lookup = f"/lookup?topic={topic}"
+            cluster.wait_for(
+                lambda: all(cluster.request("GET", address, lookup)[0] == 404
+                            for address in cluster.lookupd_https()),
+                20, "deleted from etcd",
+            )  # fmt: skip
 
 
 async def test_the_api_creates_expands_and_moves_through_the_coordinator(

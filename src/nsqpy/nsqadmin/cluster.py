@@ -278,7 +278,25 @@ class Cluster:
         if channel:
             params = {"topic": topic, "channel": channel}
             await self.post_all(self.lookupd, "/channel/create", params, errors, "nsqlookupd")
-            await self.producer_action(topic, "/channel/create", params, errors)
+            await self._channel_on_producers(topic, params, errors)
+
+    async def _channel_on_producers(
+        self, topic: str, params: dict[str, str], errors: Errors
+    ) -> None:
+        """The new channel on every nsqd that has the topic already. One that does not have
+        it yet (a cluster's nodes take up a new topic's partitions a moment after it is
+        created: 404 ``TOPIC_NOT_FOUND``) asks lookupd for the topic's channels when it
+        does, and creates this one then; any other failure is a warning, as in NSQ."""
+        producers = await self.topic_producers(topic, errors) or []
+
+        async def one(address: str) -> None:
+            try:
+                await self.upstream.post(address, "/channel/create", params)
+            except UpstreamError as exc:
+                if (exc.status, exc.code) != (404, "TOPIC_NOT_FOUND"):
+                    errors.add(f"nsqd {address} /channel/create: {exc}")
+
+        await asyncio.gather(*(one(p.http_address) for p in producers))
 
     async def coordinator_action(self, path: str, params: dict[str, str]) -> Json:
         """A cluster operation (``/topic/create`` with partitions, ``/topic/partition/*``,
