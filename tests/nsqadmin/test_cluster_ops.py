@@ -45,6 +45,25 @@ def channels_on(cluster: LocalCluster, i: int, topic: str) -> set[str]:
             for c in t["channels"]}  # fmt: skip
 
 
+def check_created(cluster: LocalCluster, topic: str) -> None:
+    cluster.wait_for(lambda: settled(cluster, topic, 1, 3), 20, "created with the defaults")
+    meta = cluster.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
+    assert (meta["partition_num"], meta["replica"]) == (1, 3)
+    cluster.wait_for(
+        lambda: all(channels_on(cluster, i, topic) == {"c"} for i in range(3)),
+        20, "the channel on every replica",
+    )  # fmt: skip
+
+
+def check_deleted(cluster: LocalCluster, topic: str) -> None:
+    lookup = f"/lookup?topic={topic}"
+    cluster.wait_for(
+        lambda: all(cluster.request("GET", address, lookup)[0] == 404
+                    for address in cluster.lookupd_https()),
+        20, "deleted from etcd",
+    )  # fmt: skip
+
+
 async def test_nsqs_create_form_makes_a_cluster_topic_with_the_clusters_defaults(
     cluster: LocalCluster, make_admin: MakeAdmin
 ) -> None:
@@ -54,7 +73,7 @@ async def test_nsqs_create_form_makes_a_cluster_topic_with_the_clusters_defaults
     nodes take the topic up a moment after it is created, so the channel reaches a node
     either from nsqadmin or, when the node has not got the topic yet, from lookupd when it
     does; either way the form answers 200 without a warning, and every replica has it.
-    Three topics at once, so that both orders happen."""
+    Three topics at once, so that a node is likelier to be still taking one up."""
     admin = await make_admin(lookupd_http_addresses=cluster.lookupd_https())
     topics = [unique("nsqform") for _ in range(3)]
     try:
@@ -63,23 +82,12 @@ async def test_nsqs_create_form_makes_a_cluster_topic_with_the_clusters_defaults
         )
         assert answers == [(200, {"message": ""})] * len(topics)
         for topic in topics:
-            cluster.wait_for(lambda: settled(cluster, topic, 1, 3), 20, "created with defaults")
-            meta = cluster.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
-            assert (meta["partition_num"], meta["replica"]) == (1, 3)
-            cluster.wait_for(
-                lambda: all(channels_on(cluster, i, topic) == {"c"} for i in range(3)),
-                20, "the channel on every replica",
-            )  # fmt: skip
+            check_created(cluster, topic)
     finally:  # (a topic on all three nodes would keep the drain test's node from draining)
         for topic in topics:
             assert cluster.post(f"/topic/delete?topic={topic}")[0] == 200
         for topic in topics:
-            lookup = f"/lookup?topic={topic}"
-            cluster.wait_for(
-                lambda: all(cluster.request("GET", address, lookup)[0] == 404
-                            for address in cluster.lookupd_https()),
-                20, "deleted from etcd",
-            )  # fmt: skip
+            check_deleted(cluster, topic)
 
 
 async def test_the_api_creates_expands_and_moves_through_the_coordinator(
