@@ -34,6 +34,8 @@ class Link:
     """Frames over one asyncio stream pair. ``recv`` waits for at least one frame and
     returns every frame already decodable (one read of up to ``READ_SIZE`` bytes)."""
 
+    multiplexed = False  # (a ``replica_mux.Stream`` shares a connection: True)
+
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -89,6 +91,10 @@ class Link:
         except (OSError, TimeoutError):
             pass
         await self.close()
+
+    def abort(self) -> None:
+        """Close at once, from synchronous code (the reading side then ends)."""
+        self.writer.close()
 
     async def close(self) -> None:
         self.writer.close()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from nsqpy.cluster.replica import Link
+from nsqpy.cluster.replica_mux import MuxPool, Stream
 from nsqpy.cluster.replica_state import ReplicaState
 from nsqpy.cluster.tls import ClusterTls, dial
 from nsqpy.errors import StorageError
@@ -85,8 +86,10 @@ class FollowerFetch:
         logger: logging.Logger | None = None,
         tls: ClusterTls | None = None,
         incarnation: str = "",
+        pool: MuxPool | None = None,
     ) -> None:
         self.replica = state
+        self.pool = pool  # one connection per leader for every partition followed
         self.tls = tls
         self.incarnation = incarnation  # this node's start, as its node key in etcd says
         self.plog = state.log
@@ -105,7 +108,7 @@ class FollowerFetch:
         self.leader_epoch_seen: int | None = None
         self._parked = leader is None
         self._changed = asyncio.Event()
-        self._link: Link | None = None
+        self._link: Link | Stream | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -128,7 +131,7 @@ class FollowerFetch:
         self._parked = False
         self._changed.set()
         if self._link is not None:
-            self._link.writer.close()
+            self._link.abort()
 
     def halt(self) -> None:
         """Stop at once, from synchronous code (the owner is about to lead the partition:
@@ -137,7 +140,7 @@ class FollowerFetch:
         if task is not None:
             task.cancel()  # it is suspended at an await: it appends nothing more
         if self._link is not None:
-            self._link.writer.close()
+            self._link.abort()
         if self.plog.pending():
             self.plog.flush()
         self.state = "stopped"
@@ -203,9 +206,13 @@ class FollowerFetch:
     async def _session(self, address: str, epoch: int) -> None:
         self.state = "connecting"
         host, _, port = address.rpartition(":")
+        link: Link | Stream | None
         async with asyncio.timeout(self.timeout):
-            reader, writer = await dial(host.strip("[]"), int(port), self.tls)
-        link = self._link = Link(reader, writer)
+            link = await self.pool.open(address) if self.pool is not None else None
+            if link is None:
+                reader, writer = await dial(host.strip("[]"), int(port), self.tls)
+                link = Link(reader, writer)
+        self._link = link
         try:
             hello = encode_hello(
                 self.node_id, self.cluster_id, self.topic, self.partition, epoch, self.incarnation
@@ -225,7 +232,7 @@ class FollowerFetch:
                 self.plog.flush()
             await link.close()
 
-    async def _next(self, link: Link) -> ReplicationFrame:
+    async def _next(self, link: Link | Stream) -> ReplicationFrame:
         while True:
             frame = await link.next(self.timeout)
             if isinstance(frame, ErrorFrame):
@@ -233,7 +240,7 @@ class FollowerFetch:
             if not isinstance(frame, Heartbeat):
                 return frame
 
-    async def _expect_hello(self, link: Link, epoch: int) -> None:
+    async def _expect_hello(self, link: Link | Stream, epoch: int) -> None:
         frame = await self._next(link)
         if not isinstance(frame, Hello):
             raise MalformedFrame(f"expected HELLO, got {type(frame).__name__}")
@@ -247,7 +254,7 @@ class FollowerFetch:
                 f" asked {self._where} in {epoch}"
             )
 
-    async def _catch_up(self, link: Link) -> None:
+    async def _catch_up(self, link: Link | Stream) -> None:
         """EPOCH_QUERY and match_leader until the logs agree up to this log's end."""
         while True:
             asked, query = self.replica.epoch_query()
@@ -258,11 +265,13 @@ class FollowerFetch:
             if self.replica.on_epoch_end(asked, frame):
                 return
 
-    async def _stream(self, link: Link, epoch: int) -> None:
+    async def _stream(self, link: Link | Stream, epoch: int) -> None:
         log = self.plog
         acked = (-1, -1)
+        # (a stream's liveness is its connection's: an idle one hears nothing at all)
+        silence = None if link.multiplexed else self.timeout
         while True:
-            frames = await link.recv(self.timeout)
+            frames = await link.recv(silence)
             heartbeat = False
             cursors: list[Cursors] = []
             for frame in frames:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nsqpy.cluster.replica import Link, LinkClosed
+from nsqpy.cluster.replica_mux import MUX_MAGIC, MuxConn, Stream, answer_mux
 from nsqpy.cluster.replica_state import CHUNK, WINDOW, FollowerLink, Peer, Refused, ReplicaState
 from nsqpy.cluster.tls import ClusterTls, serve
 from nsqpy.protocol.replication import (
@@ -52,10 +53,11 @@ FollowerState = Peer  # (the name the owner and tests know)
 
 @dataclass(eq=False, slots=True)
 class _Conn:
-    link: Link
+    link: Link | Stream
     state: ReplicaState
     peer: FollowerLink
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    moving: bool = False  # the channels' cursors moved when last looked at
 
     @property
     def key(self) -> tuple[str, int]:
@@ -95,6 +97,7 @@ class LeaderFeed:
         self._conns: dict[tuple[str, int], dict[str, _Conn]] = {}
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._muxes: set[MuxConn] = set()
 
     def clock(self) -> float:
         return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
@@ -112,7 +115,9 @@ class LeaderFeed:
             self._server.close()
         for conns in self._conns.values():
             for conn in conns.values():
-                conn.link.writer.close()
+                conn.link.abort()
+        for mux in list(self._muxes):
+            mux.shutdown()
         if self._handlers:
             await asyncio.wait(set(self._handlers), timeout=1.0)
         for task in list(self._handlers):
@@ -156,17 +161,56 @@ class LeaderFeed:
         closed = 0
         for conn in list(self._conns.get((topic, partition), {}).values()):
             if node_id is None or conn.peer.node_id == node_id:
-                conn.link.writer.close()
+                conn.link.abort()
                 closed += 1
         return closed
 
     # -- internals -----------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A connection: one partition's link, or (``MUX_MAGIC`` first) a connection
+        carrying many (``nsqpy.cluster.replica_mux``)."""
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
-        link = Link(reader, writer)
+        try:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    first = await reader.readexactly(len(MAGIC))
+            except (asyncio.IncompleteReadError, OSError, TimeoutError):
+                writer.close()
+                return
+            if first == MUX_MAGIC:
+                await self._serve_mux(reader, writer)
+                return
+            link = Link(reader, writer)
+            link.decoder.feed(first)
+            await self._serve_link(link)
+        except asyncio.CancelledError:
+            writer.close()  # close(): a server callback must not end cancelled (asyncio logs it)
+        finally:
+            self._handlers.discard(task)
+
+    async def _serve_mux(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mux = await answer_mux(reader, writer, self._accept_stream, timeout=self.timeout,
+                               heartbeat_interval=self.heartbeat_interval, logger=self.log)  # fmt: skip
+        self._muxes.add(mux)
+        try:
+            await mux.run()
+        except ReplicationProtocolError as err:
+            self.log.warning("replication: %s broke the protocol (%s); closing", mux.peer, err)
+        except (LinkClosed, OSError, TimeoutError) as err:
+            self.log.debug("replication: connection from %s ended: %r", mux.peer, err)
+        finally:
+            self._muxes.discard(mux)
+            mux.shutdown()
+
+    def _accept_stream(self, stream: Stream) -> None:
+        task = asyncio.create_task(self._serve_link(stream))
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    async def _serve_link(self, link: Link | Stream) -> None:
         try:
             await self._conversation(link)
         except ReplicationProtocolError as err:
@@ -181,9 +225,8 @@ class LeaderFeed:
             pass  # close(): a server callback must not end cancelled (asyncio logs it)
         finally:
             await link.close()
-            self._handlers.discard(task)
 
-    async def _conversation(self, link: Link) -> None:
+    async def _conversation(self, link: Link | Stream) -> None:
         hello = await link.next(self.timeout)
         if not isinstance(hello, Hello):
             raise MalformedFrame(f"expected HELLO first, got {type(hello).__name__}")
@@ -201,8 +244,10 @@ class LeaderFeed:
         conns = self._conns.setdefault(conn.key, {})
         old = conns.get(peer.node_id)
         if old is not None and replaced is not None:
-            old.link.writer.close()  # a reconnect replaces the old link
+            old.link.abort()  # a reconnect replaces the old link
         conns[peer.node_id] = conn
+        if isinstance(link, Stream):  # (the connection's PINGs are this link's heartbeats)
+            link.on_ping = lambda: self._pinged(conn)
         sender = asyncio.create_task(self._send_loop(conn))
         try:
             await self._receive_loop(conn, sender)
@@ -262,12 +307,23 @@ class LeaderFeed:
             case _:
                 raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
 
+    def _pinged(self, conn: _Conn) -> None:
+        """A PING on a multiplexed link's connection: the follower was heard; and since
+        an idle stream's send loop sleeps until woken, the channels' cursors are looked
+        at here while they do not move (a consumer can move them with nothing published)."""
+        with contextlib.suppress(Refused):
+            conn.state.leader_frame(conn.peer, Heartbeat())
+        if not conn.moving and self._send_cursors(conn):
+            conn.moving = True
+            conn.wake.set()
+
     async def _send_loop(self, conn: _Conn) -> None:
         link = conn.link
-        # Whether the channels' cursors moved when last looked at: while they do, they are
-        # looked at every cursor_interval; unchanged, only with the heartbeat (an idle link
-        # wakes once per heartbeat_interval).
-        sent_at, moving = self.clock(), self._cursors is not None
+        # Whether the channels' cursors moved when last looked at (conn.moving): while
+        # they do, they are looked at every cursor_interval; unchanged, only with the
+        # heartbeat (an idle link wakes once per heartbeat_interval; a multiplexed one
+        # not at all: its connection's PINGs do that, ``_pinged``).
+        sent_at, conn.moving = self.clock(), self._cursors is not None
         while True:
             conn.wake.clear()
             try:
@@ -278,7 +334,7 @@ class LeaderFeed:
             looked_at = conn.peer.cursors_at
             cursors = self._send_cursors(conn)
             if cursors or conn.peer.cursors_at != looked_at:
-                moving = cursors
+                conn.moving = cursors
             if out:
                 link.send(out)
                 await link.drain()
@@ -287,16 +343,21 @@ class LeaderFeed:
             if cursors:
                 await link.drain()
                 sent_at = self.clock()
-            # A heartbeat once nothing went for heartbeat_interval, however often the
-            # owner wakes this loop with nothing new (a flush ticker's notify): the
-            # follower's read times out after ``timeout`` of silence.
-            due = sent_at + self.heartbeat_interval - self.clock()
-            if due <= 0:
-                link.send([HEARTBEAT_FRAME])
-                await link.drain()
-                sent_at, due = self.clock(), self.heartbeat_interval
+            wait: float | None
+            if link.multiplexed:
+                wait = self.cursor_interval if conn.moving else None
+            else:
+                # A heartbeat once nothing went for heartbeat_interval, however often the
+                # owner wakes this loop with nothing new (a flush ticker's notify): the
+                # follower's read times out after ``timeout`` of silence.
+                due = sent_at + self.heartbeat_interval - self.clock()
+                if due <= 0:
+                    link.send([HEARTBEAT_FRAME])
+                    await link.drain()
+                    sent_at, due = self.clock(), self.heartbeat_interval
+                wait = min(due, self.cursor_interval) if conn.moving else due
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(due, self.cursor_interval) if moving else due):
+                async with asyncio.timeout(wait):
                     await conn.wake.wait()
 
     def _send_cursors(self, conn: _Conn) -> bool:

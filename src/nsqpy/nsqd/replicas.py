@@ -32,6 +32,7 @@ from nsqpy.broker.partition import Partition
 from nsqpy.cluster.model import Replicas, Snapshot, partition_name
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_mux import MuxPool
 from nsqpy.cluster.replica_state import FOLLOWER, LEADER, ReplicaState
 from nsqpy.cluster.tls import ClusterTls
 from nsqpy.errors import StorageError
@@ -81,6 +82,8 @@ class Replication:
             tls=tls,
         )
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
+        # every partition followed from one leader: streams on one connection to it
+        self.pool = MuxPool(tls, timeout=timeout)
         # one state per durable partition held, and the partition it belongs to
         self.states: dict[tuple[str, int], ReplicaState] = {}
         self._held: dict[tuple[str, int], Partition] = {}
@@ -95,6 +98,7 @@ class Replication:
         for fetch in list(self.fetches.values()):
             await fetch.stop()
         self.fetches.clear()
+        await self.pool.close()
         await self.feed.close()
 
     # -- the states ----------------------------------------------------------------------
@@ -389,6 +393,7 @@ class Replication:
                 timeout=self.timeout,
                 tls=self.tls,
                 incarnation=self.incarnation,
+                pool=self.pool,
             )
             self.fetches[key] = fetch
             fetch.start()

@@ -1,0 +1,380 @@
+"""Every partition's replication link between two nodes over one connection.
+
+A follower opens one connection to each leader it follows partitions of (``MuxPool``),
+and each partition's link is a *stream* on it (``Stream``): the same bytes as a link of its
+own (``nsqpy.cluster.replica.Link``, whose interface a stream has: magic, HELLO, frames),
+so ``LeaderFeed`` and ``FollowerFetch`` run on either. What the connection adds is
+liveness: each end sends a PING when it has sent nothing for ``heartbeat_interval``, and
+closes the connection, every stream on it, after ``timeout`` without hearing anything. An
+idle stream sends nothing at all; a PING the leader hears counts as hearing from every
+follower on the connection (``Stream.on_ping``). So a thousand idle partitions between two
+nodes cost a PING each way every two seconds, not two thousand heartbeats, and a node has
+one socket per peer, not one per partition and peer.
+
+The wire, after the TLS handshake when the cluster has one: the dialer sends
+``MUX_MAGIC``, the listener answers ``MUX_MAGIC`` (a listener of an older version answers
+a link's magic and an ERROR instead: the dialer then links partition by partition to that
+address, ``FALLBACK_S`` before it tries again). Then chunks both ways, each a 9-byte header
+(kind u8, stream u32, length u32, big-endian) and ``length`` bytes: DATA carries bytes of
+one stream (a stream id above any the dialer used before opens a stream on the listener;
+DATA for a stream already closed is dropped: its CLOSE is on the way), CLOSE ends a stream
+(its id is not used again), PING has stream 0 and no bytes. A chunk over ``MAX_CHUNK``
+bytes, an unknown kind, a PING or CLOSE with bytes, DATA on stream 0 or a stream beyond
+``MAX_STREAMS`` open ones closes the connection with one log line (a peer is input too).
+Imports asyncio, the codec and the cluster's TLS; never the broker or nsqd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from nsqpy.cluster.replica import READ_SIZE, LinkClosed
+from nsqpy.cluster.tls import ClusterTls, dial
+from nsqpy.errors import ProtocolError
+from nsqpy.protocol.replication import (
+    MAGIC,
+    Buffer,
+    MalformedFrame,
+    ReplicationFrame,
+    ReplicationProtocolError,
+    ReplicationReader,
+    encode_error,
+)
+
+MUX_MAGIC = b"NQM1"
+DATA, CLOSE, PING = 1, 2, 3
+HEADER = struct.Struct(">BII")
+MAX_CHUNK = 1 << 20  # a sender splits larger writes
+MAX_STREAMS = 1 << 16  # open at once on one connection
+FALLBACK_S = 60.0  # an address that takes no multiplexed connection: links of their own
+LINGER_S = 10.0  # a dialed connection with no stream left is closed after this long
+_PING = HEADER.pack(PING, 0, 0)
+
+Accept = Callable[["Stream"], None]
+
+
+class Stream:
+    """One partition's link on a ``MuxConn``; ``Link``'s interface (``recv``, ``next``,
+    ``send``, ``drain``, ``refuse``, ``close``, ``abort``, ``peer``, ``magic_sent``)."""
+
+    multiplexed = True
+
+    def __init__(self, conn: MuxConn, sid: int) -> None:
+        self.conn, self.sid = conn, sid
+        self.decoder = ReplicationReader(expect_magic=True)
+        self.leftover: deque[ReplicationFrame] = deque()
+        self.magic_sent = False
+        self.peer = conn.peer
+        self.closed = False
+        self.on_ping: Callable[[], None] | None = None  # the connection heard from the peer
+        self._ready = asyncio.Event()
+
+    def feed(self, data: bytes | bytearray) -> None:
+        self.decoder.feed(data)
+        self._ready.set()
+
+    def ended(self) -> None:
+        """Closed by the peer (CLOSE) or with the connection."""
+        self.closed = True
+        self._ready.set()
+
+    async def recv(self, timeout: float | None = None) -> list[ReplicationFrame]:
+        """As ``Link.recv``: the frames buffered, at least one; LinkClosed once the stream
+        or its connection ended, TimeoutError after ``timeout`` without a whole frame."""
+        frames = [*self.leftover, *self.decoder.frames()]
+        self.leftover.clear()
+        while not frames:
+            if self.closed:
+                raise LinkClosed(f"{self.peer} closed the replication stream")
+            self._ready.clear()
+            async with asyncio.timeout(timeout):
+                await self._ready.wait()
+            frames = list(self.decoder.frames())
+        return frames
+
+    async def next(self, timeout: float | None = None) -> ReplicationFrame:
+        if not self.leftover:
+            self.leftover.extend(await self.recv(timeout))
+        return self.leftover.popleft()
+
+    def send(self, bufs: Sequence[Buffer]) -> None:
+        if not self.closed:
+            self.conn.send_data(self.sid, bufs)
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise LinkClosed(f"the replication stream with {self.peer} is closed")
+        await self.conn.drain()
+
+    async def refuse(self, err: ProtocolError | tuple[int, str, str]) -> None:
+        """ERROR on this stream (after the magic when not yet sent), then CLOSE."""
+        if isinstance(err, ProtocolError):
+            frame = encode_error(0, err.code, err.description)
+        else:
+            frame = encode_error(*err)
+        self.send([(b"" if self.magic_sent else MAGIC) + frame])
+        self.magic_sent = True
+        self.abort()
+
+    def abort(self) -> None:
+        """End the stream from this side (the peer is sent CLOSE)."""
+        if not self.closed:
+            self.ended()
+            self.conn.close_stream(self.sid)
+
+    async def close(self) -> None:
+        self.abort()
+
+
+class MuxConn:
+    """One connection carrying streams (see the module docstring). ``accept``: on the
+    listener, called with each stream the dialer opens; None on the dialer."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        timeout: float,
+        heartbeat_interval: float,
+        logger: logging.Logger,
+        accept: Accept | None = None,
+    ) -> None:
+        self.reader, self.writer = reader, writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.timeout, self.heartbeat_interval = timeout, heartbeat_interval
+        self.log = logger
+        self.accept = accept
+        self.streams: dict[int, Stream] = {}
+        self.highest = 0  # the last stream id used (dialer) or opened (listener)
+        self.closed = False
+        self._loop = asyncio.get_running_loop()
+        self.sent_at = self._loop.time()
+        self.idle_since: float | None = self.sent_at
+        self.pinger: asyncio.Task[None] | None = None
+
+    # -- sending -------------------------------------------------------------------------
+
+    def open_stream(self) -> Stream:
+        """A new stream (dialer): its first DATA opens it on the listener."""
+        self.highest += 1
+        stream = self.streams[self.highest] = Stream(self, self.highest)
+        self.idle_since = None
+        return stream
+
+    def send_data(self, sid: int, bufs: Sequence[Buffer]) -> None:
+        out: list[Buffer] = []
+        for buf in bufs:
+            view = memoryview(buf).cast("B")
+            for start in range(0, len(view), MAX_CHUNK):
+                piece = view[start : start + MAX_CHUNK]
+                out += [HEADER.pack(DATA, sid, len(piece)), piece]
+        self._write(out)
+
+    def close_stream(self, sid: int) -> None:
+        if self.streams.pop(sid, None) is not None:
+            self._write([HEADER.pack(CLOSE, sid, 0)])
+            if not self.streams:
+                self.idle_since = self._loop.time()
+
+    def _write(self, out: list[Buffer]) -> None:
+        if out and not self.closed:
+            self.writer.writelines(out)
+            self.sent_at = self._loop.time()
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    # -- receiving -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read chunks until the connection ends (LinkClosed, TimeoutError after
+        ``timeout`` of silence, OSError, ReplicationProtocolError on garbage); PINGs
+        meanwhile. Every stream ends with it."""
+        pinger = self.pinger = asyncio.create_task(self._ping())
+        buf = bytearray()
+        try:
+            while True:
+                async with asyncio.timeout(self.timeout):
+                    data = await self.reader.read(READ_SIZE)
+                if not data:
+                    raise LinkClosed(f"{self.peer} closed the replication connection")
+                buf += data
+                self._chunks(buf)
+        finally:
+            pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pinger
+            self.shutdown()
+
+    def _chunks(self, buf: bytearray) -> None:
+        pos, size = 0, len(buf)
+        while size - pos >= HEADER.size:
+            kind, sid, length = HEADER.unpack_from(buf, pos)
+            if kind not in (DATA, CLOSE, PING) or length > MAX_CHUNK:
+                raise MalformedFrame(f"replication chunk of kind {kind}, {length} bytes")
+            if (kind != DATA and length) or (kind == PING) == (sid != 0):
+                raise MalformedFrame(f"replication chunk of kind {kind} on stream {sid}")
+            start = pos + HEADER.size
+            if size - start < length:
+                break
+            pos = start + length
+            if kind == DATA:
+                self._data(sid, buf[start:pos])
+            elif kind == CLOSE:
+                stream = self.streams.pop(sid, None)
+                if stream is not None:
+                    stream.ended()
+                    if not self.streams:
+                        self.idle_since = self._loop.time()
+            else:
+                for stream in list(self.streams.values()):
+                    if stream.on_ping is not None:
+                        stream.on_ping()
+        del buf[:pos]
+
+    def _data(self, sid: int, data: bytearray) -> None:
+        stream = self.streams.get(sid)
+        if stream is None:
+            if self.accept is None or sid <= self.highest:
+                return  # closed here; the peer had not seen the CLOSE yet
+            if len(self.streams) >= MAX_STREAMS:
+                raise MalformedFrame(f"more than {MAX_STREAMS} replication streams")
+            self.highest = sid
+            stream = self.streams[sid] = Stream(self, sid)
+            self.idle_since = None
+            self.accept(stream)
+        stream.feed(data)
+
+    async def _ping(self) -> None:
+        while True:
+            now = self._loop.time()
+            idle = self.idle_since
+            if self.accept is None and idle is not None and now - idle >= LINGER_S:
+                self.writer.close()  # (no stream for a while: run() ends)
+                return
+            due = self.sent_at + self.heartbeat_interval - now
+            if due <= 0:
+                self._write([_PING])
+                due = self.heartbeat_interval
+            await asyncio.sleep(due)
+
+    def shutdown(self) -> None:
+        """Close the connection and every stream on it."""
+        self.closed = True
+        streams, self.streams = list(self.streams.values()), {}
+        for stream in streams:
+            stream.ended()
+        self.writer.close()
+
+
+async def answer_mux(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    accept: Accept,
+    *,
+    timeout: float,
+    heartbeat_interval: float,
+    logger: logging.Logger,
+) -> MuxConn:
+    """The listener's end, once the dialer's ``MUX_MAGIC`` was read: answer it and return
+    the connection (the caller runs ``run()``)."""
+    writer.write(MUX_MAGIC)
+    return MuxConn(
+        reader, writer, timeout=timeout, heartbeat_interval=heartbeat_interval,
+        logger=logger, accept=accept,
+    )  # fmt: skip
+
+
+class MuxPool:
+    """The dialer's connections, one per leader address (``open``)."""
+
+    def __init__(
+        self,
+        tls: ClusterTls | None = None,
+        *,
+        timeout: float = 5.0,
+        heartbeat_interval: float = 2.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.tls = tls
+        self.timeout, self.heartbeat_interval = timeout, heartbeat_interval
+        self.log = logger or logging.getLogger("nsqpy.cluster.replica")
+        self.conns: dict[str, MuxConn] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._plain_until: dict[str, float] = {}  # addresses without multiplexing
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def open(self, address: str) -> Stream | None:
+        """A new stream to the leader at ``address`` (dialing it when there is no
+        connection yet); None when that address takes no multiplexed connection (an
+        older version: the caller links on its own). OSError or TimeoutError when it
+        cannot be reached; the caller bounds the time."""
+        loop = asyncio.get_running_loop()
+        if self._plain_until.get(address, 0.0) > loop.time():
+            return None
+        async with self._locks.setdefault(address, asyncio.Lock()):
+            conn = self.conns.get(address)
+            if conn is None or conn.closed:
+                conn = await self._dial(address)
+                if conn is None:
+                    return None
+            return conn.open_stream()
+
+    async def _dial(self, address: str) -> MuxConn | None:
+        host, _, port = address.rpartition(":")
+        reader, writer = await dial(host.strip("[]"), int(port), self.tls)
+        try:
+            writer.write(MUX_MAGIC)
+            try:
+                answer = await reader.readexactly(len(MUX_MAGIC))
+            except asyncio.IncompleteReadError as err:
+                answer = err.partial
+        except BaseException:
+            writer.close()
+            raise
+        if answer != MUX_MAGIC:
+            writer.close()
+            self._plain_until[address] = asyncio.get_running_loop().time() + FALLBACK_S
+            self.log.info("replication: %s links partition by partition (an older version)",
+                          address)  # fmt: skip
+            return None
+        conn = MuxConn(
+            reader, writer, timeout=self.timeout, heartbeat_interval=self.heartbeat_interval,
+            logger=self.log,
+        )  # fmt: skip
+        self.conns[address] = conn
+        task = asyncio.create_task(self._run(address, conn), name=f"replication to {address}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return conn
+
+    async def _run(self, address: str, conn: MuxConn) -> None:
+        try:
+            await conn.run()
+        except ReplicationProtocolError as err:
+            self.log.warning("replication: %s broke the protocol (%s); closing", address, err)
+        except (LinkClosed, OSError, TimeoutError) as err:
+            self.log.debug("replication: connection to %s ended: %r", address, err)
+        finally:
+            if self.conns.get(address) is conn:
+                del self.conns[address]
+
+    async def close(self) -> None:
+        for conn in list(self.conns.values()):
+            conn.shutdown()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+__all__ = ["MUX_MAGIC", "MuxConn", "MuxPool", "Stream", "answer_mux"]

@@ -1,0 +1,223 @@
+"""Every partition's link between two nodes on one connection (nsqpy.cluster.replica_mux):
+a real LeaderFeed on loopback, FollowerFetch instances sharing a MuxPool, real logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+import pytest
+
+from nsqpy.cluster.replica_follower import FollowerFetch
+from nsqpy.cluster.replica_mux import DATA, HEADER, MUX_MAGIC, PING, MuxConn, MuxPool
+from nsqpy.protocol.replication import MAGIC, Buffer, encode_error, encode_hello
+from nsqpy.testing.polling import eventually
+
+from .conftest import TOPIC, Cluster, assert_same, lead
+
+PARTITIONS = 12
+
+
+async def many(cluster: Cluster, pool: MuxPool, **feed: float) -> list[FollowerFetch]:
+    """PARTITIONS led partitions with records, each followed by F1 through ``pool``."""
+    for p in range(PARTITIONS):
+        lead(cluster.leader_log(p, epoch=1), 1, 3 + p)
+    await cluster.start_feed(**feed)
+    followers = []
+    for p in range(PARTITIONS):
+        cluster.set_isr(p, ["L", "F1"])
+        followers.append(cluster.follower(cluster.log(f"f1-{p}"), partition=p, pool=pool))
+    return followers
+
+
+def caught_up(cluster: Cluster, followers: list[FollowerFetch]) -> bool:
+    return all(
+        f.plog.flushed_offset == cluster.logs[p].high_watermark
+        and cluster.states[p].committed == cluster.logs[p].high_watermark
+        for p, f in enumerate(followers)
+    )
+
+
+async def test_every_partition_between_two_nodes_shares_one_connection(cluster: Cluster) -> None:
+    pool = MuxPool()
+    try:
+        followers = await many(cluster, pool)
+        await eventually(lambda: caught_up(cluster, followers), 10, what="all caught up")
+        for p, f in enumerate(followers):
+            assert_same(cluster.logs[p], f.plog)
+        assert cluster.feed is not None
+        assert list(pool.conns) == [cluster.address] and len(cluster.feed._muxes) == 1
+        (conn,) = cluster.feed._muxes
+        assert len(conn.streams) == PARTITIONS
+        # a live append on one partition goes over the same connection
+        cluster.logs[5].append_bodies([b"live"] * 10)
+        cluster.logs[5].flush()
+        cluster.feed.notify(TOPIC, 5)
+        await eventually(lambda: caught_up(cluster, followers), 5, what="the append")
+        assert len(cluster.feed._muxes) == 1
+    finally:
+        await pool.close()
+
+
+async def test_idle_streams_send_nothing_and_pings_keep_every_follower_heard(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest only PINGs cross the connection, one each way per heartbeat interval
+    whatever the number of partitions, and they keep every follower heard (none lagging)
+    long past the timeout."""
+    chunks: list[tuple[int, int]] = []
+    write = MuxConn._write
+
+    def counting(self: MuxConn, out: list[Buffer]) -> None:
+        chunks.extend((k, s) for k, s, _ in (HEADER.unpack(b) for b in out if len(b) == 9))
+        write(self, out)
+
+    monkeypatch.setattr(MuxConn, "_write", counting)
+    pool = MuxPool(timeout=1.0, heartbeat_interval=0.2)
+    try:
+        followers = await many(cluster, pool, timeout=1.0, heartbeat_interval=0.2)
+        await eventually(lambda: caught_up(cluster, followers), 10, what="all caught up")
+        await asyncio.sleep(0.3)  # (the last ACKs)
+        chunks.clear()
+        await asyncio.sleep(2.0)  # twice the timeout
+        assert chunks and {kind for kind, _ in chunks} == {PING}
+        assert len(chunks) <= 2 * (2.0 / 0.2 + 2)  # each end, not each partition
+        for p in range(PARTITIONS):
+            assert cluster.states[p].lagging(["F1"]) == []
+        assert all(f.state == "streaming" for f in followers)
+    finally:
+        await pool.close()
+
+
+async def test_a_silent_connection_is_closed_and_its_followers_fall_behind(
+    cluster: Cluster,
+) -> None:
+    """A follower node that stops answering (its PINGs stop): the leader closes the
+    connection after the timeout, and every partition on it reports the follower
+    lagging; the follower dials again once it can."""
+    pool = MuxPool(timeout=30.0, heartbeat_interval=0.2)
+    try:
+        followers = await many(cluster, pool, timeout=1.0, heartbeat_interval=0.2)
+        await eventually(lambda: caught_up(cluster, followers), 10, what="all caught up")
+        conn = pool.conns[cluster.address]
+        assert conn.pinger is not None
+        conn.pinger.cancel()  # the follower's process stalls: it neither sends nor reads
+        conn.reader._transport.pause_reading()  # type: ignore[attr-defined]
+        feed = cluster.feed
+        assert feed is not None
+        await eventually(lambda: not feed._muxes, 5, what="the leader closed it")
+        cluster.advance(1.5)  # (past the states' timeout)
+        assert all(cluster.states[p].lagging(["F1"]) == ["F1"] for p in range(PARTITIONS))
+        conn.reader._transport.resume_reading()  # type: ignore[attr-defined]
+        await eventually(lambda: len(feed._muxes) == 1 and caught_up(cluster, followers),
+                         10, what="dialled again")  # fmt: skip
+    finally:
+        await pool.close()
+
+
+async def test_a_leader_without_multiplexing_gets_a_link_per_partition(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader of an older version answers the connection's magic with a link's magic
+    and an ERROR: the pool says so (None), and the followers link partition by partition."""
+
+    async def old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(4)
+        writer.write(MAGIC + encode_error(0, "E_BAD_FRAME", "bad magic"))
+        writer.close()
+
+    server = await asyncio.start_server(old, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = MuxPool()
+    try:
+        with caplog.at_level(logging.INFO, "nsqpy.cluster.replica"):
+            assert await pool.open(f"127.0.0.1:{port}") is None
+            assert await pool.open(f"127.0.0.1:{port}") is None  # (not dialled again)
+        assert sum("partition by partition" in r.message for r in caplog.records) == 1
+        lead(cluster.leader_log(0, epoch=1), 1, 5)
+        await cluster.start_feed()
+        cluster.set_isr(0, ["L", "F1"])
+        pool._plain_until[cluster.address] = float("inf")
+        f = cluster.follower(cluster.log("f1"), pool=pool)
+        await eventually(lambda: caught_up(cluster, [f]), 5, what="over a link of its own")
+        assert cluster.feed is not None and not cluster.feed._muxes and not pool.conns
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def raw_mux(cluster: Cluster) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, _, port = cluster.address.rpartition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(MUX_MAGIC)
+    assert await reader.readexactly(4) == MUX_MAGIC
+    return reader, writer
+
+
+async def read_chunks(reader: asyncio.StreamReader) -> list[tuple[int, int, bytes]]:
+    """Chunks until the leader closes the connection (or 3 s pass)."""
+    got = []
+    try:
+        async with asyncio.timeout(3.0):
+            while True:
+                kind, sid, length = HEADER.unpack(await reader.readexactly(HEADER.size))
+                got.append((kind, sid, await reader.readexactly(length)))
+    except (asyncio.IncompleteReadError, TimeoutError):
+        pass
+    return got
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">BII", 9, 1, 0),  # an unknown kind
+        struct.pack(">BII", DATA, 1, (1 << 20) + 1),  # longer than a chunk may be
+        struct.pack(">BII", PING, 0, 3) + b"abc",  # a PING with bytes
+        struct.pack(">BII", DATA, 0, 1) + b"x",  # DATA on stream 0
+    ],
+    ids=["kind", "length", "ping-bytes", "stream-0"],
+)
+async def test_garbage_on_the_connection_closes_it_with_one_line(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, garbage: bytes
+) -> None:
+    lead(cluster.leader_log(0, epoch=1), 1, 1)
+    await cluster.start_feed()
+    reader, writer = await raw_mux(cluster)
+    with caplog.at_level(logging.INFO, "nsqpy.cluster.replica"):
+        writer.write(garbage)
+        chunks = await read_chunks(reader)
+    writer.close()
+    assert reader.at_eof() and all(kind == PING for kind, _, _ in chunks)
+    lines = [r for r in caplog.records if "broke the protocol" in r.message]
+    assert len(lines) == 1, caplog.text
+
+
+async def test_a_refused_stream_leaves_the_connection_and_its_other_streams(
+    cluster: Cluster,
+) -> None:
+    """A HELLO for a partition not held here: that stream gets ERROR and CLOSE; the
+    connection stays, and a stream opened after it on the same connection is served."""
+    lead(cluster.leader_log(0, epoch=1), 1, 1)
+    await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1"])
+    reader, writer = await raw_mux(cluster)
+    try:
+        bad = MAGIC + encode_hello("F1", "c1", TOPIC, 7, 1)
+        writer.write(HEADER.pack(DATA, 1, len(bad)) + bad)
+        good = MAGIC + encode_hello("F1", "c1", TOPIC, 0, 1)
+        writer.write(HEADER.pack(DATA, 2, len(good)) + good)
+        got: dict[int, bytes] = {1: b"", 2: b""}
+        closed: set[int] = set()
+        async with asyncio.timeout(3.0):
+            while not (1 in closed and got[2].startswith(MAGIC) and len(got[2]) > 4):
+                kind, sid, length = HEADER.unpack(await reader.readexactly(HEADER.size))
+                data = await reader.readexactly(length)
+                if kind == DATA:
+                    got[sid] += data
+                elif kind != PING:
+                    closed.add(sid)
+        assert b"E_NOT_REPLICA" in got[1] and 2 not in closed
+    finally:
+        writer.close()
