@@ -408,6 +408,15 @@ class NsqdOptions(ClusterSecurityOptions):
         api=False,
         check=must(lambda v: v >= 1000, "--{flag} must be at least 1s"),
     )
+    etcd_report_ends_interval_ms: int = option(
+        "etcd-report-ends-interval",
+        10_000,
+        "nsqpy: a partition's new end offset alone is written to this node's key in etcd at "
+        "most this often (roles, ISR changes and failures at once)",
+        kind="duration_ms",
+        api=False,
+        check=must(lambda v: v >= 100, "--{flag} must be at least 100ms"),
+    )
     # Deprecated flags NSQ still accepts; they have no effect.
     verbose: bool = option("verbose", False, "[deprecated] has no effect", api=False)
     worker_id: int = option("worker-id", 0, "[deprecated] use --node-id", api=False)

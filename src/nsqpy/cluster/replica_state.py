@@ -230,6 +230,8 @@ class ReplicaState:
         guarded by a report older than the newest one at or below it happened before that
         one was written, so it is in the assignment already; the members of such reports
         are no longer waited for unless the ISR names them."""
+        if not self.reports:
+            return
         newest = max((i for i, (rev, _) in enumerate(self.reports) if rev <= revision), default=0)
         del self.reports[:newest]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import cast
 
 from nsqpy.cluster.etcd import KV, Compacted, Etcd, EtcdUnavailable, Event
-from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.keys import Keys, ParsedKey
 from nsqpy.cluster.model import (
     CoordinatorInfo,
     LookupdInfo,
@@ -47,12 +47,18 @@ class ClusterView:
         self._kvs: dict[str, KV] = {}
         self._snapshot: Snapshot | None = None
         self._bad: set[tuple[str, int]] = set()  # (key, mod_revision) already logged
-        # key -> (mod_revision, its value parsed): a rebuild parses only what changed
-        self._parsed: dict[str, tuple[int, object]] = {}
         self._changed = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self.loaded = asyncio.Event()
         self.listeners: list[Callable[[], None]] = []  # called after each change
+        # What the keys say, kept as each event comes (each value parsed once, when it
+        # comes): a snapshot copies these, it does not parse or walk every key again.
+        self._where: dict[str, ParsedKey] = {}  # key -> what it is, for those kept below
+        self._nodes: dict[str, NodeInfo] = {}
+        self._node_revisions: dict[str, int] = {}
+        self._topics: dict[str, TopicMeta] = {}
+        self._replicas: dict[tuple[str, int], Versioned[Replicas]] = {}
+        self._removing: set[str] = set()
         # Beside the snapshot: the live lookupds and the lock's holder.
         self._lookupds: dict[str, LookupdInfo] = {}
         self._coordinator: CoordinatorInfo | None = None
@@ -74,6 +80,13 @@ class ClusterView:
     async def _load(self) -> None:
         kvs, revision = await self.etcd.get_prefix(self.keys.root)
         self._kvs = {kv.key: kv for kv in kvs}
+        self._where.clear()
+        for kept in (self._nodes, self._node_revisions, self._topics, self._replicas,
+                     self._removing, self._lookupds):  # fmt: skip
+            kept.clear()
+        self._coordinator = None
+        for kv in kvs:
+            self._put(kv)
         self.revision = revision
         self._snapshot = None
         self.loaded.set()
@@ -100,10 +113,60 @@ class ClusterView:
             kv = event.kv
             if event.kind == "put":
                 self._kvs[kv.key] = kv
+                self._put(kv)
             else:
                 self._kvs.pop(kv.key, None)
+                self._drop(kv.key)
             self.revision = max(self.revision, kv.mod_revision)
         self._snapshot = None
+
+    def _drop(self, key: str) -> None:
+        """Forget what ``key`` said (deleted, or about to say something else)."""
+        match self._where.pop(key, None):
+            case ("node", node_id):
+                self._nodes.pop(node_id, None)
+                self._node_revisions.pop(node_id, None)
+            case ("removing", node_id):
+                self._removing.discard(node_id)
+            case ("lookupd", lookupd_id):
+                self._lookupds.pop(lookupd_id, None)
+            case ("coordinator",):
+                self._coordinator = None
+            case ("meta", topic):
+                self._topics.pop(topic, None)
+            case ("replicas", topic, p):
+                self._replicas.pop((topic, p), None)
+
+    def _put(self, kv: KV) -> None:
+        """Keep what ``kv`` says; a value that does not parse is logged once and left out."""
+        self._drop(kv.key)
+        parsed = self.keys.parse(kv.key)
+        if parsed is None:
+            return
+        try:
+            match parsed:
+                case ("node", node_id):
+                    self._nodes[node_id] = cast(NodeInfo, _PARSERS["node"](kv.value))
+                    self._node_revisions[node_id] = kv.mod_revision
+                case ("removing", node_id):
+                    self._removing.add(node_id)
+                case ("lookupd", lookupd_id):
+                    self._lookupds[lookupd_id] = cast(LookupdInfo, _PARSERS["lookupd"](kv.value))
+                case ("coordinator",):
+                    self._coordinator = cast(CoordinatorInfo, _PARSERS["coordinator"](kv.value))
+                case ("meta", topic):
+                    self._topics[topic] = cast(TopicMeta, _PARSERS["meta"](kv.value))
+                case ("replicas", topic, p):
+                    value = cast(Replicas, _PARSERS["replicas"](kv.value))
+                    self._replicas[(topic, p)] = Versioned(value, kv.mod_revision)
+                case _:
+                    return
+        except ValueError as exc:
+            if (kv.key, kv.mod_revision) not in self._bad:
+                self._bad.add((kv.key, kv.mod_revision))
+                log.warning("cluster view: ignoring %s: %s", kv.key, exc)
+            return
+        self._where[kv.key] = parsed
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -125,13 +188,11 @@ class ClusterView:
     @property
     def lookupds(self) -> dict[str, LookupdInfo]:
         """The live nsqlookupd of the cluster, by id (as of ``revision``)."""
-        self.snapshot()
         return self._lookupds
 
     @property
     def coordinator(self) -> CoordinatorInfo | None:
         """Who holds the coordinator lock (as of ``revision``)."""
-        self.snapshot()
         return self._coordinator
 
     def kv(self, key: str) -> KV | None:
@@ -150,54 +211,11 @@ class ClusterView:
                         await self._changed.wait()
         return True
 
-    def _parse(self, kind: str, kv: KV) -> object:
-        """``kv``'s value as its kind's record, parsed once per revision of the key
-        (ValueError when it is not one)."""
-        cached = self._parsed.get(kv.key)
-        if cached is not None and cached[0] == kv.mod_revision:
-            return cached[1]
-        parse = _PARSERS[kind]
-        value = parse(kv.value)
-        self._parsed[kv.key] = (kv.mod_revision, value)
-        return value
-
     def _build(self) -> Snapshot:
-        nodes: dict[str, NodeInfo] = {}
-        node_revisions: dict[str, int] = {}
-        lookupds: dict[str, LookupdInfo] = {}
-        self._coordinator = None
-        topics: dict[str, TopicMeta] = {}
-        replicas: dict[tuple[str, int], Versioned[Replicas]] = {}
-        removing: set[str] = set()
-        for key in self._parsed.keys() - self._kvs.keys():  # (deleted since)
-            del self._parsed[key]
-        for key, kv in self._kvs.items():
-            parsed = self.keys.parse(key)
-            try:
-                match parsed:
-                    case ("node", node_id):
-                        nodes[node_id] = cast(NodeInfo, self._parse("node", kv))
-                        node_revisions[node_id] = kv.mod_revision
-                    case ("removing", node_id):
-                        removing.add(node_id)
-                    case ("lookupd", lookupd_id):
-                        lookupds[lookupd_id] = cast(LookupdInfo, self._parse("lookupd", kv))
-                    case ("coordinator",):
-                        self._coordinator = cast(CoordinatorInfo, self._parse("coordinator", kv))
-                    case ("meta", topic):
-                        topics[topic] = cast(TopicMeta, self._parse("meta", kv))
-                    case ("replicas", topic, p):
-                        replicas[(topic, p)] = Versioned(
-                            cast(Replicas, self._parse("replicas", kv)), kv.mod_revision
-                        )
-            except ValueError as exc:
-                if (key, kv.mod_revision) not in self._bad:
-                    self._bad.add((key, kv.mod_revision))
-                    log.warning("cluster view: ignoring %s: %s", key, exc)
-        self._lookupds = lookupds
         return Snapshot(
-            nodes=nodes, topics=topics, replicas=replicas, revision=self.revision,
-            node_revisions=node_revisions, removing=frozenset(removing),
+            nodes=dict(self._nodes), topics=dict(self._topics), replicas=dict(self._replicas),
+            revision=self.revision, node_revisions=dict(self._node_revisions),
+            removing=frozenset(self._removing),
         )  # fmt: skip
 
 

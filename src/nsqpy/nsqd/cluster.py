@@ -169,6 +169,7 @@ class NsqdCluster:
         self.settings = MemberSettings(
             lease_ttl_s=opts.etcd_lease_ttl_ms / 1000,
             report_s=min(2.0, opts.etcd_lease_ttl_ms / 5000),
+            ends_report_s=opts.etcd_report_ends_interval_ms / 1000,
         )
         self.etcd: Etcd | None = None
         self.view: ClusterView | None = None

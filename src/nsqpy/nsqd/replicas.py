@@ -84,6 +84,8 @@ class Replication:
         self.fetches: dict[tuple[str, int], FollowerFetch] = {}
         # every partition followed from one leader: streams on one connection to it
         self.pool = MuxPool(tls, timeout=timeout)
+        # per partition, what its last assignment was made of (``apply``)
+        self._applied: dict[tuple[str, int], tuple[object, ...]] = {}
         # one state per durable partition held, and the partition it belongs to
         self.states: dict[tuple[str, int], ReplicaState] = {}
         self._held: dict[tuple[str, int], Partition] = {}
@@ -320,6 +322,7 @@ class Replication:
         held: set[tuple[str, int]] = set()
         self.incarnations.clear()  # (the states look it up: the same dict, kept current)
         self.incarnations.update({n.id: n.incarnation for n in snap.nodes.values()})
+        applied: dict[tuple[str, int], tuple[object, ...]] = {}
         for topic in list(self.broker.topics.values()):
             if topic.ephemeral:
                 continue
@@ -333,6 +336,19 @@ class Replication:
                 held.add(key)
                 versioned = snap.replicas.get(key)
                 r = versioned.value if versioned is not None else None
+                leader = snap.nodes.get(r.leader) if r is not None else None
+                follows = r is not None and r.leader != self.node_id and leader is not None
+                if follows and not part.leading:
+                    wanted.add(key)
+                # What the assignment below is made of: the same as last time, nothing
+                # to do (a pass over thousands of partitions on every change in etcd)
+                inputs = applied[key] = (
+                    state, r, part.leading, part.leader_epoch, replicator,
+                    leader.rpc_address if leader is not None else None,
+                )  # fmt: skip
+                if self._applied.get(key) == inputs:
+                    state.seen(snap.revision)
+                    continue
                 if part.leading:
                     self._lead(part, state, r, replicator)
                 else:
@@ -340,11 +356,10 @@ class Replication:
                     epoch = r.leader_epoch if r is not None else part.leader_epoch
                     isr, catchup = (r.isr, r.catchup) if r is not None else ((), ())
                     state.assign(FOLLOWER, epoch, isr, catchup, replicator)
-                    leader = snap.nodes.get(r.leader) if r is not None else None
-                    if r is not None and r.leader != self.node_id and leader is not None:
-                        wanted.add(key)
+                    if follows and r is not None and leader is not None:
                         self._follow(state, leader.rpc_address, r.leader_epoch)
                 state.seen(snap.revision)
+        self._applied = applied
         for key in set(self.fetches) - wanted:
             self._drop_fetch(key)
         for key in set(self.states) - held:
