@@ -45,6 +45,9 @@ log = logging.getLogger("nsqpy.cluster")
 
 IDENTITY_FILE = "cluster.json"
 APPLY_EVERY_S = 10.0  # the view is applied again this often even when it did not change
+# Changes in etcd that come in a stream (thousands of partitions joining their ISRs) are
+# applied together, at most this often (a pass looks at every partition held)
+APPLY_GAP_S = 0.1
 # Partitions taken up (created on disk) per pass of ``apply``: the rest in the next passes,
 # the event loop free in between (a node given thousands at once must not stall its lease's
 # keep-alive and its replication for longer than the lease).
@@ -274,7 +277,8 @@ class Member:
         loop = asyncio.get_running_loop()
         next_report = loop.time() + self.settings.report_s
         applied: tuple[int, bool] = (-1, False)  # (view revision, live) applied last
-        next_apply = 0.0
+        next_apply = gap_ends = 0.0
+        wake_at: asyncio.TimerHandle | None = None
         while True:
             timeout = max(0.0, next_report - loop.time())
             if self._lease is not None:
@@ -292,9 +296,18 @@ class Member:
                 # Applied when the view or the lease changed (and, level-triggered, now
                 # and then all the same): not on every report, a pass over every partition.
                 snap, live = self.view.snapshot(), self.live
-                if (snap.revision, live) != applied or self.more or loop.time() >= next_apply:
+                now = loop.time()
+                due = (snap.revision, live) != applied or self.more or now >= next_apply
+                if due and not self.more and live == applied[1] and now < gap_ends:
+                    if wake_at is None:  # (a pass once the gap is over)
+                        wake_at = loop.call_at(gap_ends, self._wake.set)
+                elif due:
                     self.apply(snap)
-                    applied, next_apply = (snap.revision, live), loop.time() + APPLY_EVERY_S
+                    applied, next_apply = (snap.revision, live), now + APPLY_EVERY_S
+                    gap_ends = loop.time() + APPLY_GAP_S
+                    if wake_at is not None:
+                        wake_at.cancel()
+                        wake_at = None
                     if self.more:
                         self._wake.set()  # (another pass at once, after the loop's turn)
             except EtcdUnavailable as exc:

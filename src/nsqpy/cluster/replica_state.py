@@ -218,7 +218,11 @@ class ReplicaState:
     def reported(self, revision: int) -> None:
         """The report built last (``caught_up``) is in etcd at ``revision``. The
         coordinator's join of a member it names is guarded by that revision: it can happen
-        only until the next report is in etcd."""
+        only until the next report is in etcd. (With no member named in it or in any
+        report kept, there is nothing to keep: the partitions of a node mostly.)"""
+        if not self.joining_next and not any(members for _, members in self.reports):
+            self.reports.clear()
+            return
         self.reports.append((revision, frozenset(self.joining_next)))
         self.joining_next = set()
         if len(self.reports) > MAX_REPORTS:  # (no assignment seen for long: apply failing)
