@@ -31,7 +31,9 @@ from nsqpy.testing.wire import WireClient
 
 def writable(cluster: LocalCluster, topics: list[str], partitions: int, deadline: float) -> float:
     """Publish once to every partition through its leader until each answered OK; the
-    time it took (seconds, from now)."""
+    time it took (seconds, from now). Each round sends every pending partition's PUB to
+    its leader without waiting (one connection per node, answers in order), then reads
+    the answers: the partitions are tried all at once, not one after another."""
     started = time.monotonic()
     pending = {(t, p) for t in topics for p in range(partitions)}
     clients: dict[int, WireClient] = {}
@@ -40,6 +42,7 @@ def writable(cluster: LocalCluster, topics: list[str], partitions: int, deadline
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(pending)} partitions not writable, e.g. {min(pending)}")
             leaders = {t: cluster.partitions(t) for t in topics}
+            sent: dict[int, list[tuple[str, int]]] = {}
             for topic, p in sorted(pending):
                 entry = leaders[topic].get(p)
                 if entry is None or not entry.get("id"):
@@ -50,16 +53,20 @@ def writable(cluster: LocalCluster, topics: list[str], partitions: int, deadline
                     continue
                 if not cluster.running(cluster.nodes[node]):
                     continue
-                client = clients.get(node)
+                sent.setdefault(node, []).append((topic, p))
+            for node, batch in sent.items():
                 try:
+                    client = clients.get(node)
                     if client is None:
                         client = clients[node] = WireClient(
-                            cluster.nodes[node].ports["TCP"], timeout=10
+                            cluster.nodes[node].ports["TCP"], timeout=30
                         )
                         client.send(b"  V2")
-                    client.send(b"PUB %s %d\n" % (topic.encode(), p) + struct.pack(">i", 1) + b"x")
-                    if client.read_frame() == (0, b"OK"):
-                        pending.discard((topic, p))
+                    client.send(b"".join(b"PUB %s %d\n" % (t.encode(), p)
+                                         + struct.pack(">i", 1) + b"x" for t, p in batch))  # fmt: skip
+                    for key in batch:
+                        if client.read_frame() == (0, b"OK"):
+                            pending.discard(key)
                 except OSError:
                     clients.pop(node, None)
             if pending:
