@@ -74,7 +74,7 @@ class Stream:
         self.on_ping: Callable[[], None] | None = None  # the connection heard from the peer
         self._ready = asyncio.Event()
 
-    def feed(self, data: bytes | bytearray) -> None:
+    def feed(self, data: Buffer) -> None:
         self.decoder.feed(data)
         self._ready.set()
 
@@ -205,15 +205,19 @@ class MuxConn:
                     data = await self.reader.read(READ_SIZE)
                 if not data:
                     raise LinkClosed(f"{self.peer} closed the replication connection")
-                buf += data
-                self._chunks(buf)
+                if buf:  # (a chunk's start came before: the rest joins it)
+                    buf += data
+                    del buf[: self._chunks(buf)]
+                else:  # (mostly: whole chunks, read from ``data`` itself)
+                    buf += memoryview(data)[self._chunks(data) :]
         finally:
             pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pinger
             self.shutdown()
 
-    def _chunks(self, buf: bytearray) -> None:
+    def _chunks(self, buf: bytes | bytearray) -> int:
+        """Hand over every whole chunk in ``buf``; how many bytes they took."""
         pos, size = 0, len(buf)
         while size - pos >= HEADER.size:
             kind, sid, length = HEADER.unpack_from(buf, pos)
@@ -226,7 +230,8 @@ class MuxConn:
                 break
             pos = start + length
             if kind == DATA:
-                self._data(sid, buf[start:pos])
+                with memoryview(buf) as view, view[start:pos] as data:
+                    self._data(sid, data)  # (copied by the stream's reader)
             elif kind == CLOSE:
                 stream = self.streams.pop(sid, None)
                 if stream is not None:
@@ -237,9 +242,9 @@ class MuxConn:
                 for stream in list(self.streams.values()):
                     if stream.on_ping is not None:
                         stream.on_ping()
-        del buf[:pos]
+        return pos
 
-    def _data(self, sid: int, data: bytearray) -> None:
+    def _data(self, sid: int, data: memoryview) -> None:
         stream = self.streams.get(sid)
         if stream is None:
             if self.accept is None or sid <= self.highest:
