@@ -7,7 +7,8 @@ Starts a ``LocalCluster`` (its own etcd, one nsqlookupd, three nsqd, leases of
   and times it until every partition took a publish (each partition's leader, as lookupd
   names it, is sent ``PUB <topic> <partition>`` until it answers OK);
 - SIGKILLs the nsqd leading the most partitions and times it until every partition took a
-  publish again (the lease must expire first: ``--lease-ttl`` after the kill at most).
+  publish again (the lease must expire first: ``--lease-ttl`` after the kill at most),
+  and what etcd sent each daemon meanwhile (its watch events, from etcd's /metrics).
 
 Prints both, and how many partitions the killed node led. Not run in CI.
 
@@ -21,12 +22,17 @@ import argparse
 import os
 import platform
 import struct
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from nsqpy.durations import parse_duration
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.wire import WireClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from etcd_at_rest import etcd_sent_bytes
 
 
 def writable(cluster: LocalCluster, topics: list[str], partitions: int, deadline: float) -> float:
@@ -115,14 +121,19 @@ def main() -> None:
                 node = cluster.node_index(entry["id"])
                 led[node] = led.get(node, 0) + 1
         victim = max(led, key=lambda n: led[n])
+        sent = etcd_sent_bytes(cluster)
         killed = time.monotonic()
         cluster.kill_nsqd(victim)
         writable(cluster, topics, args.partitions, killed + 600)
         after = time.monotonic() - killed
+        watchers = len(cluster.nodes) - 1 + len(cluster.lookupds)
+        per_daemon = (etcd_sent_bytes(cluster) - sent) / after / watchers / 1000
         print(f"killed the nsqd leading {led[victim]} of {total} partitions: every "
               f"partition writable {after:.1f} s after the kill, at most "
               f"{after - (ttl * 2 / 3):.1f} s after its lease expired (it expires "
               f"{ttl * 2 / 3:.0f}-{ttl:.0f} s after the kill)")  # fmt: skip
+        print(f"etcd sent each daemon {per_daemon:.1f} kB/s meanwhile (watch events, "
+              f"the elections' and ISR changes' among them; {watchers} daemons)")  # fmt: skip
 
 
 if __name__ == "__main__":
