@@ -214,10 +214,15 @@ class LeaderFeed:
         try:
             await self._conversation(link)
         except ReplicationProtocolError as err:
-            self.log.warning("replication: %s broke the protocol (%s); closing", link.peer, err)
+            if not isinstance(link, Stream) or link.conn.may_log("broke"):
+                self.log.warning("replication: %s broke the protocol (%s); closing",
+                                 link.peer, err)  # fmt: skip
             await link.refuse(err)
+            if isinstance(link, Stream):  # (a broken peer: every stream of it, one line)
+                link.conn.shutdown()
         except Refused as err:
-            self.log.info("replication: refused %s: %s", link.peer, err)
+            if not isinstance(link, Stream) or link.conn.may_log("refused"):
+                self.log.info("replication: refused %s: %s", link.peer, err)
             await link.refuse(err.frame)
         except (LinkClosed, OSError, TimeoutError) as err:
             self.log.debug("replication: link from %s ended: %s", link.peer, err)
@@ -311,8 +316,11 @@ class LeaderFeed:
         """A PING on a multiplexed link's connection: the follower was heard; and since
         an idle stream's send loop sleeps until woken, the channels' cursors are looked
         at here while they do not move (a consumer can move them with nothing published)."""
-        with contextlib.suppress(Refused):
+        try:
             conn.state.leader_frame(conn.peer, Heartbeat())
+        except Refused:  # (no longer led here in the link's epoch: the send loop ends it)
+            conn.wake.set()
+            return
         if not conn.moving and self._send_cursors(conn):
             conn.moving = True
             conn.wake.set()

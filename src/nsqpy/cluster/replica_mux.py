@@ -4,10 +4,10 @@ A follower opens one connection to each leader it follows partitions of (``MuxPo
 and each partition's link is a *stream* on it (``Stream``): the same bytes as a link of its
 own (``nsqpy.cluster.replica.Link``, whose interface a stream has: magic, HELLO, frames),
 so ``LeaderFeed`` and ``FollowerFetch`` run on either. What the connection adds is
-liveness: each end sends a PING when it has sent nothing for ``heartbeat_interval``, and
-closes the connection, every stream on it, after ``timeout`` without hearing anything. An
-idle stream sends nothing at all; a PING the leader hears counts as hearing from every
-follower on the connection (``Stream.on_ping``). So a thousand idle partitions between two
+liveness: each end sends a PING every ``heartbeat_interval``, and closes the connection,
+every stream on it, after ``timeout`` without hearing anything. An idle stream sends
+nothing at all; a PING the leader hears counts as hearing from every follower on the
+connection (``Stream.on_ping``), however busy or idle its stream. So a thousand idle partitions between two
 nodes cost a PING each way every two seconds, not two thousand heartbeats, and a node has
 one socket per peer, not one per partition and peer.
 
@@ -20,7 +20,12 @@ one stream (a stream id above any the dialer used before opens a stream on the l
 DATA for a stream already closed is dropped: its CLOSE is on the way), CLOSE ends a stream
 (its id is not used again), PING has stream 0 and no bytes. A chunk over ``MAX_CHUNK``
 bytes, an unknown kind, a PING or CLOSE with bytes, DATA on stream 0 or a stream beyond
-``MAX_STREAMS`` open ones closes the connection with one log line (a peer is input too).
+``MAX_STREAMS`` open ones closes the connection with one log line (a peer is input too),
+and so does a stream that breaks the replication protocol, or that holds more than
+``MAX_LISTENER_BUFFER`` bytes unread on the listener (a leader is sent only small frames).
+A follower's stream whose reader is stuck ``MAX_DIALER_BUFFER`` bytes behind is closed
+alone. Refusals of streams (a HELLO for a partition not led here) are logged once per
+``REPEAT_LOG_S`` per connection.
 Imports asyncio, the codec and the cluster's TLS; never the broker or nsqd.
 """
 
@@ -51,8 +56,15 @@ DATA, CLOSE, PING = 1, 2, 3
 HEADER = struct.Struct(">BII")
 MAX_CHUNK = 1 << 20  # a sender splits larger writes
 MAX_STREAMS = 1 << 16  # open at once on one connection
+# Bytes a stream may hold received and not yet read: on the listener (a leader, which is
+# sent only small frames: HELLO, FETCH, ACK...) more is a broken peer, and closes the
+# connection; on the dialer (a follower, sent APPENDs under the leader's window) a stream
+# whose reader is stuck that far behind is closed, and dials again later.
+MAX_LISTENER_BUFFER = 1 << 20
+MAX_DIALER_BUFFER = 64 << 20
 FALLBACK_S = 60.0  # an address that takes no multiplexed connection: links of their own
 LINGER_S = 10.0  # a dialed connection with no stream left is closed after this long
+REPEAT_LOG_S = 30.0  # the same kind of line about one connection, at most this often
 _PING = HEADER.pack(PING, 0, 0)
 
 Accept = Callable[["Stream"], None]
@@ -77,6 +89,13 @@ class Stream:
     def feed(self, data: Buffer) -> None:
         self.decoder.feed(data)
         self._ready.set()
+        if self.decoder.buffered > self.conn.max_buffer:
+            if self.conn.accept is not None:
+                raise MalformedFrame(f"a replication stream holds over {self.conn.max_buffer} "
+                                     "bytes unread")  # fmt: skip
+            self.conn.log.warning("replication: a stream from %s fell %d bytes behind; "
+                                  "closing it", self.peer, self.decoder.buffered)  # fmt: skip
+            self.abort()
 
     def ended(self) -> None:
         """Closed by the peer (CLOSE) or with the connection."""
@@ -151,12 +170,14 @@ class MuxConn:
         self.timeout, self.heartbeat_interval = timeout, heartbeat_interval
         self.log = logger
         self.accept = accept
+        self.max_buffer = MAX_LISTENER_BUFFER if accept is not None else MAX_DIALER_BUFFER
         self.streams: dict[int, Stream] = {}
         self.highest = 0  # the last stream id used (dialer) or opened (listener)
         self.closed = False
         self._loop = asyncio.get_running_loop()
         self.sent_at = self._loop.time()
         self.idle_since: float | None = self.sent_at
+        self._logged: dict[str, float] = {}  # what was logged of this connection, and when
         self.pinger: asyncio.Task[None] | None = None
 
     # -- sending -------------------------------------------------------------------------
@@ -190,6 +211,15 @@ class MuxConn:
 
     async def drain(self) -> None:
         await self.writer.drain()
+
+    def may_log(self, what: str) -> bool:
+        """Whether a line about ``what`` on this connection may be logged now: once per
+        ``REPEAT_LOG_S`` (a peer refused on a thousand streams is one line, not a thousand)."""
+        now = self._loop.time()
+        if now - self._logged.get(what, float("-inf")) < REPEAT_LOG_S:
+            return False
+        self._logged[what] = now
+        return True
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -239,10 +269,19 @@ class MuxConn:
                     if not self.streams:
                         self.idle_since = self._loop.time()
             else:
-                for stream in list(self.streams.values()):
-                    if stream.on_ping is not None:
-                        stream.on_ping()
+                self._pinged()
         return pos
+
+    def _pinged(self) -> None:
+        """The peer's PING: every stream's ``on_ping`` (one that fails is closed alone)."""
+        for stream in list(self.streams.values()):
+            if stream.on_ping is None:
+                continue
+            try:
+                stream.on_ping()
+            except Exception:
+                self.log.exception("replication: a PING on a stream from %s", self.peer)
+                stream.abort()
 
     def _data(self, sid: int, data: memoryview) -> None:
         stream = self.streams.get(sid)
@@ -258,17 +297,15 @@ class MuxConn:
         stream.feed(data)
 
     async def _ping(self) -> None:
+        """A PING every ``heartbeat_interval``, whatever else goes: the listener takes each
+        as hearing from the dialer on every stream, the busy ones and the idle alike."""
         while True:
-            now = self._loop.time()
             idle = self.idle_since
-            if self.accept is None and idle is not None and now - idle >= LINGER_S:
-                self.writer.close()  # (no stream for a while: run() ends)
+            if self.accept is None and idle is not None and self._loop.time() - idle >= LINGER_S:
+                self.shutdown()  # (no stream for a while: run() ends)
                 return
-            due = self.sent_at + self.heartbeat_interval - now
-            if due <= 0:
-                self._write([_PING])
-                due = self.heartbeat_interval
-            await asyncio.sleep(due)
+            self._write([_PING])
+            await asyncio.sleep(self.heartbeat_interval)
 
     def shutdown(self) -> None:
         """Close the connection and every stream on it."""
@@ -322,11 +359,11 @@ class MuxPool:
         older version: the caller links on its own). OSError or TimeoutError when it
         cannot be reached; the caller bounds the time."""
         loop = asyncio.get_running_loop()
-        if self._plain_until.get(address, 0.0) > loop.time():
-            return None
         async with self._locks.setdefault(address, asyncio.Lock()):
+            if self._plain_until.get(address, 0.0) > loop.time():
+                return None  # (also when found out while this one waited for the lock)
             conn = self.conns.get(address)
-            if conn is None or conn.closed:
+            if conn is None or conn.closed or conn.writer.is_closing():
                 conn = await self._dial(address)
                 if conn is None:
                     return None
@@ -344,12 +381,17 @@ class MuxPool:
         except BaseException:
             writer.close()
             raise
-        if answer != MUX_MAGIC:
+        if answer == MAGIC:  # (a link's magic: the ERROR of a version without streams)
             writer.close()
             self._plain_until[address] = asyncio.get_running_loop().time() + FALLBACK_S
             self.log.info("replication: %s links partition by partition (an older version)",
                           address)  # fmt: skip
             return None
+        if answer != MUX_MAGIC:
+            writer.close()
+            if len(answer) < len(MUX_MAGIC):
+                raise LinkClosed(f"{address} closed the replication connection")
+            raise MalformedFrame(f"{address} answered {answer!r} to the replication magic")
         conn = MuxConn(
             reader, writer, timeout=self.timeout, heartbeat_interval=self.heartbeat_interval,
             logger=self.log,

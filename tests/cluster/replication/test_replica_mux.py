@@ -221,3 +221,128 @@ async def test_a_refused_stream_leaves_the_connection_and_its_other_streams(
         assert b"E_NOT_REPLICA" in got[1] and 2 not in closed
     finally:
         writer.close()
+
+
+async def test_a_busy_stream_does_not_hide_the_idle_ones_from_the_leader(cluster: Cluster) -> None:
+    """One partition busy (its follower ACKs more often than the heartbeat), one idle, on
+    the same connection: the idle one's follower is still heard (the PINGs go every
+    interval whatever else the connection carries), long past the timeout."""
+    pool = MuxPool(timeout=1.0, heartbeat_interval=0.2)
+    try:
+        for p in range(2):
+            lead(cluster.leader_log(p, epoch=1), 1, 2)
+        feed = await cluster.start_feed(timeout=1.0, heartbeat_interval=0.2)
+        followers = []
+        for p in range(2):
+            cluster.set_isr(p, ["L", "F1"])
+            followers.append(cluster.follower(cluster.log(f"f1-{p}"), partition=p, pool=pool))
+        await eventually(lambda: caught_up(cluster, followers), 10, what="both caught up")
+        for _ in range(30):  # 3 s, three times the timeout: partition 0 busy
+            cluster.logs[0].append_bodies([b"busy"] * 5)
+            cluster.logs[0].flush()
+            feed.notify(TOPIC, 0)
+            await asyncio.sleep(0.1)
+        assert cluster.states[1].lagging(["F1"]) == []
+        assert cluster.states[0].lagging(["F1"]) == []
+    finally:
+        await pool.close()
+
+
+async def test_a_leader_that_steps_down_closes_its_idle_streams(cluster: Cluster) -> None:
+    """The leader's state becomes a follower: its idle stream, which sends nothing, is
+    ended at the next PING (E_NOT_LEADER to the follower), not left open."""
+    pool = MuxPool(timeout=2.0, heartbeat_interval=0.2)
+    try:
+        lead(cluster.leader_log(0, epoch=1), 1, 2)
+        feed = await cluster.start_feed(timeout=2.0, heartbeat_interval=0.2)
+        cluster.set_isr(0, ["L", "F1"])
+        f = cluster.follower(cluster.log("f1"), pool=pool)
+        await eventually(lambda: caught_up(cluster, [f]), 5, what="caught up")
+        sessions = f.sessions
+        cluster.states[0].assign("follower", 2)  # (etcd made another node the leader)
+        await eventually(lambda: not feed._conns, 2, what="the leader ended the stream")
+        assert f.sessions == sessions  # (it cannot link again: refused, E_NOT_LEADER)
+    finally:
+        await pool.close()
+
+
+async def test_a_leader_closing_during_the_dial_is_not_taken_for_an_older_version() -> None:
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(4)
+        writer.close()
+
+    server = await asyncio.start_server(closing, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    pool = MuxPool()
+    try:
+        with pytest.raises(ConnectionError):
+            await pool.open(address)
+        assert not pool._plain_until
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_partitions_dialing_an_older_leader_together_find_it_out_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dials = 0
+
+    async def old(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal dials
+        dials += 1
+        await reader.readexactly(4)
+        writer.write(MAGIC + encode_error(0, "E_BAD_MAGIC", "bad magic"))
+        writer.close()
+
+    server = await asyncio.start_server(old, "127.0.0.1", 0)
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    pool = MuxPool()
+    try:
+        with caplog.at_level(logging.INFO, "nsqpy.cluster.replica"):
+            got = await asyncio.gather(*(pool.open(address) for _ in range(20)))
+        assert got == [None] * 20 and dials == 1
+        assert sum("partition by partition" in r.message for r in caplog.records) == 1
+    finally:
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_thousand_refused_streams_on_one_connection_are_one_line(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    lead(cluster.leader_log(0, epoch=1), 1, 1)
+    await cluster.start_feed()
+    reader, writer = await raw_mux(cluster)
+    try:
+        with caplog.at_level(logging.INFO, "nsqpy.cluster.replica"):
+            for sid in range(1, 1001):  # HELLOs for partitions this node does not hold
+                hello = MAGIC + encode_hello("F1", "c1", TOPIC, 100 + sid, 1)
+                writer.write(HEADER.pack(DATA, sid, len(hello)) + hello)
+            closes = 0
+            async with asyncio.timeout(10.0):
+                while closes < 1000:
+                    kind, _, length = HEADER.unpack(await reader.readexactly(HEADER.size))
+                    await reader.readexactly(length)
+                    closes += kind == 2
+        assert sum("refused" in r.message for r in caplog.records) == 1, caplog.text
+    finally:
+        writer.close()
+
+
+async def test_a_stream_that_breaks_the_protocol_closes_its_connection(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    lead(cluster.leader_log(0, epoch=1), 1, 1)
+    await cluster.start_feed()
+    reader, writer = await raw_mux(cluster)
+    with caplog.at_level(logging.INFO, "nsqpy.cluster.replica"):
+        for sid in (1, 2, 3):  # not a link's magic
+            writer.write(HEADER.pack(DATA, sid, 8) + b"GARBAGE!")
+        chunks = await read_chunks(reader)
+    writer.close()
+    assert reader.at_eof()
+    assert {kind for kind, _, _ in chunks} <= {DATA, 2, PING}
+    assert sum("broke the protocol" in r.message for r in caplog.records) == 1, caplog.text
