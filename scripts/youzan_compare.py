@@ -1,0 +1,271 @@
+"""Compare nsqpy's nsqd with Youzan's, side by side, on what Youzan's clients parse.
+
+    python scripts/youzan_compare.py YOUZAN_NSQD [--nsqd NSQPY_NSQD] [--out DIR]
+
+Starts Youzan's nsqd (the program given, a build of youzan/nsq) and nsqpy's, each a single
+node on loopback ports of its own with a data folder of its own, sends each the same
+conversations over TCP (IDENTIFY with Youzan's features, INTERNAL_CREATE_TOPIC, partitioned
+PUB and SUB, SUB_ORDERED and SUB_ADVANCED with their detail, PUB_EXT and PUB_TRACE, the
+errors a client acts on), and compares the answers as a client reads them: an error by its
+code (the first word: clients branch on it, the text is for people), OK and other
+responses byte for byte, a message by its attempts and body (its timestamp and ID are the
+server's own; a detail's queue offset is each server's own position, its size is compared),
+IDENTIFY's reply by the keys clients read. Prints one line per step, ``same`` or both
+answers, and a summary; exits 1 when any step differs. Every process it starts is stopped.
+Not run in CI (Youzan's nsqd is not part of this repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+FRAME_RESPONSE, FRAME_ERROR, FRAME_MESSAGE = 0, 1, 2
+DETAIL = 12  # Youzan's detail before the body: queue offset u64, raw size u32
+# IDENTIFY's reply: the keys clients act on. (``version`` is NSQ's for nsqpy, so NSQ's clients
+# see the server they know; output_buffer_size and _timeout are each server's default, and
+# what a client asks for it gets from both.)
+IDENTIFY_KEYS = ("max_rdy_count", "max_msg_timeout", "msg_timeout", "tls_v1", "deflate",
+                 "snappy", "sample_rate", "auth_required")  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def daemon(argv: list[str], http: int, log: Path) -> Iterator[None]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/ping", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"{argv[0]} did not start; see {log}") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Wire:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.sock.sendall(b"  V2")
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def frames(self, count: int, wait: float = 2.0) -> list[tuple[int, bytes]]:
+        """Up to ``count`` frames (heartbeats answered, left out), or what came in ``wait``."""
+        got: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + wait
+        while len(got) < count:
+            while len(self.buf) >= 8 and len(self.buf) >= 4 + struct.unpack(">I", self.buf[:4])[0]:
+                size = struct.unpack(">I", self.buf[:4])[0]
+                kind, data = struct.unpack(">I", self.buf[4:8])[0], self.buf[8 : 4 + size]
+                self.buf = self.buf[4 + size :]
+                if (kind, data) == (FRAME_RESPONSE, b"_heartbeat_"):
+                    self.send(b"NOP\n")
+                    continue
+                got.append((kind, data))
+                if len(got) == count:
+                    return got
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                break
+            if not data:
+                got.append((-1, b"closed"))
+                break
+            self.buf += data
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def body(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def read_as_client(kind: int, data: bytes, detail: bool, binary_id: bool) -> object:
+    """What a client acts on in one frame (see the module docstring)."""
+    if kind == FRAME_ERROR:
+        return ("error", data.split(b" ", 1)[0].decode(errors="replace"))
+    if kind == FRAME_MESSAGE:
+        attempts = struct.unpack(">H", data[8:10])[0]
+        rest = data[26:]
+        if binary_id:
+            pass  # (the ID is two u64s, the message ID and the trace id: the server's own)
+        if detail:  # (the queue offset is each server's own; the size is compared)
+            size = struct.unpack(">I", rest[8:12])[0]
+            return ("message", attempts, "detail size", size, rest[DETAIL:])
+        return ("message", attempts, rest)
+    if kind == FRAME_RESPONSE and data.startswith(b"{"):
+        doc = json.loads(data)
+        return ("identify", {k: doc.get(k, "<absent>") for k in IDENTIFY_KEYS if k in doc})
+    return ("response" if kind == FRAME_RESPONSE else f"frame {kind}", data)
+
+
+IDENTIFY = b"IDENTIFY\n" + body(json.dumps({
+    "client_id": "cmp", "hostname": "cmp", "feature_negotiation": True, "heartbeat_interval": 30000,
+    "user_agent": "go-nsq/1.7.12", "msg_timeout": 60000,
+}).encode())  # fmt: skip
+IDENTIFY_EXT = b"IDENTIFY\n" + body(json.dumps({
+    "client_id": "cmp", "hostname": "cmp", "feature_negotiation": True, "heartbeat_interval": 30000,
+    "user_agent": "go-nsq/1.7.12", "msg_timeout": 60000, "extend_support": True,
+}).encode())  # fmt: skip
+
+# (name, [(bytes to send, frames to read)], detail, binary_id): each a new connection
+STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
+    ("IDENTIFY", [(IDENTIFY, 1)], False, False),
+    ("INTERNAL_CREATE_TOPIC cmp 0", [(b"INTERNAL_CREATE_TOPIC cmp 0\n", 1)], False, False),
+    ("INTERNAL_CREATE_TOPIC cmp 1", [(b"INTERNAL_CREATE_TOPIC cmp 1\n", 1)], False, False),
+    ("INTERNAL_CREATE_TOPIC bad name", [(b"INTERNAL_CREATE_TOPIC bad! 0\n", 1)], False, False),
+    ("PUB cmp 0", [(b"PUB cmp 0\n" + body(b"hello-0"), 1)], False, False),
+    ("PUB cmp 1", [(b"PUB cmp 1\n" + body(b"hello-1"), 1)], False, False),
+    (
+        "MPUB cmp 0",
+        [(b"MPUB cmp 0\n" + body(struct.pack(">I", 2) + body(b"m-a") + body(b"m-b")), 1)],
+        False,
+        False,
+    ),  # fmt: skip
+    ("PUB to a partition the topic lacks", [(b"PUB cmp 9\n" + body(b"x"), 1)], False, False),
+    (
+        "PUB to a topic that does not exist, partition 0",
+        [(b"PUB nosuch 0\n" + body(b"x"), 1)],
+        False,
+        False,
+    ),
+    ("SUB to a partition the topic lacks", [(b"SUB cmp c 9\n", 1)], False, False),
+    ("SUB cmp c 0, RDY 3", [(b"SUB cmp c 0\n", 1), (b"RDY 3\n", 3)], False, False),
+    ("SUB_ORDERED cmp o 0, RDY 1", [(b"SUB_ORDERED cmp o 0\n", 1), (b"RDY 1\n", 1)], True, False),
+    (
+        "SUB_ADVANCED cmp a 0, RDY 3",
+        [(b"SUB_ADVANCED cmp a 0\n", 1), (b"RDY 3\n", 3)],
+        True,
+        False,
+    ),  # fmt: skip
+    # (the PUB's OK and the message it delivers on the same connection come in either
+    # order, on both: compared as a set)
+    (
+        "SUB_ADVANCED cmp e 0 special:-1, then a PUB",
+        [
+            (b"SUB_ADVANCED cmp e 0 special:-1\n", 1),
+            (b"RDY 1\n", 0),
+            (b"PUB cmp 0\n" + body(b"after"), 2),
+        ],
+        True,
+        False,
+    ),  # fmt: skip
+    (
+        "SUB_ADVANCED with a bad position",
+        [(b"SUB_ADVANCED cmp b 0 nonsense:1\n", 1)],
+        False,
+        False,
+    ),  # fmt: skip
+    ("SUB twice", [(b"SUB cmp t 0\n", 1), (b"SUB cmp t 0\n", 1)], False, False),
+    (
+        "FIN of an unknown ID",
+        [(b"SUB cmp f 1\n", 1), (b"FIN 0000000000000000\n", 1)],
+        False,
+        False,
+    ),  # fmt: skip
+    ("an unknown command", [(b"NOSUCH\n", 1)], False, False),
+    (
+        "PUB_EXT, then SUB by an extend_support client",
+        [
+            (IDENTIFY_EXT, 1),
+            (b"INTERNAL_CREATE_TOPIC cmpx 0 1\n", 1),
+            (b"PUB_EXT cmpx 0\n" + body(struct.pack(">H", 13) + b'{"k":"value"}' + b"ext-body"), 1),
+            (b"SUB cmpx x 0\n", 1),
+            (b"RDY 1\n", 1),
+        ],
+        False,
+        True,
+    ),  # fmt: skip
+]
+
+
+def run(port: int) -> list[list[object]]:
+    answers: list[list[object]] = []
+    for _name, exchange, detail, binary_id in STEPS:
+        wire = Wire(port)
+        seen: list[object] = []
+        try:
+            for data, count in exchange:
+                wire.send(data)
+                if count:
+                    seen += [read_as_client(k, d, detail, binary_id)
+                             for k, d in wire.frames(count)]  # fmt: skip
+        except OSError as exc:
+            seen.append(("socket", type(exc).__name__))
+        finally:
+            wire.close()
+        answers.append(sorted(seen, key=repr))
+        time.sleep(0.05)
+    return answers
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("youzan_nsqd")
+    parser.add_argument("--nsqd", default=str(Path(sys.executable).parent / "nsqd"))
+    parser.add_argument("--out", default="test-artifacts/youzan-compare")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="yzcmp-") as tmp:
+        for name, program, extra in (
+            ("youzan", args.youzan_nsqd, ["--broadcast-interface=lo", "--logtostderr"]),
+            ("nsqpy", args.nsqd, []),
+        ):
+            tcp, http = free_port(), free_port()
+            data = Path(tmp) / name
+            data.mkdir()
+            argv = [program, f"--tcp-address=127.0.0.1:{tcp}", f"--http-address=127.0.0.1:{http}",
+                    "--broadcast-address=127.0.0.1", f"--data-path={data}",
+                    "--sync-timeout=100ms", *extra]  # fmt: skip
+            with daemon(argv, http, out / f"{name}.log"):
+                results[name] = run(tcp)
+    differ = 0
+    for (step, *_), yz, ours in zip(STEPS, results["youzan"], results["nsqpy"], strict=True):
+        if yz == ours:
+            print(f"same     {step}: {ours}")
+        else:
+            differ += 1
+            print(f"DIFFERS  {step}:\n           youzan {yz}\n           nsqpy  {ours}")
+    print(f"{len(STEPS) - differ} of {len(STEPS)} steps answered alike")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
