@@ -115,15 +115,13 @@ def body(data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + data
 
 
-def read_as_client(kind: int, data: bytes, detail: bool, binary_id: bool) -> object:
+def read_as_client(kind: int, data: bytes, detail: bool) -> object:
     """What a client acts on in one frame (see the module docstring)."""
     if kind == FRAME_ERROR:
         return ("error", data.split(b" ", 1)[0].decode(errors="replace"))
     if kind == FRAME_MESSAGE:
         attempts = struct.unpack(">H", data[8:10])[0]
-        rest = data[26:]
-        if binary_id:
-            pass  # (the ID is two u64s, the message ID and the trace id: the server's own)
+        rest = data[26:]  # (after the ID: 16 hex digits, or two u64s for extend_support)
         if detail:  # (the queue offset is each server's own; the size is compared)
             size = struct.unpack(">I", rest[8:12])[0]
             return ("message", attempts, "detail size", size, rest[DETAIL:])
@@ -156,7 +154,7 @@ STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
         [(b"MPUB cmp 0\n" + body(struct.pack(">I", 2) + body(b"m-a") + body(b"m-b")), 1)],
         False,
         False,
-    ),  # fmt: skip
+    ),
     ("PUB to a partition the topic lacks", [(b"PUB cmp 9\n" + body(b"x"), 1)], False, False),
     (
         "PUB to a topic that does not exist, partition 0",
@@ -172,7 +170,7 @@ STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
         [(b"SUB_ADVANCED cmp a 0\n", 1), (b"RDY 3\n", 3)],
         True,
         False,
-    ),  # fmt: skip
+    ),
     # (the PUB's OK and the message it delivers on the same connection come in either
     # order, on both: compared as a set)
     (
@@ -184,20 +182,20 @@ STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
         ],
         True,
         False,
-    ),  # fmt: skip
+    ),
     (
         "SUB_ADVANCED with a bad position",
         [(b"SUB_ADVANCED cmp b 0 nonsense:1\n", 1)],
         False,
         False,
-    ),  # fmt: skip
+    ),
     ("SUB twice", [(b"SUB cmp t 0\n", 1), (b"SUB cmp t 0\n", 1)], False, False),
     (
         "FIN of an unknown ID",
         [(b"SUB cmp f 1\n", 1), (b"FIN 0000000000000000\n", 1)],
         False,
         False,
-    ),  # fmt: skip
+    ),
     ("an unknown command", [(b"NOSUCH\n", 1)], False, False),
     (
         "PUB_EXT, then SUB by an extend_support client",
@@ -210,20 +208,20 @@ STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
         ],
         False,
         True,
-    ),  # fmt: skip
+    ),
 ]
 
 
 def run(port: int) -> list[list[object]]:
     answers: list[list[object]] = []
-    for _name, exchange, detail, binary_id in STEPS:
+    for _name, exchange, detail, _extend in STEPS:
         wire = Wire(port)
         seen: list[object] = []
         try:
             for data, count in exchange:
                 wire.send(data)
                 if count:
-                    seen += [read_as_client(k, d, detail, binary_id)
+                    seen += [read_as_client(k, d, detail)
                              for k, d in wire.frames(count)]  # fmt: skip
         except OSError as exc:
             seen.append(("socket", type(exc).__name__))
