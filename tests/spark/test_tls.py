@@ -89,6 +89,35 @@ def test_the_source_and_sink_read_and_write_over_https(
     assert sorted(bytes(r.body) for r in copied) == [b"one", b"three", b"two"]
 
 
+def test_the_replay_pipeline_publishes_over_https_with_its_ssl_flags(
+    spark: Any,
+    stack: tuple[DaemonProcess, DaemonProcess],
+    certs: CertFiles,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``nsqpy pipeline replay --ssl-cafile``: an archive's rows published to an nsqd that
+    takes HTTPS only; without the flag, one line saying what is missing, nothing sent."""
+    from nsqpy.spark.cli import main
+
+    _lookupd, daemon = stack
+    archive = tmp_path / "archive"
+    spark.createDataFrame([(b"r1", 0), (b"r2", 1)], "body binary, offset long").write.parquet(
+        str(archive)
+    )
+    plain = f"127.0.0.1:{daemon.http_port}"
+    argv = ["replay", "--input", str(archive), "--topic", "replayed_tls", "--nsqd", plain]
+    assert main(argv) == 1
+    error = capsys.readouterr().err
+    assert "TLS_REQUIRED" in error and len(error.strip().splitlines()) == 1, error
+    assert main([*argv, "--ssl-cafile", certs.ca]) == 0
+    rows = (
+        spark.read.format("nsq").option("nsqd", plain).option("topic", "replayed_tls")
+        .option("nsq.ssl.cafile", certs.ca).load().orderBy("offset").collect()
+    )  # fmt: skip
+    assert [bytes(r.body) for r in rows] == [b"r1", b"r2"]
+
+
 def test_without_the_ssl_options_the_error_says_nsqd_requires_https(
     spark: Any, stack: tuple[DaemonProcess, DaemonProcess]
 ) -> None:

@@ -292,17 +292,32 @@ class FollowerFetch:
                 if self.on_cursors is not None:  # (after the records they cover)
                     self.on_cursors(cursors[-1])
                 link.send(answers[-1:])
-            if log.sync_due(self.wall_ns()):
+            sync = log.sync_due(self.wall_ns())
+            if not sync or not log.policy.always:
+                # What is written is acknowledged before an fsync on the log's schedule:
+                # the leader commits on ends (but under ``always``, where it waits for
+                # what is durable), so a producer does not wait for this node's fsync
+                acked, heartbeat = self._answer(link, epoch, acked, heartbeat)
+            if sync:
+                await link.drain()
                 await asyncio.to_thread(log.sync)
-            now, ack = self.replica.ack_frame(epoch)
-            if now != acked:
-                link.send([ack])
-                acked = now
-            elif heartbeat:
-                link.send([HEARTBEAT_FRAME])
+                acked, heartbeat = self._answer(link, epoch, acked, heartbeat)
             await link.drain()
             if self.on_progress is not None:
-                self.on_progress(now[0], now[1], self.committed_offset)
+                self.on_progress(log.flushed_offset, log.durable_offset, self.committed_offset)
+
+    def _answer(
+        self, link: Link | Stream, epoch: int, acked: tuple[int, int], heartbeat: bool
+    ) -> tuple[tuple[int, int], bool]:
+        """An ACK when (end, durable) moved since ``acked``, else a HEARTBEAT when one is
+        owed; returns what was acknowledged and whether a heartbeat is still owed."""
+        now, ack = self.replica.ack_frame(epoch)
+        if now != acked:
+            link.send([ack])
+            return now, False
+        if heartbeat:
+            link.send([HEARTBEAT_FRAME])
+        return acked, False
 
 
 __all__ = ["FollowerFetch", "RemoteError"]

@@ -391,3 +391,40 @@ async def test_a_follower_that_has_everything_when_it_dials_again_is_not_lagging
     feed.notify(TOPIC, 0)  # (a heartbeat is due: the follower answers it)
     await eventually(lambda: cluster.states[0].peers["F1"].last_heard >= now, 5)
     assert cluster.states[0].lagging(cluster.isr()) == []
+
+
+async def test_a_follower_acknowledges_what_it_wrote_before_its_scheduled_fsync(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower whose log is due an fsync (its schedule: here after every message) sends
+    the ACK of what it wrote first: the leader commits while the fsync is still running,
+    and the durable end follows in another ACK once it is done. (Under ``always`` the
+    commit waits for it: test_sync_always.)"""
+    import threading
+
+    from nsqpy.storage import log as log_module
+
+    release = threading.Event()
+    real = log_module.fsync_segment
+
+    def held(fd: int) -> None:
+        release.wait(10)
+        real(fd)
+
+    leader = cluster.leader_log(epoch=1)
+    feed = await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1"])
+    mine = cluster.log("f1", SyncPolicy(every_messages=1, every_ms=0))
+    f = cluster.follower(mine)
+    await eventually(lambda: f.state == "streaming", 5)
+    monkeypatch.setattr(log_module, "fsync_segment", held)
+    try:
+        leader.append_bodies([b"x" * 100] * 20)
+        leader.flush()
+        feed.notify(TOPIC, 0)
+        end = leader.high_watermark
+        await eventually(lambda: cluster.states[0].committed == end, 3, what="committed")
+        assert mine.durable_offset < end, "the fsync is still held"
+    finally:
+        release.set()
+    await eventually(lambda: cluster.states[0].peers["F1"].durable == end, 5, what="durable")
