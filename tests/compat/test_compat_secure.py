@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from nsqpy.testing import DaemonProcess, nsqd_process
-from nsqpy.testing.certs import CertFiles, make_certs
+from nsqpy.testing.certs import CertFiles
 
 from .test_compat_clients import run_client
 
@@ -42,11 +42,6 @@ class AuthHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

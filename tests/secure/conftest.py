@@ -1,4 +1,5 @@
-"""Fixtures for TLS, compression and AUTH: certificates, an nsqd factory, event loops.
+"""Fixtures for TLS, compression and AUTH: an nsqd factory, event loops (``certs`` is the
+test kit's, made once per session).
 
 Tests here run on uvloop (the loop the nsqd program uses); those marked ``both_loops`` run
 on asyncio's default loop as well.
@@ -18,7 +19,7 @@ import uvloop
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
 from nsqpy.testing import nsqd_options
-from nsqpy.testing.certs import CertFiles, make_certs
+from nsqpy.testing.certs import CertFiles
 
 from .helpers import OPEN
 
@@ -42,11 +43,6 @@ async def _close_secure_wires() -> AsyncIterator[None]:
     yield
     while OPEN:
         await OPEN.pop().close()
-
-
-@pytest.fixture(scope="session")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def nsqd_opts(tmp_path: Path, **overrides: Any) -> NsqdOptions:

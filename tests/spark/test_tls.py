@@ -23,11 +23,6 @@ from .conftest import start_nsqd
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("spark-certs"))
-
-
-@pytest.fixture(scope="module")
 def stack(
     tmp_path_factory: pytest.TempPathFactory, certs: CertFiles
 ) -> Iterator[tuple[DaemonProcess, DaemonProcess]]:

@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from nsqpy.testing import DaemonProcess, nsqd_process
-from nsqpy.testing.certs import CertFiles, make_certs
+from nsqpy.testing.certs import CertFiles
 
 from .helpers import assert_clean_error, run_tool, stats, unique
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@
 - ``start_nsqd``: ``start_nsqd(*flags, data=..., env=..., nofile=...)`` starts the nsqd
   program on loopback ports (data under ``data_path`` unless ``data`` is given) and returns
   it started; every process started is killed at the end, also when the test fails.
+- ``certs``: a CA, a server certificate for 127.0.0.1 and a client certificate signed by
+  it, as files (``nsqpy.testing.certs.make_certs``), made once per session.
 - after every test (autouse), the wires opened with ``WireClient`` and ``AsyncWire`` are
   closed.
 
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.testing.certs import CertFiles, make_certs
 from nsqpy.testing.clock import FakeClock
 from nsqpy.testing.inprocess import NsqdServers, nsqd_options
 from nsqpy.testing.processes import DaemonProcess, StartNsqd, nsqd_process
@@ -87,3 +90,8 @@ def start_nsqd(data_path: Path) -> Iterator[StartNsqd]:
     yield start
     for proc in started:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
+    return make_certs(tmp_path_factory.mktemp("certs"))

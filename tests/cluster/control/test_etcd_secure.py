@@ -57,11 +57,6 @@ REFUSED = 2.0  # seconds: the deadline of the connections that are to be refused
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
-    return make_certs(tmp_path_factory.mktemp("etcd-certs"))
-
-
-@pytest.fixture(scope="module")
 def stranger(tmp_path_factory: pytest.TempPathFactory) -> CertFiles:
     """Certificates of another CA."""
     return make_certs(tmp_path_factory.mktemp("stranger-certs"))
