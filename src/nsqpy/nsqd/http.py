@@ -16,6 +16,7 @@ exporter and the nsqd HTTP modules below it; never the server or the TCP side.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -52,6 +53,7 @@ from nsqpy.httpapi import (
 )
 from nsqpy.metrics.nsqd_metrics import NodeFigures, add_nsqd_metrics
 from nsqpy.nsqd import http_extend
+from nsqpy.nsqd.gate import ABSENT
 from nsqpy.nsqd.http_args import (
     HttpHost,
     cluster_topic,
@@ -446,6 +448,16 @@ class HttpApi:
         return topic, cname
 
     async def channel_create(self, request: web.Request) -> web.StreamResponse:
+        gate = self.server.cluster
+        if gate is not None:
+            # A topic etcd has, and this node is to hold, may not be taken up here yet (it
+            # was created a moment ago, or this node's watch has not brought it): it is
+            # taken up now, as a SUB would, rather than answered 404
+            name = named_topic_args(request, "INVALID_ARG_TOPIC")[1]
+            local = self.broker.get_topic(name) is not None or is_ephemeral(name)
+            if not local and gate.where(name) == ABSENT:  # (``where`` takes up what it can)
+                with contextlib.suppress(ProtocolError):
+                    await gate.prepare(name, create=False)
         topic, cname = self._channel_args(request)
         self.broker.channel(topic, cname)
         return v1_empty()

@@ -295,3 +295,23 @@ def test_a_deleted_topic_leaves_every_lookupds_listing(
         assert shared.request("POST", lookupds[via], f"/topic/delete?topic={topic_name}")[0] == 200
         for address in lookupds:  # (nsqd unregister what they held within moments)
             wait_for(lambda a=address: forgotten(shared, a, topic_name))  # type: ignore[misc]
+
+
+def test_a_channel_is_created_on_each_holder_right_after_the_topic(
+    shared: LocalCluster, topic_name: str
+) -> None:
+    """``/channel/create`` on the nsqd that hold a topic created a moment ago through
+    lookupd: a node that has not taken the topic up yet takes it up then (200, as a SUB
+    would), not 404 TOPIC_NOT_FOUND; a topic the cluster lacks is still 404."""
+    for n in range(4):
+        topic = f"{topic_name}_{n}"
+        assert create(shared, topic, partition_num=1, replicator=3)[0] == 200
+        for i in range(3):
+            path = f"/channel/create?topic={topic}&channel=c"
+            assert shared.request("POST", shared.nsqd_http(i), path)[0] == 200, (n, i)
+        for i in range(3):
+            doc = shared.nsqd_json(i, f"/stats?format=json&topic={topic}")
+            assert [c["channel_name"] for t in doc["topics"] or [] if t["topic_name"] == topic
+                    for c in t["channels"]] == ["c"]  # fmt: skip
+    missing = f"/channel/create?topic={topic_name}_none&channel=c"
+    assert shared.request("POST", shared.nsqd_http(0), missing)[0] == 404
