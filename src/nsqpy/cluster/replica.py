@@ -30,7 +30,34 @@ class LinkClosed(ConnectionError):
     """The peer closed the link (EOF)."""
 
 
-class Link:
+class FramedLink:
+    """What every kind of link has over its ``recv``: ``next``, and the ERROR a refusal
+    sends (``Link`` here, ``replica_mux.Stream`` on a shared connection)."""
+
+    leftover: deque[ReplicationFrame]
+    magic_sent: bool  # ours: a refusal sends it first when not yet
+
+    async def recv(self, timeout: float | None = None) -> list[ReplicationFrame]:
+        raise NotImplementedError
+
+    async def next(self, timeout: float | None = None) -> ReplicationFrame:
+        """One frame (the others received with it are kept for the next call)."""
+        if not self.leftover:
+            self.leftover.extend(await self.recv(timeout))
+        return self.leftover.popleft()
+
+    def refusal(self, err: ProtocolError | tuple[int, str, str]) -> bytes:
+        """The ERROR for ``err``, after our magic when we have not sent it yet."""
+        if isinstance(err, ProtocolError):
+            frame = encode_error(0, err.code, err.description)
+        else:
+            frame = encode_error(*err)
+        out = (b"" if self.magic_sent else MAGIC) + frame
+        self.magic_sent = True
+        return out
+
+
+class Link(FramedLink):
     """Frames over one asyncio stream pair. ``recv`` waits for at least one frame and
     returns every frame already decodable (one read of up to ``READ_SIZE`` bytes)."""
 
@@ -65,12 +92,6 @@ class Link:
             frames = list(self.decoder.frames())
         return frames
 
-    async def next(self, timeout: float | None = None) -> ReplicationFrame:
-        """One frame (the others received with it are kept for the next call)."""
-        if not self.leftover:
-            self.leftover.extend(await self.recv(timeout))
-        return self.leftover.popleft()
-
     def send(self, bufs: Sequence[Buffer]) -> None:
         self.writer.writelines(bufs)
 
@@ -79,13 +100,8 @@ class Link:
 
     async def refuse(self, err: ProtocolError | tuple[int, str, str]) -> None:
         """Send ERROR (after our magic when we have not sent it yet), then close."""
-        if isinstance(err, ProtocolError):
-            frame = encode_error(0, err.code, err.description)
-        else:
-            frame = encode_error(*err)
         try:
-            self.writer.write((b"" if self.magic_sent else MAGIC) + frame)
-            self.magic_sent = True
+            self.writer.write(self.refusal(err))
             async with asyncio.timeout(1.0):
                 await self.writer.drain()
         except (OSError, TimeoutError):
@@ -105,4 +121,4 @@ class Link:
             pass
 
 
-__all__ = ["Link", "LinkClosed"]
+__all__ = ["FramedLink", "Link", "LinkClosed"]

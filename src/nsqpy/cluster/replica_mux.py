@@ -38,7 +38,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from nsqpy.cluster.replica import READ_SIZE, LinkClosed
+from nsqpy.cluster.replica import READ_SIZE, FramedLink, LinkClosed
 from nsqpy.cluster.tls import ClusterTls, dial
 from nsqpy.errors import ProtocolError
 from nsqpy.protocol.replication import (
@@ -48,7 +48,6 @@ from nsqpy.protocol.replication import (
     ReplicationFrame,
     ReplicationProtocolError,
     ReplicationReader,
-    encode_error,
 )
 
 MUX_MAGIC = b"NQM1"
@@ -70,7 +69,7 @@ _PING = HEADER.pack(PING, 0, 0)
 Accept = Callable[["Stream"], None]
 
 
-class Stream:
+class Stream(FramedLink):
     """One partition's link on a ``MuxConn``; ``Link``'s interface (``recv``, ``next``,
     ``send``, ``drain``, ``refuse``, ``close``, ``abort``, ``peer``, ``magic_sent``)."""
 
@@ -116,11 +115,6 @@ class Stream:
             frames = list(self.decoder.frames())
         return frames
 
-    async def next(self, timeout: float | None = None) -> ReplicationFrame:
-        if not self.leftover:
-            self.leftover.extend(await self.recv(timeout))
-        return self.leftover.popleft()
-
     def send(self, bufs: Sequence[Buffer]) -> None:
         if not self.closed:
             self.conn.send_data(self.sid, bufs)
@@ -132,12 +126,7 @@ class Stream:
 
     async def refuse(self, err: ProtocolError | tuple[int, str, str]) -> None:
         """ERROR on this stream (after the magic when not yet sent), then CLOSE."""
-        if isinstance(err, ProtocolError):
-            frame = encode_error(0, err.code, err.description)
-        else:
-            frame = encode_error(*err)
-        self.send([(b"" if self.magic_sent else MAGIC) + frame])
-        self.magic_sent = True
+        self.send([self.refusal(err)])
         self.abort()
 
     def abort(self) -> None:
