@@ -1,6 +1,7 @@
 """Compare nsqpy's nsqd with Youzan's, side by side, on what Youzan's clients parse.
 
     python scripts/youzan_compare.py YOUZAN_NSQD [--nsqd NSQPY_NSQD] [--out DIR]
+                                     [--resume-on HOST:PORT]
 
 Starts Youzan's nsqd (the program given, a build of youzan/nsq) and nsqpy's, each a single
 node on loopback ports of its own with a data folder of its own, sends each the same
@@ -9,8 +10,14 @@ PUB and SUB, SUB_ORDERED and SUB_ADVANCED with their detail, PUB_EXT and PUB_TRA
 errors a client acts on), and compares the answers as a client reads them: an error by its
 code (the first word: clients branch on it, the text is for people), OK and other
 responses byte for byte, a message by its attempts and body (its timestamp and ID are the
-server's own; a detail's queue offset is each server's own position, its size is compared),
-IDENTIFY's reply by the keys clients read. Prints one line per step, ``same`` or both
+server's own; a detail's queue offset and size are each server's own units, so what is
+compared is what a client computes from them: whether each message starts where the one
+before it ends, at offset + size), IDENTIFY's reply by the keys clients read. One more
+conversation resumes where a client left off: two PUB_TRACEs, then SUB_ADVANCED at the
+first reply's offset + size, which must deliver the second message on both servers.
+Youzan's nsqd takes such a position only in a cluster (a single one answers ``E_INVALID Not
+supported while coordinator disabled``): ``--resume-on`` names the TCP address of the leader
+of partition 0 of a topic ``cmpr`` in a Youzan cluster, where that conversation is held. Prints one line per step, ``same`` or both
 answers, and a summary; exits 1 when any step differs. Every process it starts is stopped.
 Not run in CI (Youzan's nsqd is not part of this repository).
 """
@@ -70,8 +77,8 @@ def daemon(argv: list[str], http: int, log: Path) -> Iterator[None]:
 
 
 class Wire:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=5)
         self.sock.sendall(b"  V2")
         self.buf = b""
 
@@ -122,14 +129,34 @@ def read_as_client(kind: int, data: bytes, detail: bool) -> object:
     if kind == FRAME_MESSAGE:
         attempts = struct.unpack(">H", data[8:10])[0]
         rest = data[26:]  # (after the ID: 16 hex digits, or two u64s for extend_support)
-        if detail:  # (the queue offset is each server's own; the size is compared)
-            size = struct.unpack(">I", rest[8:12])[0]
-            return ("message", attempts, "detail size", size, rest[DETAIL:])
+        if detail:  # (offset and size in each server's own units: see ``chained``)
+            offset, size = struct.unpack(">QI", rest[:DETAIL])
+            return ("message", attempts, ("detail", offset, size), rest[DETAIL:])
         return ("message", attempts, rest)
     if kind == FRAME_RESPONSE and data.startswith(b"{"):
         doc = json.loads(data)
         return ("identify", {k: doc.get(k, "<absent>") for k in IDENTIFY_KEYS if k in doc})
     return ("response" if kind == FRAME_RESPONSE else f"frame {kind}", data)
+
+
+def chained(seen: list[object]) -> list[object]:
+    """The detailed messages of one conversation, their (offset, size) replaced by whether
+    the message starts at the previous one's offset + size (None for the first)."""
+    out: list[object] = []
+    end = None
+    for item in seen:
+        if isinstance(item, tuple) and len(item) == 4 and isinstance(item[2], tuple):
+            _, offset, size = item[2]
+            item = (
+                item[0],
+                item[1],
+                "starts where the last ended",
+                None if end is None else offset == end,
+                item[3],
+            )
+            end = offset + size
+        out.append(item)
+    return out
 
 
 IDENTIFY = b"IDENTIFY\n" + body(json.dumps({
@@ -212,6 +239,40 @@ STEPS: list[tuple[str, list[tuple[bytes, int]], bool, bool]] = [
 ]
 
 
+RESUME = "PUB_TRACE twice, then SUB_ADVANCED at the first reply's offset + size"
+
+
+def resume(host: str, port: int) -> list[object]:
+    """The resume conversation (see the module docstring), as a client reads it. (Its
+    INTERNAL_CREATE_TOPIC's answer is left out: a cluster node answers it otherwise.)"""
+    wire = Wire(port, host)
+    seen: list[object] = []
+    try:
+        wire.send(b"INTERNAL_CREATE_TOPIC cmpr 0\n")
+        wire.frames(1)
+        replies = []
+        for trace_id, text in ((11, b"first"), (12, b"second")):
+            wire.send(b"PUB_TRACE cmpr 0\n" + body(struct.pack(">Q", trace_id) + text))
+            for kind, data in wire.frames(1):
+                if kind == FRAME_RESPONSE and data.startswith(b"OK") and len(data) == 30:
+                    replies.append(struct.unpack(">QQQI", data[2:]))
+                    seen.append(("traced", "trace id", replies[-1][1]))
+                else:
+                    seen.append(read_as_client(kind, data, False))
+        if len(replies) == 2:
+            (_, _, first, size), (_, _, second, _) = replies
+            seen.append(("second at first + size", second == first + size))
+            wire.send(f"SUB_ADVANCED cmpr r 0 virtual_queue:{first + size}\n".encode())
+            seen += [read_as_client(k, d, True) for k, d in wire.frames(1)]
+            wire.send(b"RDY 1\n")
+            seen += [read_as_client(k, d, True) for k, d in wire.frames(1)]
+    except OSError as exc:
+        seen.append(("socket", type(exc).__name__))
+    finally:
+        wire.close()
+    return chained(seen)
+
+
 def run(port: int) -> list[list[object]]:
     answers: list[list[object]] = []
     for _name, exchange, detail, _extend in STEPS:
@@ -227,7 +288,7 @@ def run(port: int) -> list[list[object]]:
             seen.append(("socket", type(exc).__name__))
         finally:
             wire.close()
-        answers.append(sorted(seen, key=repr))
+        answers.append(sorted(chained(seen), key=repr))
         time.sleep(0.05)
     return answers
 
@@ -237,6 +298,8 @@ def main() -> int:
     parser.add_argument("youzan_nsqd")
     parser.add_argument("--nsqd", default=str(Path(sys.executable).parent / "nsqd"))
     parser.add_argument("--out", default="test-artifacts/youzan-compare")
+    parser.add_argument("--resume-on", help="HOST:PORT, the leader of cmpr's partition 0 "
+                        "in a Youzan cluster (for the resume conversation)")  # fmt: skip
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -254,14 +317,20 @@ def main() -> int:
                     "--sync-timeout=100ms", *extra]  # fmt: skip
             with daemon(argv, http, out / f"{name}.log"):
                 results[name] = run(tcp)
+                if name == "nsqpy" or not args.resume_on:
+                    results[name].append(resume("127.0.0.1", tcp))
+        if args.resume_on:
+            host, _, port = args.resume_on.rpartition(":")
+            results["youzan"].append(resume(host, int(port)))
     differ = 0
-    for (step, *_), yz, ours in zip(STEPS, results["youzan"], results["nsqpy"], strict=True):
+    names = [step for step, *_ in STEPS] + [RESUME]
+    for step, yz, ours in zip(names, results["youzan"], results["nsqpy"], strict=True):
         if yz == ours:
             print(f"same     {step}: {ours}")
         else:
             differ += 1
             print(f"DIFFERS  {step}:\n           youzan {yz}\n           nsqpy  {ours}")
-    print(f"{len(STEPS) - differ} of {len(STEPS)} steps answered alike")
+    print(f"{len(names) - differ} of {len(names)} conversations answered alike")
     return 1 if differ else 0
 
 

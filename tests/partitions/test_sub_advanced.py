@@ -6,6 +6,7 @@ channel's only consumer, and a bad one is refused before anything is subscribed.
 from __future__ import annotations
 
 from nsqpy.nsqd.server import NsqdServer
+from nsqpy.protocol.extend import decode_traced_reply, encode_mpub_trace, encode_pub_trace
 from nsqpy.protocol.message import decode_message
 from nsqpy.testing import AsyncWire, FakeClock
 
@@ -26,7 +27,7 @@ async def bodies(wire: AsyncWire, count: int, partition: int) -> list[bytes]:
         assert ftype == 2, data
         msg = decode_message(data, detail=True)
         assert partition_of(msg.id) == partition
-        assert (msg.queue_offset, msg.raw_size) == (offset_of(msg.id), len(msg.body))
+        assert (msg.queue_offset, msg.raw_size) == (offset_of(msg.id), 1)
         out.append(msg.body)
         await wire.send(b"FIN " + msg.id + b"\n")
     return out
@@ -65,6 +66,43 @@ async def test_advanced_subscribers_get_the_detail_and_start_where_asked(
     doc = await stats(nsqd, "a")
     ends = {c["channel_name"]: [p["depth"] for p in c["partitions"]] for c in doc["channels"]}
     assert ends["end"] == [3, 0] and ends["off"] == [3, 0]
+
+
+async def test_a_client_resumes_at_offset_plus_size_as_with_youzans(nsqd: NsqdServer) -> None:
+    """Youzan's offsets count bytes and a message's detail (or a traced reply) gives the
+    bytes it takes, so a client resumes after a message at offset + size. nsqpy's offsets
+    count messages and the size it gives is in the same unit: resuming there is the next
+    message, never one further on."""
+    await create_topic(nsqd, "r", 1)
+    producer = await AsyncWire.connect(nsqd.tcp_port)
+    await producer.send(encode_pub_trace("r", 7, b"r-0", partition=0))
+    _, reply = await producer.read_frame()
+    _, _, offset, size = decode_traced_reply(reply)
+    await producer.send(
+        encode_mpub_trace("r", [(8, b"r-1"), (9, b"r-2"), (10, b"r-3")], partition=0)
+    )
+    _, reply = await producer.read_frame()
+    _, _, batch_offset, batch_size = decode_traced_reply(reply)
+    assert batch_offset == offset + size
+    await publish(nsqd, "r", 0, 1, 4)  # (offset 4: "0-4")
+
+    after_reply = await subscribe(
+        nsqd.tcp_port, f"SUB_ADVANCED r a 0 virtual_queue:{offset + size}"
+    )
+    assert await bodies(after_reply, 4, 0) == [b"r-1", b"r-2", b"r-3", b"0-4"]
+    after_batch = await subscribe(
+        nsqd.tcp_port, f"SUB_ADVANCED r b 0 virtual_queue:{batch_offset + batch_size}"
+    )
+    assert await bodies(after_batch, 1, 0) == [b"0-4"]
+
+    first = await subscribe(nsqd.tcp_port, "SUB_ADVANCED r c 0 special:-2", rdy=1)
+    _, data = await first.read_frame(5.0)
+    msg = decode_message(data, detail=True)
+    assert msg.body == b"r-0"
+    resumed = await subscribe(
+        nsqd.tcp_port, f"SUB_ADVANCED r d 0 virtual_queue:{msg.queue_offset + msg.raw_size}"
+    )
+    assert (await bodies(resumed, 1, 0)) == [b"r-1"]
 
 
 async def test_a_later_subscriber_joins_where_the_channel_is(nsqd: NsqdServer) -> None:

@@ -32,8 +32,8 @@ from nsqpy.protocol.message import (
     message_frame,
     try_decode_message_id,
 )
-from nsqpy.storage import Entry, Record
-from nsqpy.storage.records import EXT, EXT_SIZE, RECORD_SIZE, parse_extension
+from nsqpy.storage import Record
+from nsqpy.storage.records import EXT, EXT_SIZE, parse_extension
 
 Extension: TypeAlias = tuple[int, bytes]  # (extension version, extension bytes)
 NO_EXTENSION: Extension = (NO_EXT_VERSION, b"")
@@ -87,13 +87,6 @@ try:  # (optional, like the other C frames: see nsqpy.protocol.message)
     from nsqpy.protocol._frames import stored_ext_frame as stored_ext_frame
 except ImportError:  # pragma: no cover - exercised where the extension is not built
     stored_ext_frame = py_stored_ext_frame
-
-
-def stored_size(entry: Entry) -> int:
-    """The bytes ``entry`` takes in the log (the size youzan's traced reply reports)."""
-    ext = entry.trace_id or entry.partition_key or entry.headers
-    extension = EXT_SIZE + len(entry.partition_key) + len(entry.headers) if ext else 0
-    return RECORD_SIZE + extension + len(entry.body)
 
 
 class ExtendSink:

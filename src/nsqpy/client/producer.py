@@ -43,8 +43,8 @@ CLOSE_GRACE = 2.0  # seconds ``close`` waits for a connection to close before ab
 @dataclass(frozen=True)
 class Published:
     """Where a traced publish went (youzan's traced reply): the message's ID as a number
-    (its partition and offset), its trace id, its offset in its partition and its stored
-    size in bytes."""
+    (its partition and offset), its trace id, its offset in its partition and the size of
+    what was published in the queue (1 a message: the next offset is ``offset + size``)."""
 
     id: int
     trace_id: int

@@ -33,7 +33,6 @@ from functools import partial
 from aiohttp import web
 
 from nsqpy.broker.broker import Broker, PartitionCountMismatch
-from nsqpy.broker.extensions import stored_size
 from nsqpy.broker.topic import MAX_PARTITIONS, EphemeralPartitions, Topic
 from nsqpy.errors import (
     BadBody,
@@ -63,7 +62,7 @@ from nsqpy.protocol.extend import (
     headers_from_mapping,
     parse_headers,
 )
-from nsqpy.protocol.message import OFFSET_BITS
+from nsqpy.protocol.message import OFFSET_BITS, QUEUE_SIZE
 from nsqpy.protocol.names import valid_channel_name, valid_topic_name
 from nsqpy.storage import Entry
 
@@ -191,7 +190,7 @@ class ExtendHttp:
         if not traced:
             return v1_text("OK")
         msg_id = (placed.partition.number << OFFSET_BITS) | placed.first
-        return v1_json(traced_doc(msg_id, entry.trace_id, placed.first, stored_size(entry)))
+        return v1_json(traced_doc(msg_id, entry.trace_id, placed.first, QUEUE_SIZE))
 
     async def _forward(
         self, entry: Entry, cmd: PubExt | PubTrace, partition: int, traced: bool

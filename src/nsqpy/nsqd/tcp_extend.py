@@ -13,7 +13,6 @@ protocol and broker layers only.
 from __future__ import annotations
 
 from nsqpy.broker.broker import Placement
-from nsqpy.broker.extensions import stored_size
 from nsqpy.protocol.extend import (
     MpubExt,
     MpubTrace,
@@ -23,7 +22,7 @@ from nsqpy.protocol.extend import (
     parse_headers,
 )
 from nsqpy.protocol.frames import encode_response
-from nsqpy.protocol.message import OFFSET_BITS
+from nsqpy.protocol.message import OFFSET_BITS, QUEUE_SIZE
 from nsqpy.storage import Entry
 
 Extended = PubExt | MpubExt | PubTrace | MpubTrace
@@ -51,9 +50,10 @@ def extended_entries(cmd: Extended, now: int) -> tuple[list[Entry], bool]:
 
 def traced_reply(placed: list[Placement], entries: list[Entry]) -> bytes:
     """The traced reply frame: the first message's ID and offset, the trace id (of a
-    single message; 0 for several) and the stored size of them all."""
+    single message; 0 for several) and their size in the queue (the next offset is the
+    offset + the size, as in youzan's reply, whose offsets count bytes)."""
     first = placed[0]
     msg_id = (first.partition.number << OFFSET_BITS) | first.first
     trace_id = entries[0].trace_id if len(entries) == 1 else 0
-    size = sum(map(stored_size, entries))
+    size = QUEUE_SIZE * len(entries)
     return encode_response(encode_traced_reply(msg_id, trace_id, first.first, size))

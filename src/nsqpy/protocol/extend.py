@@ -8,7 +8,7 @@ with ``##`` are reserved: ``##trace_id`` is a decimal uint64 string, ``##partiti
 picks the partition by hash; a value that is not valid Unicode, a lone surrogate escape such
 as ``"\\ud800"``, is the fatal E_BAD_BODY: it could never be written out as UTF-8 again),
 the reply a traced publish gets (``encode_traced_reply``:
-``OK`` then the message ID as a uint64, the trace id, the offset and the record size, all
+``OK`` then the message ID as a uint64, the trace id, the offset and the size in the queue, all
 big-endian) and the client-side encoders of ``PUB_EXT``/``MPUB_EXT`` (each message is a
 uint16 header length, the JSON header, the body), ``PUB_TRACE``/``MPUB_TRACE`` (a uint64
 trace id, the body), the partitioned ``PUB``/``MPUB <topic> <partition>`` and

@@ -40,6 +40,7 @@ _EXT_HEAD = struct.Struct(">BH")
 # youzan's detail, in front of the body of a message sent to a SUB_ORDERED subscriber: the
 # message's offset in its partition's queue and its size
 DETAIL = struct.Struct(">QI")
+QUEUE_SIZE = 1  # a message's size in the queue: the distance from its offset to the next's
 BINARY_ID = struct.Struct(">QQ")  # youzan's message ID on the wire: the ID, the trace id
 
 # Extension versions of youzan's extended message frame.
@@ -152,7 +153,9 @@ def binary_id_frame(frame: bytes, trace_id: int) -> bytes:
 def detail_frame(frame: bytes, *, extended: bool) -> bytes:
     """A whole message frame with youzan's detail put in front of its body (after the
     extension, for an ``extended`` frame, whose ID is binary): the offset from the frame's
-    message ID, the size of the body. The form a ``SUB_ORDERED`` subscriber is sent."""
+    message ID and the message's size in the queue, which is 1 (offsets count messages;
+    youzan's count bytes, and the next message is at offset + size on both). The form a
+    ``SUB_ORDERED`` subscriber is sent."""
     at = _ID_END
     raw_id = frame[_ID_END - MSG_ID_LENGTH : _ID_END]
     if extended:
@@ -162,9 +165,7 @@ def detail_frame(frame: bytes, *, extended: bool) -> bytes:
         decoded = try_decode_message_id(raw_id)
         offset = decoded[1] if decoded is not None else 0
     size = _SIZE.unpack_from(frame)[0] + DETAIL.size
-    return b"".join(
-        (_SIZE.pack(size), frame[4:at], DETAIL.pack(offset, len(frame) - at), frame[at:])
-    )
+    return b"".join((_SIZE.pack(size), frame[4:at], DETAIL.pack(offset, QUEUE_SIZE), frame[at:]))
 
 
 @dataclass(slots=True)
@@ -173,7 +174,8 @@ class Message:
 
     ``ext_version`` and ``ext`` are set for frames decoded as extended (``extend_support``);
     ``queue_offset`` and ``raw_size`` for frames decoded with ``detail`` (a ``SUB_ORDERED``
-    subscriber's: the message's offset in its partition and its size, -1 otherwise).
+    subscriber's: the message's offset in its partition and its size in the queue, 1, so
+    that the next message is at ``queue_offset + raw_size``; -1 otherwise).
     """
 
     timestamp: int
