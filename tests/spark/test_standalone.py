@@ -13,13 +13,21 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nsqpy.spark.package import SPARK_SIDE_REQUIREMENTS, build, zip_name
+from nsqpy.spark.package import (
+    ENV_ALIAS,
+    SPARK_SIDE_REQUIREMENTS,
+    build,
+    build_env,
+    env_flags,
+    zip_name,
+)
 from nsqpy.testing import DaemonProcess, http_request, wait_for
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.spark import QUICK_JVM, StandaloneSpark
@@ -117,10 +125,53 @@ def test_a_job_submitted_to_the_standalone_cluster_reads_a_topic_on_its_executor
     assert found["spark_partitions"] == 2, "one Spark partition per nsqpy partition"
     assert found["executors"] == 2
     ran = found["tasks_ran"]
-    assert ran and all(executable == str(executor_python) for executable, _ in ran), ran
-    assert all(f"{archive.name}/nsqpy/" in where for _, where in ran), "nsqpy from the zip"
+    assert ran and all(executable == str(executor_python) for executable, _, _ in ran), ran
+    assert all(f"{archive.name}/nsqpy/" in where for _, where, _ in ran), "nsqpy from the zip"
     apps = standalone.state().get("completedapps", [])
     assert any(app.get("name") == "nsqpy-standalone" for app in apps), apps
+
+
+def test_executors_run_in_the_packed_environment_the_job_ships(
+    standalone: StandaloneSpark, nsqd: DaemonProcess, tmp_path: Path
+) -> None:
+    """``nsqpy spark package --env``'s environment, sent with ``--archives`` as its printed
+    flags say: each executor unpacks it and its Python workers run in it, importing nsqpy
+    (the zip on the environment's path) and pyarrow from it, not from any Python of this
+    machine; nothing else ships nsqpy (no ``--py-files``). In client mode the driver's JVM
+    starts its Python workers by the same relative path: spark-submit runs where the
+    environment is unpacked as the printed lines say."""
+    topic = "packed"
+    status, body, _ = http_request(
+        "POST", f"{nsqd.http}/topic/create?topic={topic}&partition_num=2"
+    )
+    assert status == 200, body
+    sent = {p: [f"e{p}-{i}".encode() for i in range(200)] for p in (0, 1)}
+    for p, bodies in sent.items():
+        publish(nsqd, topic, bodies, partition=p)
+    env = build_env(tmp_path / "dist")
+    with tarfile.open(env) as packed:
+        names = packed.getnames()
+    assert "bin/python" in names and not [n for n in names if "/nsqpy/nsqd/" in n], names[:20]
+    out, here = tmp_path / "read.json", tmp_path / "driver"
+    (here / ENV_ALIAS).mkdir(parents=True)
+    with tarfile.open(env) as packed:
+        packed.extractall(here / ENV_ALIAS, filter="tar")
+    done = standalone.submit(
+        *env_flags(env), "--conf", "spark.executor.memory=512m",
+        str(JOB), nsqd.http.removeprefix("http://"), topic, str(out), cwd=here,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    got = {p: sorted(b for q, _o, b in found["rows"] if q == p) for p in (0, 1)}
+    assert got == {p: sorted(b.decode() for b in bodies) for p, bodies in sent.items()}
+    ran = found["tasks_ran"]
+    assert ran and all(
+        executable.endswith(f"/{ENV_ALIAS}/bin/python")
+        and not executable.startswith(str(here))  # (each executor's own unpacked copy)
+        and f"/{ENV_ALIAS}/" in nsqpy_at and f"{zip_name()}/nsqpy/" in nsqpy_at
+        and f"/{ENV_ALIAS}/" in pyarrow_at
+        for executable, nsqpy_at, pyarrow_at in ran
+    ), ran  # fmt: skip
 
 
 @pytest.mark.timeout(600)
@@ -186,6 +237,8 @@ def test_the_archive_on_the_standalone_cluster_is_exactly_once_through_failovers
         more(1400, 100)
         final = start_archive([*args, "--once"], log)
         assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
+    # its workers ran the Python --conf gave, which has no nsqpy: they had it from the job
+    assert f"workers run {executor_python}" in log.read_text(), log.read_text()[-3000:]
     table = pq.read_table(str(out), columns=["partition", "offset", "body"]).to_pylist()
     for p in (0, 1):
         mine = sorted((r["offset"], bytes(r["body"])) for r in table if r["partition"] == p)

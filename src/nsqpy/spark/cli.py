@@ -145,6 +145,11 @@ def spark_session(
     master: str | None, confs: Sequence[str], quiet: bool, app: str
 ) -> tuple[object, bool]:
     """(session with ``nsq`` registered, whether we created it and so must stop it)."""
+    settings = dict(_conf_pair(c) for c in confs)
+    # (a session made in this process takes its workers' Python from PYSPARK_PYTHON only:
+    # spark.pyspark.python is spark-submit's, so a --conf giving it is applied here)
+    if "spark.pyspark.python" in settings:
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark import SparkConf
@@ -152,9 +157,18 @@ def spark_session(
 
     from nsqpy.spark.source import NsqDataSource
 
-    settings = dict(_conf_pair(c) for c in confs)
     session = SparkSession.getActiveSession()
     owned = session is None
+    shipped = None
+    if session is None and master and not master.startswith("local"):
+        # (a cluster's executors get nsqpy's Spark side from the job, as with spark-submit
+        # --py-files: nsqpy spark package. The Python workers this driver's JVM starts,
+        # which plan the data source, find it on PYTHONPATH, which the JVM inherits.)
+        from nsqpy.spark.package import build
+
+        shipped = str(build(Path(tempfile.gettempdir()) / f"nsqpy-spark-{os.getuid()}"))
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = shipped + (os.pathsep + path if path else "")
     if session is None:
         builder = SparkSession.builder.appName(app)
         if master:
@@ -167,13 +181,8 @@ def spark_session(
             builder = builder.config(key, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
-        if master and not master.startswith("local"):
-            # (a cluster's executors get nsqpy's Spark side from the job, as with
-            # spark-submit --py-files: nsqpy spark package)
-            from nsqpy.spark.package import build
-
-            cache = Path(tempfile.gettempdir()) / f"nsqpy-spark-{os.getuid()}"
-            session.sparkContext.addPyFile(str(build(cache)))
+        if shipped is not None:
+            session.sparkContext.addPyFile(shipped)
     else:
         session.conf.set(
             "spark.sql.session.timeZone", settings.get("spark.sql.session.timeZone", "UTC")

@@ -11,15 +11,25 @@ import what PySpark's SQL itself needs for Arrow (pyarrow, numpy, pandas) and ``
 (the log's checksums); ``SPARK_SIDE_REQUIREMENTS`` names them, for the executors'
 environment.
 
+``nsqpy spark package --env`` also writes, for clusters whose Python lacks those, an
+environment of their own as Spark's documentation recommends for Python dependencies: a
+virtual environment made with ``venv``, the driver's own versions of them installed with
+pip, the zip on its path (a ``.pth`` line), packed with venv-pack into
+``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named with
+``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
+the same path on every machine (venv-pack packs the packages, not the interpreter).
+
 The zip's entries have fixed times, so the same sources give the same bytes. Imports the
-standard library only.
+standard library only (venv-pack when packing an environment).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +42,7 @@ SPARK_SIDE = ("__init__.py", "errors.py", "protocol", "spark")
 # What the executors' Python must have besides the standard library and pyspark.
 SPARK_SIDE_REQUIREMENTS = ("pyarrow", "numpy", "pandas", "crc32c")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+ENV_ALIAS = "nsqpy-env"  # the folder each executor unpacks the environment into
 
 
 def zip_name() -> str:
@@ -68,6 +79,75 @@ def submit_flags(archive: Path) -> list[str]:
     return ["--py-files", str(archive)]
 
 
+def env_name() -> str:
+    return (
+        f"nsqpy-spark-env-{nsqpy.__version__}-py{sys.version_info[0]}.{sys.version_info[1]}.tar.gz"
+    )
+
+
+def pins() -> list[str]:
+    """``SPARK_SIDE_REQUIREMENTS`` at the versions this Python has (the driver's)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in SPARK_SIDE_REQUIREMENTS]
+
+
+def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
+    """Write the packed environment into ``out_dir`` (see the module doc); its path. Raises
+    ``RuntimeError`` naming what failed (pip's last lines, or venv-pack missing)."""
+    try:
+        import venv_pack  # type: ignore[import-untyped]
+    except ImportError:
+        raise RuntimeError(
+            "packing an environment needs venv-pack: pip install venv-pack"
+        ) from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / env_name()
+    with tempfile.TemporaryDirectory(prefix="nsqpy-spark-env-") as tmp:
+        env = Path(tmp) / "env"
+        _run([sys.executable, "-m", "venv", str(env)], "making the virtual environment")
+        python = env / "bin" / "python"
+        _run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             *pip_args, *pins()],
+            "installing " + ", ".join(SPARK_SIDE_REQUIREMENTS),
+        )  # fmt: skip
+        site = Path(
+            subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                check=True, capture_output=True, text=True,
+            ).stdout.strip()
+        )  # fmt: skip
+        zipped = build(site)
+        (site / "nsqpy-spark.pth").write_text(zipped.name + "\n")  # (relative to site)
+        partial = target.with_name(target.name + ".partial")
+        partial.unlink(missing_ok=True)
+        venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz", verbose=False)
+    partial.chmod(0o644)  # (venv-pack writes it for its owner only; Spark's nodes read it)
+    os.replace(partial, target)
+    return target
+
+
+def _run(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{what} failed: " + " / ".join(tail))
+
+
+def env_flags(archive: Path) -> list[str]:
+    """The ``spark-submit`` flags that unpack ``archive`` on every executor and run their
+    Python workers in it. The driver keeps its own Python; in client mode its JVM also
+    starts Python workers by that relative path (a Python data source is planned in one),
+    so ``./nsqpy-env`` must be an environment with nsqpy where spark-submit runs (this one
+    unpacked, or a link to the driver's)."""
+    return [
+        "--archives", f"{archive}#{ENV_ALIAS}",
+        "--conf", f"spark.pyspark.python=./{ENV_ALIAS}/bin/python",
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+    ]  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nsqpy spark",
@@ -83,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     package.add_argument("--out", default=".", help="folder to write the zip into (.)")
+    package.add_argument(
+        "--env",
+        action="store_true",
+        help="also write a packed virtual environment for --archives, with "
+        + ", ".join(SPARK_SIDE_REQUIREMENTS)
+        + " at this Python's versions (needs venv-pack and pip's index)",
+    )
     return parser
 
 
@@ -92,7 +179,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     needs = ", ".join(SPARK_SIDE_REQUIREMENTS)
     print(f"wrote {archive}")
     print(f"spark-submit {' '.join(submit_flags(archive))} ... your_job.py")
-    print(f"(the executors' Python needs pyspark and {needs})")
+    print(f"(the executors' Python needs {needs})")
+    if args.env:
+        try:
+            env = build_env(Path(args.out)).resolve()
+        except RuntimeError as exc:
+            print(f"nsqpy spark package: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {env}")
+        print(f"spark-submit {' '.join(env_flags(env))} ... your_job.py")
+        base = Path(sys.executable).resolve()
+        print(f"(the executors need the same Python at the same path: {base};")
+        print(f" in client mode, run spark-submit where ./{ENV_ALIAS} is this environment too:")
+        print(f" mkdir {ENV_ALIAS} && tar -xzf {env} -C {ENV_ALIAS})")
     return 0
 
 

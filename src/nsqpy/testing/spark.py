@@ -115,15 +115,20 @@ class StandaloneSpark:
         return doc if isinstance(doc, dict) else {}
 
     def submit(
-        self, *args: str, timeout: float = 300, env: Mapping[str, str] | None = None
+        self,
+        *args: str,
+        timeout: float = 300,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """``spark-submit --master spark://... args`` (client mode), run to its end."""
+        """``spark-submit --master spark://... args`` (client mode, in ``cwd``), run to its end."""
         command = [str(self.home / "bin" / "spark-submit"), "--master", self.master_url,
                    "--conf", f"spark.driver.extraJavaOptions={QUICK_JVM}",
                    "--conf", f"spark.executor.extraJavaOptions={QUICK_JVM}",
                    "--conf", "spark.ui.enabled=false", *args]  # fmt: skip
         return subprocess.run(command, env={**self.env, **(env or {})}, capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)  # fmt: skip
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              cwd=cwd)  # fmt: skip
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         try:

@@ -1,7 +1,8 @@
 """A job ``tests/spark/test_standalone.py`` submits with spark-submit to a standalone
 cluster: it reads a topic with the ``nsq`` source on the cluster's executors and writes
 what it read, and where its tasks ran, as JSON. argv: nsqd HTTP address, topic, output.
-It finds nsqpy only where spark-submit put it (``--py-files``)."""
+Its executors find nsqpy only where spark-submit put it (``--py-files``, or the packed
+environment of ``--archives``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import json
 import sys
 
 
-def where_task_ran(_: object) -> tuple[str, str]:
+def where_task_ran(_: object) -> tuple[str, str, str]:
+    import pyarrow  # type: ignore[import-untyped]
+
     import nsqpy
 
-    return sys.executable, nsqpy.__file__ or ""
+    return sys.executable, nsqpy.__file__ or "", pyarrow.__file__ or ""
 
 
 def main() -> None:
