@@ -164,8 +164,7 @@ class MuxConn:
         self.highest = 0  # the last stream id used (dialer) or opened (listener)
         self.closed = False
         self._loop = asyncio.get_running_loop()
-        self.sent_at = self._loop.time()
-        self.idle_since: float | None = self.sent_at
+        self.idle_since: float | None = self._loop.time()
         self._logged: dict[str, float] = {}  # what was logged of this connection, and when
         self.pinger: asyncio.Task[None] | None = None
 
@@ -196,7 +195,6 @@ class MuxConn:
     def _write(self, out: list[Buffer]) -> None:
         if out and not self.closed:
             self.writer.writelines(out)
-            self.sent_at = self._loop.time()
 
     async def drain(self) -> None:
         await self.writer.drain()
