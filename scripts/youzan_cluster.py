@@ -101,11 +101,16 @@ def main() -> int:
             create(cluster, topic)
             victim = leader(cluster, topic, 0)
             proc = start(args, cluster, topic, 0, args.kill_count, ordered)
-            time.sleep(args.kill_after)
-            cluster.kill_nsqd(victim)
-            moved = partial(lambda t, v: leader(cluster, t, 0) != v, topic, victim)
-            cluster.wait_for(moved, 60, "a new leader")
-            cluster.restart_nsqd(victim)
+            try:
+                time.sleep(args.kill_after)
+                cluster.kill_nsqd(victim)
+                moved = partial(lambda t, v: leader(cluster, t, 0) != v, topic, victim)
+                cluster.wait_for(moved, 60, "a new leader")
+                cluster.restart_nsqd(victim)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
             what = f"{'ordered' if ordered else 'unordered'}, leader SIGKILLed"
             published, consumed, _, _, disorder = finish(proc, what)
             if consumed < published or (ordered and disorder):

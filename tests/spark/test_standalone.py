@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +132,7 @@ def test_a_job_submitted_to_the_standalone_cluster_reads_a_topic_on_its_executor
     assert any(app.get("name") == "nsqpy-standalone" for app in apps), apps
 
 
+@pytest.mark.timeout(600)
 def test_executors_run_in_the_packed_environment_the_job_ships(
     standalone: StandaloneSpark, nsqd: DaemonProcess, tmp_path: Path
 ) -> None:
@@ -156,10 +158,14 @@ def test_executors_run_in_the_packed_environment_the_job_ships(
     (here / ENV_ALIAS).mkdir(parents=True)
     with tarfile.open(env) as packed:
         packed.extractall(here / ENV_ALIAS, filter="tar")
-    done = standalone.submit(
-        *env_flags(env), "--conf", "spark.executor.memory=512m",
-        str(JOB), nsqd.http.removeprefix("http://"), topic, str(out), cwd=here,
-    )  # fmt: skip
+    try:
+        done = standalone.submit(
+            *env_flags(env), "--conf", "spark.executor.memory=512m",
+            str(JOB), nsqd.http.removeprefix("http://"), topic, str(out), cwd=here,
+        )  # fmt: skip
+    finally:  # (some 400 MB: not left in pytest's kept temporary folders)
+        shutil.rmtree(here / ENV_ALIAS)
+        env.unlink()
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(out.read_text())
     got = {p: sorted(b for q, _o, b in found["rows"] if q == p) for p in (0, 1)}

@@ -190,7 +190,8 @@ class ExtendHttp:
         if not traced:
             return v1_text("OK")
         msg_id = (placed.partition.number << OFFSET_BITS) | placed.first
-        return v1_json(traced_doc(msg_id, entry.trace_id, placed.first, QUEUE_SIZE))
+        size = QUEUE_SIZE * max(0, placed.last - placed.first + 1)  # (0: not stored)
+        return v1_json(traced_doc(msg_id, entry.trace_id, placed.first, size))
 
     async def _forward(
         self, entry: Entry, cmd: PubExt | PubTrace, partition: int, traced: bool

@@ -55,5 +55,5 @@ def traced_reply(placed: list[Placement], entries: list[Entry]) -> bytes:
     first = placed[0]
     msg_id = (first.partition.number << OFFSET_BITS) | first.first
     trace_id = entries[0].trace_id if len(entries) == 1 else 0
-    size = QUEUE_SIZE * len(entries)
+    size = QUEUE_SIZE * sum(max(0, p.last - p.first + 1) for p in placed)  # (as stored)
     return encode_response(encode_traced_reply(msg_id, trace_id, first.first, size))

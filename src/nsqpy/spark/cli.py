@@ -167,7 +167,8 @@ def spark_session(
         from nsqpy.spark.package import build
 
         shipped = str(build(Path(tempfile.gettempdir()) / f"nsqpy-spark-{os.getuid()}"))
-        path = os.environ.get("PYTHONPATH")
+    path = os.environ.get("PYTHONPATH")
+    if shipped is not None and shipped not in (path or "").split(os.pathsep):
         os.environ["PYTHONPATH"] = shipped + (os.pathsep + path if path else "")
     if session is None:
         builder = SparkSession.builder.appName(app)
@@ -179,7 +180,13 @@ def spark_session(
         builder = builder.config("spark.ui.showConsoleProgress", str(not quiet).lower())
         for key, value in settings.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        finally:  # (the JVM took its environment; children of this process need not)
+            if path is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = path
         session.sparkContext.setLogLevel("WARN")
         if shipped is not None:
             session.sparkContext.addPyFile(shipped)

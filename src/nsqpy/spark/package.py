@@ -14,7 +14,7 @@ environment.
 ``nsqpy spark package --env`` also writes, for clusters whose Python lacks those, an
 environment of their own as Spark's documentation recommends for Python dependencies: a
 virtual environment made with ``venv``, the driver's own versions of them installed with
-pip, the zip on its path (a ``.pth`` line), packed with venv-pack into
+pip (this Python's, when it has one), the zip on its path (a ``.pth`` line), packed with venv-pack into
 ``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named with
 ``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
 the same path on every machine (venv-pack packs the packages, not the interpreter).
@@ -101,17 +101,28 @@ def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
         raise RuntimeError(
             "packing an environment needs venv-pack: pip install venv-pack"
         ) from None
+    from importlib.metadata import PackageNotFoundError
+
+    try:
+        wanted = pins()
+    except PackageNotFoundError as exc:
+        raise RuntimeError(f"this Python lacks {exc.name}, which the executors need") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / env_name()
     with tempfile.TemporaryDirectory(prefix="nsqpy-spark-env-") as tmp:
         env = Path(tmp) / "env"
-        _run([sys.executable, "-m", "venv", str(env)], "making the virtual environment")
         python = env / "bin" / "python"
+        # (this Python's own pip installs into it when it has one: its index settings and
+        # cache, and no pip packed into the environment)
+        own_pip = _pip_takes_python()
+        venv = [sys.executable, "-m", "venv", *(["--without-pip"] if own_pip else []), str(env)]
+        _run(venv, "making the virtual environment")
+        pip = [sys.executable, "-m", "pip", "--python", str(python)] if own_pip else [
+            str(python), "-m", "pip"]  # fmt: skip
         _run(
-            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-             *pip_args, *pins()],
+            [*pip, "install", "--quiet", "--disable-pip-version-check", *pip_args, *wanted],
             "installing " + ", ".join(SPARK_SIDE_REQUIREMENTS),
-        )  # fmt: skip
+        )
         site = Path(
             subprocess.run(
                 [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -122,10 +133,24 @@ def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
         (site / "nsqpy-spark.pth").write_text(zipped.name + "\n")  # (relative to site)
         partial = target.with_name(target.name + ".partial")
         partial.unlink(missing_ok=True)
-        venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz", verbose=False)
+        try:
+            venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz", verbose=False)
+        except venv_pack.VenvPackException as exc:
+            raise RuntimeError(f"venv-pack failed: {exc}") from None
     partial.chmod(0o644)  # (venv-pack writes it for its owner only; Spark's nodes read it)
     os.replace(partial, target)
     return target
+
+
+def _pip_takes_python() -> bool:
+    """Whether this Python has a pip that installs into another one (``--python``: 22.3)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(x) for x in version("pip").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (22, 3)
 
 
 def _run(argv: list[str], what: str) -> None:
