@@ -1,17 +1,18 @@
 """Benchmark ordered delivery in a cluster: prints figures, asserts nothing.
 
 Starts a real three-node cluster on this machine (etcd, two nsqlookupd, three nsqd:
-``nsqpy.testing.cluster.LocalCluster``) and creates two topics of one partition led by
-nsqd 0: one with one replica, one with three. Publishes N 200-byte messages to each, then
+``nsqpy.testing.cluster.LocalCluster``) and creates two topics of ``--partitions`` (1)
+partitions led by nsqd 0: one with one replica, one with three. Publishes N 200-byte messages to each, then
 drains them from nsqd 0 with one client, RDY 500, FIN per message:
 
   - plain SUB, one replica, then three replicas
   - SUB_ORDERED (one message in flight), one replica, then three: with replicas, each
     next message waits until both followers have taken the cursor that finished the last
     one (CURSORS / CURSORS_ACK), so ordered delivery pays a round trip to the followers
-    per message
+    per message of a partition; a subscriber of several partitions has one message of
+    each in flight, so their round trips overlap
 
-Usage: .venv/bin/python bench/cluster_ordered.py [--messages N]
+Usage: .venv/bin/python bench/cluster_ordered.py [--messages N] [--partitions P]
 """
 
 from __future__ import annotations
@@ -47,17 +48,33 @@ def create(cluster: LocalCluster, topic: str, partitions: int, replicas: int) ->
             cluster.node_index(p["id"]) == 0 and len(p["isr"]) == replicas for p in parts.values()
         )
 
-    cluster.wait_for(led_by_node_0, 30, f"{topic} led by nsqd 0 with {replicas} in the ISR")
+    def placed() -> bool:
+        parts = cluster.partitions(topic)
+        return len(parts) == partitions and all(len(p["isr"]) == replicas for p in parts.values())
+
+    # (the coordinator spreads the leads: the ones elsewhere are moved to nsqd 0)
+    cluster.wait_for(placed, 30, f"{topic}'s partitions with {replicas} in the ISR")
+    for number, info in cluster.partitions(topic).items():
+        if cluster.node_index(info["id"]) != 0:
+            move = urlencode({
+                "topic": topic, "partition": number, "move_from": info["id"],
+                "move_to": cluster.node_id(0), "move_leader": str(replicas > 1).lower(),
+            })  # fmt: skip
+            status, body = cluster.post(f"/topic/partition/move?{move}", None)
+            if status != 200:
+                raise SystemExit(f"move {topic}/{number}: {status} {body}")
+    cluster.wait_for(led_by_node_0, 60, f"{topic} led by nsqd 0 with {replicas} in the ISR")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--partitions", type=int, default=1, help="of each topic, all led by nsqd 0")
     args = ap.parse_args()
-    n, parts = args.messages, 1
+    n, parts = args.messages, args.partitions
     print(f"# nsqpy ordered delivery in a cluster: {platform.node()} {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; {n} messages of 200 bytes, "
-          f"one partition, all processes on this machine")  # fmt: skip
+          f"{parts} partition(s), all processes on this machine")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp)) as cluster:
         port = cluster.nodes[0].ports["TCP"]
         for replicas in (1, 3):
