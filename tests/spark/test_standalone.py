@@ -61,6 +61,18 @@ def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+def two_partitions(nsqd: DaemonProcess, topic: str, each: int) -> dict[int, list[bytes]]:
+    """``topic`` made with two partitions, ``each`` messages published to each; what was sent."""
+    status, body, _ = http_request(
+        "POST", f"{nsqd.http}/topic/create?topic={topic}&partition_num=2"
+    )
+    assert status == 200, body
+    sent = {p: [f"{topic}{p}-{i}".encode() for i in range(each)] for p in (0, 1)}
+    for p, bodies in sent.items():
+        publish(nsqd, topic, bodies, partition=p)
+    return sent
+
+
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneSpark]:
     with StandaloneSpark(tmp_path_factory.mktemp("standalone"), workers=2) as cluster:
@@ -101,13 +113,7 @@ def test_a_job_submitted_to_the_standalone_cluster_reads_a_topic_on_its_executor
     standalone: StandaloneSpark, nsqd: DaemonProcess, executor_python: Path, tmp_path: Path
 ) -> None:
     topic = "standalone"
-    status, body, _ = http_request(
-        "POST", f"{nsqd.http}/topic/create?topic={topic}&partition_num=2"
-    )
-    assert status == 200, body
-    sent = {p: [f"p{p}-{i}".encode() for i in range(500)] for p in (0, 1)}
-    for p, bodies in sent.items():
-        publish(nsqd, topic, bodies, partition=p)
+    sent = two_partitions(nsqd, topic, 500)
     archive = build(tmp_path / "dist")
     out = tmp_path / "read.json"
     done = standalone.submit(
@@ -143,13 +149,7 @@ def test_executors_run_in_the_packed_environment_the_job_ships(
     starts its Python workers by the same relative path: spark-submit runs where the
     environment is unpacked as the printed lines say."""
     topic = "packed"
-    status, body, _ = http_request(
-        "POST", f"{nsqd.http}/topic/create?topic={topic}&partition_num=2"
-    )
-    assert status == 200, body
-    sent = {p: [f"e{p}-{i}".encode() for i in range(200)] for p in (0, 1)}
-    for p, bodies in sent.items():
-        publish(nsqd, topic, bodies, partition=p)
+    sent = two_partitions(nsqd, topic, 200)
     env = build_env(tmp_path / "dist")
     with tarfile.open(env) as packed:
         names = packed.getnames()
