@@ -14,9 +14,9 @@ environment.
 ``nsqpy spark package --env`` also writes, for clusters whose Python lacks those, an
 environment of their own as Spark's documentation recommends for Python dependencies: a
 virtual environment made with ``venv``, the driver's own versions of them installed with
-pip (this Python's, when it has one), the zip on its path (a ``.pth`` line), packed with venv-pack into
-``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named with
-``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
+pip (this Python's, when it has one), the zip on its path (a ``.pth`` line), packed with
+venv-pack into ``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named
+with ``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
 the same path on every machine (venv-pack packs the packages, not the interpreter).
 
 The zip's entries have fixed times, so the same sources give the same bytes. Imports the
@@ -92,7 +92,7 @@ def pins() -> list[str]:
     return [f"{name}=={version(name)}" for name in SPARK_SIDE_REQUIREMENTS]
 
 
-def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
+def build_env(out_dir: Path) -> Path:
     """Write the packed environment into ``out_dir`` (see the module doc); its path. Raises
     ``RuntimeError`` naming what failed (pip's last lines, or venv-pack missing)."""
     try:
@@ -120,7 +120,7 @@ def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
         pip = [sys.executable, "-m", "pip", "--python", str(python)] if own_pip else [
             str(python), "-m", "pip"]  # fmt: skip
         _run(
-            [*pip, "install", "--quiet", "--disable-pip-version-check", *pip_args, *wanted],
+            [*pip, "install", "--quiet", "--disable-pip-version-check", *wanted],
             "installing " + ", ".join(SPARK_SIDE_REQUIREMENTS),
         )
         site = Path(
@@ -136,6 +136,7 @@ def build_env(out_dir: Path, pip_args: Sequence[str] = ()) -> Path:
         try:
             venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz", verbose=False)
         except venv_pack.VenvPackException as exc:
+            partial.unlink(missing_ok=True)
             raise RuntimeError(f"venv-pack failed: {exc}") from None
     partial.chmod(0o644)  # (venv-pack writes it for its owner only; Spark's nodes read it)
     os.replace(partial, target)
