@@ -54,10 +54,10 @@ class Gate:
         self.commands: list[tuple[bytes, bytes]] = []  # (encoded for partition 3, key)
         self.answer = b"OK"  # what the leader answers a forwarded Youzan form
 
-    def where(self, topic: str) -> str:
+    def where(self, topic: str, partition: int = -1) -> str:
         return ELSEWHERE
 
-    async def prepare(self, topic: str, *, create: bool = True) -> None:
+    async def prepare(self, topic: str, *, create: bool = True, partition: int = -1) -> None:
         return None
 
     async def create_partitions(self, topic: str, count: int) -> None:

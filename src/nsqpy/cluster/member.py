@@ -36,7 +36,7 @@ import aiohttp
 from nsqpy.cluster.etcd import TXN_CHUNK, Compare, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import check_segment
 from nsqpy.cluster.leaving import leave
-from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
 from nsqpy.cluster.tls import ClusterTls, coordinator_url
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
@@ -456,19 +456,20 @@ class Member:
             return -1.0
         return max(0.0, lease.expires - asyncio.get_running_loop().time())
 
-    def knows(self, topic: str) -> bool:
-        return topic in self.view.snapshot().topics
+    def known_partitions(self, topic: str) -> int:
+        """How many partitions this node's view gives ``topic`` (0: it does not know it)."""
+        meta = self.view.snapshot().topics.get(topic)
+        return 0 if meta is None else meta.partition_num
 
     async def ensure_topic(self, topic: str, partitions: int = 0, *, create: bool = True) -> None:
         """The topic exists in the cluster, with at least ``partitions`` partitions, and
         this node holds what etcd gives it of it: created through the coordinator when
         missing (the cluster's defaults), grown when it has fewer partitions. Without
-        ``create``, only waited for when etcd has it (this node's watch may not have brought
-        it yet). TopicUnavailable when it cannot be."""
-        if not create and not self.knows(topic):
-            if await self.etcd.get(self.keys.topic_meta(topic)) is None:
-                raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} does not exist")
-        elif not self.knows(topic):
+        ``create``, only waited for when etcd has it with that many partitions (this node's
+        watch may not have brought them yet). TopicUnavailable when it cannot be."""
+        if not create:
+            await self._in_etcd(topic, partitions)
+        elif not self.known_partitions(topic):
             await self._ask_coordinator(
                 f"/topic/create?topic={quote(topic)}&implicit=true"
                 f"&suggest_leader={quote(self.node_id)}"
@@ -477,7 +478,7 @@ class Member:
         wait_s = self.settings.create_wait_s
         if not await self.view.wait_until(lambda s: topic in s.topics, wait_s):
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
-        if partitions > self.view.snapshot().topics[topic].partition_num:
+        if create and partitions > self.view.snapshot().topics[topic].partition_num:
             await self._ask_coordinator(
                 f"/topic/partition/expand?topic={quote(topic)}&partition_num={partitions}"
             )
@@ -485,6 +486,20 @@ class Member:
         if not await self.view.wait_until(lambda s: all(k in s.replicas for k in needed), wait_s):
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} was not created in time")
         self.apply(self.view.snapshot(), first=topic)
+
+    async def _in_etcd(self, topic: str, partitions: int) -> None:
+        """TopicUnavailable unless etcd has ``topic`` with at least ``partitions``
+        partitions (asked only when this node's view lacks them)."""
+        if self.known_partitions(topic) >= max(partitions, 1):
+            return
+        kv = await self.etcd.get(self.keys.topic_meta(topic))
+        if kv is None:
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} does not exist")
+        count = TopicMeta.from_json(kv.value).partition_num
+        if count < partitions:
+            raise TopicUnavailable(
+                "E_TOPIC_NOT_EXIST", f"topic {topic} has no partition {partitions - 1} (of {count})"
+            )
 
     async def _ask_coordinator(self, path: str) -> None:
         coordinator = self.view.coordinator

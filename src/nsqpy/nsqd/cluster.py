@@ -323,12 +323,19 @@ class NsqdCluster:
 
     # -- nsqd.gate.TopicGate -----------------------------------------------------------------
 
-    def where(self, topic: str) -> str:
+    def where(self, topic: str, partition: int = -1) -> str:
         if self.view is None or not self.started.is_set():
             return ABSENT
         snap = self.view.snapshot()
         if topic not in snap.topics:
             return ABSENT
+        if partition >= 0:
+            if (topic, partition) not in snap.replicas:
+                return ABSENT  # (not in etcd, or not yet in this node's view: prepare tells)
+            found = self.host.broker.get_topic(topic)
+            held = found is not None and found.partition(partition) is not None
+            if not held and self.member is not None and self._untaken(snap, topic):
+                self.member.apply(snap, first=topic)  # (a partition just added, as below)
         if self._leads(topic):
             return HERE
         if self.member is not None and self._untaken(snap, topic):
@@ -403,12 +410,12 @@ class NsqdCluster:
         self._turns[topic] = chosen.partition
         return chosen
 
-    async def prepare(self, topic: str, *, create: bool = True) -> None:
+    async def prepare(self, topic: str, *, create: bool = True, partition: int = -1) -> None:
         await self.started.wait()
         assert self.member is not None
         create = create and not self.opts.disable_auto_create
         try:
-            await self.member.ensure_topic(topic, create=create)
+            await self.member.ensure_topic(topic, partition + 1, create=create)
         except TopicUnavailable as exc:
             log.info("cluster: topic %s not taken up: %s", topic, exc.detail)
             raise TopicNotExist() from None  # (no text, as youzan's nsqd answers it)

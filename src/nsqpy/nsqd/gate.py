@@ -33,14 +33,17 @@ class TopicGate(Protocol):
     # node on the other end is then trusted as a member (no AUTH). None otherwise.
     peer_tls: TlsSettings | None
 
-    def where(self, topic: str) -> str:
-        """``HERE``, ``ELSEWHERE`` or ``ABSENT`` (see the module docstring)."""
+    def where(self, topic: str, partition: int = -1) -> str:
+        """``HERE``, ``ELSEWHERE`` or ``ABSENT`` (see the module docstring); with a
+        ``partition`` (youzan's forms), ``ABSENT`` also while this node's view lacks that
+        partition, and ``HERE`` once it took up the partition etcd gives it."""
         ...
 
-    async def prepare(self, topic: str, *, create: bool = True) -> None:
+    async def prepare(self, topic: str, *, create: bool = True, partition: int = -1) -> None:
         """Create the topic through the coordinator and take up what this node holds of
         it; TopicNotExist when it cannot be created. Without ``create`` (a command naming
-        a partition: youzan's forms create nothing), TopicNotExist unless etcd has it."""
+        a partition: youzan's forms create nothing), TopicNotExist unless etcd has it, and
+        its ``partition``."""
         ...
 
     async def create_partitions(self, topic: str, count: int) -> None:

@@ -544,18 +544,18 @@ class V2Connection(BufferedConnection):
         """True when ``topic`` may be used here now (always, outside a cluster). A topic
         the cluster lacks: False, and ``command`` runs again once it is created (the
         connection runs nothing else meanwhile; a command naming a ``partition``, youzan's
-        form, creates nothing: it runs once this node's view has a topic etcd has, else
-        TopicNotExist); one held only by other nodes: ``elsewhere``."""
+        form, creates nothing: it runs once this node's view has the topic and that partition
+        as etcd has them, else TopicNotExist); one held only by other nodes: ``elsewhere``."""
         gate = self.ctx.cluster
         if gate is None or is_ephemeral(topic):
             return True
-        where = gate.where(topic)
+        where = gate.where(topic, partition)
         if where == HERE:
             return True
         if where == ELSEWHERE:
             raise elsewhere()
         self.hold()
-        self.spawn(self._when_created(gate, topic, command, create=partition < 0))
+        self.spawn(self._when_created(gate, topic, command, partition))
         return False
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -563,9 +563,10 @@ class V2Connection(BufferedConnection):
         self.ctx.tasks.spawn(coro)
 
     async def _when_created(
-        self, gate: TopicGate, topic: str, command: object, *, create: bool = True
+        self, gate: TopicGate, topic: str, command: object, partition: int = -1
     ) -> None:
-        await self._when_ready(gate.prepare(topic, create=create), partial(self.dispatch, command))
+        ready = gate.prepare(topic, create=partition < 0, partition=partition)
+        await self._when_ready(ready, partial(self.dispatch, command))
 
     async def _when_ready(self, ready: Awaitable[None], then: Callable[[], None]) -> None:
         """The connection holds (runs nothing else) until ``ready``; then ``then`` runs
@@ -601,13 +602,16 @@ class V2Connection(BufferedConnection):
         turn), or ``entries`` (see ``Broker.append_entries``)."""
         if not valid_topic_name(topic_name):
             raise BadTopic(f'PUB topic name "{topic_name}" is not valid')
-        if partition >= 0 and (
-            self.ctx.cluster is None or self.broker.get_topic(topic_name) is not None
-        ):  # (in a cluster a topic held elsewhere only is checked by its leader)
-            self.broker.check_partition(topic_name, partition)
         try:
+            # (in a cluster the gate first takes up, or waits for, a partition etcd has and
+            # this node's view does not yet; a topic held elsewhere only is checked by its
+            # leader)
             if not self._topic_here(topic_name, command, NotLeader, partition):
                 return []
+            if partition >= 0 and (
+                self.ctx.cluster is None or self.broker.get_topic(topic_name) is not None
+            ):
+                self.broker.check_partition(topic_name, partition)
             topic = self.broker.topic(topic_name)  # StorageError: it could not be created
             if topic.deleted:
                 raise failed(f"{failed_verb(failed)} failed exiting")

@@ -138,10 +138,60 @@ async def test_a_partitioned_command_waits_for_a_topic_etcd_has_and_creates_none
 
     await place(etcd, keys, "arriving", cluster.node_id)
     assert await etcd.get(keys.topic_meta("arriving")) is not None
-    knows = cluster.member.knows
+    known = cluster.member.known_partitions
+    asked: list[str] = []
+    real_get = etcd.get
+
+    async def get(key: str) -> object:
+        asked.append(key)
+        return await real_get(key)
+
     hidden = iter([True])  # (the first look: as if the watch had not brought it yet)
-    monkeypatch.setattr(cluster.member, "knows",
-                        lambda t: False if next(hidden, False) else knows(t))  # fmt: skip
+    monkeypatch.setattr(cluster.member, "known_partitions",
+                        lambda t: 0 if next(hidden, False) else known(t))  # fmt: skip
+    monkeypatch.setattr(cluster.member.etcd, "get", get)
     await cluster.prepare("arriving", create=False)
+    assert asked == [keys.topic_meta("arriving")]
     topic = server.broker.get_topic("arriving")
     assert topic is not None and topic.partitions[0].leading
+
+
+async def test_a_partition_added_to_a_topic_led_here_is_taken_up_before_the_member_round(
+    server: NsqdServer, etcd: Etcd, keys: Keys
+) -> None:
+    """A topic grows (youzan's INTERNAL_CREATE_TOPIC on another node, or the coordinator's
+    expand) and this node, which leads its first partition, is to lead the new one: a
+    publish naming the new partition, arriving between the watch and the member's round,
+    finds it here (a node that led partition 0 used to answer E_TOPIC_NOT_EXIST); one
+    naming a partition etcd does not have is E_TOPIC_NOT_EXIST, and nothing is created."""
+    cluster = cluster_of(server)
+    assert cluster.member is not None and cluster.view is not None
+    topic = "growing"
+    await place(etcd, keys, topic, cluster.node_id)
+    await cluster.prepare(topic, create=False, partition=0)
+    seen: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
+
+    def on_change() -> None:  # (the view calls it as the watch delivers: see above)
+        snap = cluster.view.snapshot() if cluster.view else None
+        if snap and (topic, 1) in snap.replicas and not seen.done():
+            where = cluster.where(topic, 1)
+            held = server.broker.get_topic(topic)
+            seen.set_result((where, held is not None and held.partition(1) is not None))
+
+    cluster.view.listeners.append(on_change)
+    me = cluster.node_id
+    await etcd.txn(
+        [],
+        [
+            PutOp(keys.topic_meta(topic), TopicMeta(partition_num=2, replicator=1).to_json()),
+            PutOp(keys.replicas(topic, 1), Replicas(me, (me,)).to_json()),
+        ],
+    )
+    assert await asyncio.wait_for(seen, 10) == (HERE, True)
+    wire = await AsyncWire.connect(server.tcp_port)
+    await wire.send(f"PUB {topic} 1\n".encode() + b"\x00\x00\x00\x01x")
+    assert await wire.read_frame() == (0, b"OK")
+    await wire.send(f"PUB {topic} 2\n".encode() + b"\x00\x00\x00\x01x")
+    assert await wire.read_frame() == (1, b"E_TOPIC_NOT_EXIST")
+    held = server.broker.get_topic(topic)
+    assert held is not None and held.partition_count == 2

@@ -1,8 +1,9 @@
 """gnsq (gevent) through a failover: a Producer pinned to one nsqd publishes a message
-every 10 ms for SECONDS while a Consumer, which finds the partition leaders through
-nsqlookupd (polled every second), consumes them. The test kills the leader meanwhile.
+every 10 ms for SECONDS, and on until it has sent AT_LEAST (a publish waits while the
+leader fails over), while a Consumer, which finds the partition leaders through nsqlookupd
+(polled every second), consumes them. The test kills the leader meanwhile.
 
-Usage: gnsq_failover.py NSQD_TCP LOOKUPD_HTTP[,LOOKUPD_HTTP...] TOPIC SECONDS
+Usage: gnsq_failover.py NSQD_TCP LOOKUPD_HTTP[,LOOKUPD_HTTP...] TOPIC SECONDS AT_LEAST
 Prints one JSON line: {"acked": count answered OK, "sent": count published, "errors":
 [other answers], "missing": [bodies answered OK never consumed], "consumed": count}.
 """
@@ -20,7 +21,7 @@ import gnsq
 
 def main() -> int:
     nsqd, lookupds = sys.argv[1], sys.argv[2].split(",")
-    topic, seconds = sys.argv[3], float(sys.argv[4])
+    topic, seconds, at_least = sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
     got: set[str] = set()
     acked: set[str] = set()
     errors: list[str] = []
@@ -45,7 +46,8 @@ def main() -> int:
     producer.start()
     sent = 0
     until = time.monotonic() + seconds
-    while time.monotonic() < until:
+    cap = until + 40  # (a publish that never resumes ends it)
+    while (time.monotonic() < until or sent < at_least) and time.monotonic() < cap:
         body = f"m{sent:05d}"
         sent += 1
         try:

@@ -1,8 +1,9 @@
 """pynsq (tornado) through a failover: a Writer pinned to one nsqd publishes a message
-every 10 ms for SECONDS while a Reader, which finds the partition leaders through
-nsqlookupd (polled every second), consumes them. The test kills the leader meanwhile.
+every 10 ms for SECONDS, and on until it has sent AT_LEAST, while a Reader, which finds
+the partition leaders through nsqlookupd (polled every second), consumes them. The test
+kills the leader meanwhile.
 
-Usage: pynsq_failover.py NSQD_TCP LOOKUPD_HTTP[,LOOKUPD_HTTP...] TOPIC SECONDS
+Usage: pynsq_failover.py NSQD_TCP LOOKUPD_HTTP[,LOOKUPD_HTTP...] TOPIC SECONDS AT_LEAST
 Prints one JSON line: {"acked": count answered OK, "errors": [other answers],
 "missing": [bodies answered OK never consumed], "consumed": distinct bodies consumed}.
 """
@@ -19,7 +20,7 @@ import tornado.ioloop
 
 def main() -> int:
     nsqd, lookupds = sys.argv[1], sys.argv[2].split(",")
-    topic, seconds = sys.argv[3], float(sys.argv[4])
+    topic, seconds, at_least = sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
     loop = tornado.ioloop.IOLoop.current()
     writer = nsq.Writer([nsqd])
     acked: set[str] = set()
@@ -52,12 +53,12 @@ def main() -> int:
         return callback
 
     def publish() -> None:
-        if not writer.conns or not reader.conns:
-            loop.call_later(0.05, publish)
-            return
-        if not state["until"]:
+        if not state["until"]:  # both connected first; then on through the failover
+            if not writer.conns or not reader.conns:
+                loop.call_later(0.05, publish)
+                return
             state["until"] = time.monotonic() + seconds
-        if time.monotonic() < state["until"]:
+        if time.monotonic() < state["until"] or state["sent"] < at_least:
             body = f"m{state['sent']:05d}"
             state["sent"] += 1
             writer.pub(topic, body.encode(), callback=answered(body))
