@@ -63,7 +63,7 @@ class Gate:
     async def create_partitions(self, topic: str, count: int) -> None:
         return None
 
-    def cursor_moved(self, topic: str) -> None:
+    def cursor_moved(self, topic: str, partition: int = -1) -> None:
         return None
 
     async def forward(

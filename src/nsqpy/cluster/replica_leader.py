@@ -146,15 +146,20 @@ class LeaderFeed:
         state = self._states(topic, partition)
         return -1 if state is None else state.replicated_confirmed(channel, followers)
 
-    def cursors_now(self, topic: str) -> None:
-        """An ordered channel of ``topic`` moved its cursor: its followers are sent the
-        cursors at once, not at the next ``cursor_interval`` (coalesced: one CURSORS per
-        link per turn of the send loop)."""
-        for (name, _), conns in self._conns.items():
-            if name == topic:
-                for conn in conns.values():
-                    ReplicaState.cursors_due(conn.peer)
-                    conn.wake.set()
+    def cursors_now(self, topic: str, partition: int = -1) -> None:
+        """An ordered channel of ``topic`` moved its cursor in ``partition`` (-1: in
+        several): that partition's followers are sent the cursors at once, not at the next
+        ``cursor_interval`` (coalesced: one CURSORS per link per turn of the send loop).
+        Only its links are woken: a FIN in one partition costs the others nothing."""
+        if partition >= 0:
+            found = self._conns.get((topic, partition))
+            groups = [] if found is None else [found]
+        else:
+            groups = [conns for (name, _), conns in self._conns.items() if name == topic]
+        for conns in groups:
+            for conn in conns.values():
+                ReplicaState.cursors_due(conn.peer)
+                conn.wake.set()
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
         """Close the links of (topic, partition) (of one follower); returns how many."""

@@ -347,9 +347,9 @@ class NsqdCluster:
                 return HERE
         return ELSEWHERE
 
-    def cursor_moved(self, topic: str) -> None:
+    def cursor_moved(self, topic: str, partition: int = -1) -> None:
         if self.replication is not None:
-            self.replication.feed.cursors_now(topic)
+            self.replication.feed.cursors_now(topic, partition)
 
     def _leads(self, topic: str) -> bool:
         found = self.host.broker.get_topic(topic)

@@ -52,10 +52,10 @@ class TopicGate(Protocol):
         it holds of it; CreateTopicFailed when it cannot be (``--disable-auto-create``)."""
         ...
 
-    def cursor_moved(self, topic: str) -> None:
-        """An ordered channel of ``topic`` finished or requeued a message: its followers
-        get the channel's cursor now rather than within the second (CLUSTER.md "Channels in
-        a cluster": ordered channels synchronously)."""
+    def cursor_moved(self, topic: str, partition: int = -1) -> None:
+        """An ordered channel of ``topic`` finished or requeued a message of ``partition``
+        (-1: of several, or of any): that partition's followers get the channel's cursor
+        now rather than within the second (ordered channels replicate synchronously)."""
         ...
 
     async def forward(

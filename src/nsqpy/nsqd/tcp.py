@@ -85,7 +85,7 @@ from nsqpy.protocol.frames import (
 )
 from nsqpy.protocol.identify import identify_response, negotiate, parse_identify
 from nsqpy.protocol.limits import Limits
-from nsqpy.protocol.message import try_decode_message_id
+from nsqpy.protocol.message import OFFSET_BITS, try_decode_message_id
 from nsqpy.protocol.names import is_ephemeral, valid_topic_name
 from nsqpy.protocol.state import (
     CLOSING,
@@ -167,7 +167,9 @@ class V2Connection(BufferedConnection):
         # FIN, REQ and RDY free room in a channel's windows: it is pumped once after the
         # commands that arrived together, not once per command (DESIGN "Speed in Python").
         self._pump_due: Channel | None = None
-        self._cursor_moved = False  # a FIN or REQ on an ordered channel since the last pump
+        # A FIN or REQ on an ordered channel since the last pump: of which partition (-1:
+        # of several), None when none
+        self._cursor_moved: int | None = None
         self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
         self._lane = ctx.publish_now if ctx.auth is None and ctx.cluster is None else None
         self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
@@ -303,16 +305,24 @@ class V2Connection(BufferedConnection):
         for err in channel.finish_values(client, values, self.broker.clock()):
             self.send_error(err)
         self._pump_due = channel
-        self._cursor_moved = channel.ordered
+        if channel.ordered:
+            first = values[0] >> OFFSET_BITS
+            self._moved(first if all(v >> OFFSET_BITS == first for v in values) else -1)
         return True
+
+    def _moved(self, partition: int) -> None:
+        """The cursor of an ordered channel's ``partition`` moved: its followers are sent
+        it at the next pump (only that partition's links are woken)."""
+        before = self._cursor_moved
+        self._cursor_moved = partition if before is None or before == partition else -1
 
     def _pump_pending(self) -> None:
         channel, self._pump_due = self._pump_due, None
-        moved, self._cursor_moved = self._cursor_moved, False
+        moved, self._cursor_moved = self._cursor_moved, None
         if channel is not None and not channel.deleted:
             channel.pump(self.broker.clock())
-            if moved and self.ctx.cluster is not None:
-                self.ctx.cluster.cursor_moved(channel.topic.name)
+            if moved is not None and self.ctx.cluster is not None:
+                self.ctx.cluster.cursor_moved(channel.topic.name, moved)
 
     # -- output ----------------------------------------------------------------------
 
@@ -454,7 +464,7 @@ class V2Connection(BufferedConnection):
                 c.sink = DetailSink(c.sink, extended=False)
         self._reply(None, OK_FRAME)
         if channel.ordered and self.ctx.cluster is not None:  # (it waits for its followers)
-            self.ctx.cluster.cursor_moved(cmd.topic)
+            self.ctx.cluster.cursor_moved(cmd.topic, cmd.partition)
 
     def internal_create_topic(self, cmd: InternalCreateTopic) -> None:
         """youzan's INTERNAL_CREATE_TOPIC: partition ``cmd.partition`` of the topic exists
@@ -512,7 +522,8 @@ class V2Connection(BufferedConnection):
         now = self.broker.clock()
         channel.finish(self.client, partition, offset, cmd.msg_id, now)
         self._pump_due = channel
-        self._cursor_moved = channel.ordered
+        if channel.ordered:
+            self._moved(partition)
 
     def req(self, cmd: Req) -> None:
         partition, offset = self._id_of(cmd.msg_id, ReqFailed, "REQ")
@@ -520,7 +531,8 @@ class V2Connection(BufferedConnection):
         now = self.broker.clock()
         channel.requeue(self.client, partition, offset, cmd.msg_id, cmd.timeout_ms, now)
         self._pump_due = channel
-        self._cursor_moved = channel.ordered
+        if channel.ordered:
+            self._moved(partition)
 
     def touch(self, cmd: Touch) -> None:
         partition, offset = self._id_of(cmd.msg_id, TouchFailed, "TOUCH")

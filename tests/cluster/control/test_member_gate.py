@@ -5,7 +5,8 @@ coordinator would):
   member's round applies it, a client that asks (another client created the topic an
   instant before) is served here, not sent away with ``E_FAILED_ON_NOT_LEADER``;
 - a SUB or a FIN on an ordered channel sends the channel cursors to the followers at once
-  (``LeaderFeed.cursors_now``), a FIN on a plain channel waits for the periodic send.
+  (``LeaderFeed.cursors_now``, for the FIN's partition only), a FIN on a plain channel
+  waits for the periodic send.
 """
 
 from __future__ import annotations
@@ -70,12 +71,12 @@ async def test_a_fin_on_an_ordered_channel_sends_the_cursors_at_once(
     cluster = cluster_of(server)
     assert cluster.replication is not None
     feed = cluster.replication.feed
-    asked: list[str] = []
+    asked: list[tuple[str, int]] = []
     real = feed.cursors_now
 
-    def cursors_now(topic: str) -> None:
-        asked.append(topic)
-        real(topic)
+    def cursors_now(topic: str, partition: int = -1) -> None:
+        asked.append((topic, partition))
+        real(topic, partition)
 
     monkeypatch.setattr(feed, "cursors_now", cursors_now)
     for topic, ordered in (("plain", False), ("ordered", True)):
@@ -95,8 +96,10 @@ async def test_a_fin_on_an_ordered_channel_sends_the_cursors_at_once(
         await consumer.send(b"NOP\n")
         await asyncio.sleep(0.2)
         if ordered:
-            assert asked[before:] == ["ordered"], "the ordered channel's FIN asks"
-    assert asked == ["ordered", "ordered"], "its SUB and its FIN ask; the plain channel never"
+            assert asked[before:] == [("ordered", 0)], "the FIN asks, for its partition"
+    assert asked == [("ordered", -1), ("ordered", 0)], (
+        "its SUB (of no partition named) and its FIN ask; the plain channel never"
+    )
 
 
 async def test_internal_create_topic_fails_without_a_coordinator_or_with_auto_create_off(

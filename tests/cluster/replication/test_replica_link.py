@@ -246,8 +246,11 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     feed.cursors_now("other-topic")
     await turn()
     assert len(got) == 1, "another topic's ordered channel sends nothing here"
+    feed.cursors_now(TOPIC, 1)
+    await turn()
+    assert len(got) == 1, "nor a FIN in another partition of the topic"
     assert feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 5, "not sent yet"
-    feed.cursors_now(TOPIC)
+    feed.cursors_now(TOPIC, 0)
     await eventually(lambda: len(got) == 2, 2, what="CURSORS at once")
     assert got[1].channels == (ChannelCursor("c", 9),) and got[1].seq == 2
     await eventually(lambda: feed.replicated_confirmed(TOPIC, 0, "c", ["F1"]) == 9, 2)
