@@ -655,6 +655,15 @@ class Broker:
             if topic.ephemeral:
                 topic.forget_taken()
 
+    def pump_ordered(self, part: Partition) -> int:
+        """(cluster) ``part``'s followers took its channels' cursors: the ordered channels
+        deliver that partition's next message (the rest of the topic is not looked at)."""
+        topic = self.topics.get(part.name)
+        if topic is None:
+            return 0
+        now = self.clock()
+        return sum(c.pump_ordered(part.number, now) for c in topic.channels.values())
+
     def scan(self) -> None:
         """Timers: in-flight timeouts and due deferred messages."""
         now = self.clock()

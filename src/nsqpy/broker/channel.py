@@ -181,6 +181,15 @@ class Channel:
             sent += parts[(self._start + i) % count].pump(now)
         return sent
 
+    def pump_ordered(self, number: int, now: int) -> int:
+        """An ordered channel's partition ``number`` may deliver its next message (its
+        followers took the cursor that finished the last one); 0 on a plain channel, which
+        never waits for them."""
+        part = self._by_number.get(number)
+        if self.delivery is None or part is None:
+            return 0
+        return self.delivery.pump_part(part, now)
+
     def _room(self) -> bool:
         """Whether any consumer's RDY window has room (else pumping can send nothing)."""
         return any(client.capacity > 0 for client in self.consumers)

@@ -116,6 +116,15 @@ class OrderedDelivery:
             sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)
         return sent
 
+    def pump_part(self, part: ChannelPartition, now: int) -> int:
+        """``pump`` for one partition's part (its followers took the cursor it waited for)."""
+        if part.in_flight:
+            return 0
+        number = part.number
+        return self._one_slot(
+            self.owners.get(number), self._free(number, part, now), part.pump, now
+        )
+
     def scan(self, now: int) -> int:
         """Timeouts and due deferred messages; an expired hold counts as work (pump after)."""
         work = 0

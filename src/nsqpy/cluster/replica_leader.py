@@ -159,7 +159,23 @@ class LeaderFeed:
         for conns in groups:
             for conn in conns.values():
                 ReplicaState.cursors_due(conn.peer)
-                conn.wake.set()
+                self._cursors_inline(conn)
+
+    def _cursors_inline(self, conn: _Conn) -> None:
+        """(``cursors_now``) What the link's send loop would send on its next turn, sent
+        now (an ordered channel's next message waits for it: a task switch per link and
+        FIN is saved): what is due of the log first, so that no cursor reaches a follower
+        before the records it covers, then the CURSORS. The loop is woken only when there
+        was more than cursors (it drains and goes on) or the link is to end."""
+        try:
+            out = conn.state.leader_output(conn.peer)
+        except Refused:  # (the send loop sends the ERROR and ends the link)
+            conn.wake.set()
+            return
+        if out:
+            conn.link.send(out)
+            conn.wake.set()
+        self._send_cursors(conn)
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
         """Close the links of (topic, partition) (of one follower); returns how many."""

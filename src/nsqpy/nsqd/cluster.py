@@ -82,6 +82,11 @@ class ClusterHost(Protocol):
         and let its channels deliver up to it."""
         ...
 
+    def cursors_replicated(self, part: Partition) -> None:
+        """A follower took a led partition's channel cursors: its ordered channels may
+        deliver their next message."""
+        ...
+
 
 class BrokerPartitions:
     """The broker as ``member.PartitionHost``: cluster topics only (not ephemeral ones)."""
@@ -214,6 +219,7 @@ class NsqdCluster:
             opts.cluster_id,
             self._replicas,
             self.host.replicated,
+            on_cursors=self.host.cursors_replicated,
             tls=self.tls,
             incarnation=self.incarnation,
         )

@@ -55,6 +55,7 @@ class Replication:
         replicas: ReplicasOf,
         on_committed: Callable[[Partition], None],
         *,
+        on_cursors: Callable[[Partition], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         timeout: float = 5.0,
         tls: ClusterTls | None = None,
@@ -69,6 +70,8 @@ class Replication:
         self.cluster_id = cluster_id
         self.replicas = replicas
         self.on_committed = on_committed
+        # (a follower took a led partition's cursors; without it, as a commit)
+        self.on_cursors = on_cursors if on_cursors is not None else on_committed
         self.clock = clock
         self.timeout = timeout
         self.feed = LeaderFeed(
@@ -231,7 +234,7 @@ class Replication:
         """A follower took the cursors: an ordered channel waiting for them may go on."""
         part = self._part(topic, partition)
         if part is not None and part.leading and part.cursor_bound is not None:
-            self.on_committed(part)
+            self.on_cursors(part)
 
     def _led_states(self) -> list[tuple[Partition, ReplicaState]]:
         out = []

@@ -477,6 +477,12 @@ class NsqdServer:
             if waiting:  # still waiting for a commit (the ticker ran first): look again
                 self._touched.add(conn)
 
+    def cursors_replicated(self, part: Partition) -> None:
+        """(cluster) A follower took the channel cursors of a led partition: its ordered
+        channels may deliver their next message (nothing else changed: no commit moved)."""
+        if self.broker.pump_ordered(part):
+            self._flush_connections()
+
     def replicated(self, part: Partition) -> None:
         """(cluster) The committed offset of a led partition moved: answer the publishes
         it covers, let its channels deliver up to it."""

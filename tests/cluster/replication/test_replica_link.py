@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_state import ReplicaState
 from nsqpy.protocol.replication import (
     E_STALE_EPOCH,
     MAGIC,
+    Append,
+    Buffer,
     ChannelCursor,
     Cursors,
     ErrorFrame,
@@ -431,3 +434,63 @@ async def test_a_follower_acknowledges_what_it_wrote_before_its_scheduled_fsync(
     finally:
         release.set()
     await eventually(lambda: cluster.states[0].peers["F1"].durable == end, 5, what="durable")
+
+
+async def test_cursors_sent_at_once_never_go_before_the_commit_they_cover(
+    cluster: Cluster,
+) -> None:
+    """``cursors_now`` sends the CURSORS right away (not on the link's next turn) and
+    still after what the follower has not been sent yet: when an ordered channel's cursor
+    moves to the offset just committed (a FIN of the message that commit let out, before
+    the link told the follower of it), the APPEND carrying that commit goes first on the
+    wire (a follower caps a cursor at what it knows committed)."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 1)
+    state = cluster.states[0]
+    cluster.set_isr(0, ["L", "F1"])
+    cursor = [ChannelCursor("c", 0)]
+    feed = await cluster.start_feed(cursors=lambda t, p: list(cursor), cursor_interval=60.0)
+    moved = state.on_change
+    assert moved is not None
+    inline: list[int] = []  # cursors sent by cursors_now, from inside the commit's ACK
+
+    def on_change(s: ReplicaState) -> None:
+        moved(s)
+        if s.committed > cursor[0].confirmed:  # the FIN of the last message let out
+            cursor[0] = ChannelCursor("c", s.committed)
+            feed.cursors_now(TOPIC, 0)
+            inline.append(s.committed)
+
+    state.on_change = on_change
+    wire = ReplicationReader(expect_magic=False)
+    got: list[Cursors] = []
+    f = cluster.follower(cluster.log("f1"), on_cursors=got.append)
+    await eventually(lambda: feed._conns.get((TOPIC, 0)), 5, what="the link")
+    (conn,) = feed._conns[(TOPIC, 0)].values()
+    send = conn.link.send
+
+    def recording(bufs: Sequence[Buffer]) -> None:
+        for buf in bufs:
+            wire.feed(buf)
+        send(bufs)
+
+    conn.link.send = recording  # type: ignore[method-assign]
+    for _ in range(3):
+        lead(leader, 1, 1)
+        feed.notify(TOPIC, 0)
+        end = leader.flushed_offset
+
+        def sent(e: int = end) -> bool:
+            return bool(got) and got[-1].channels[0].confirmed == e
+
+        await eventually(sent, 5, what="the CURSORS of the commit")
+    assert len(inline) >= 3 and f.committed_offset == leader.flushed_offset
+    told = 0  # the commit the follower was sent
+    cursors = 0
+    for frame in wire.frames():
+        if isinstance(frame, Append):
+            told = max(told, frame.committed_offset)
+        elif isinstance(frame, Cursors):
+            cursors += 1
+            assert frame.channels[0].confirmed <= told, "a cursor before its commit"
+    assert cursors >= 3
