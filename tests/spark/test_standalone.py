@@ -15,8 +15,10 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
+import threading
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,24 @@ def test_the_package_holds_the_spark_side_and_nothing_of_the_daemons(tmp_path: P
     for daemon in ("nsqpy/nsqd/", "nsqpy/broker/", "nsqpy/storage/", "nsqpy/cluster/"):
         assert not [n for n in names if n.startswith(daemon)], daemon
     assert build(tmp_path).read_bytes() == archive.read_bytes(), "the same bytes again"
+
+
+def test_pipelines_starting_at_once_each_ship_a_whole_package(tmp_path: Path) -> None:
+    """Every pipeline builds the package into the same folder before it submits: builds
+    that overlap (two jobs started together) each leave a whole zip, never one written
+    into by the other."""
+    expected = build(tmp_path / "alone").read_bytes()
+    start = threading.Barrier(6)
+
+    def one() -> bytes:
+        start.wait()
+        return build(tmp_path / "shared").read_bytes()
+
+    for _ in range(3):
+        with ThreadPoolExecutor(6) as pool:
+            shipped = list(pool.map(lambda _: one(), range(6)))
+        assert all(data == expected for data in shipped)
+    assert [p.name for p in (tmp_path / "shared").iterdir()] == [zip_name()], "no leftovers"
 
 
 def test_every_spark_module_imports_from_the_zip_alone(

@@ -59,18 +59,30 @@ def _sources() -> Iterator[tuple[Path, str]]:
                 yield file, "nsqpy/" + file.relative_to(root).as_posix()
 
 
+def _partial(target: Path) -> Path:
+    """A new empty file beside ``target``, of this build alone (builds into one folder may
+    overlap: pipelines started together), renamed over ``target`` once whole."""
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
 def build(out_dir: Path) -> Path:
     """Write the zip into ``out_dir`` (made if missing), atomically; its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / zip_name()
-    partial = target.with_name(target.name + ".partial")
-    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-        for file, name in _sources():
-            entry = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            entry.external_attr = 0o644 << 16
-            archive.writestr(entry, file.read_bytes())
-    os.replace(partial, target)
+    partial = _partial(target)
+    try:
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file, name in _sources():
+                entry = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+                entry.compress_type = zipfile.ZIP_DEFLATED
+                entry.external_attr = 0o644 << 16
+                archive.writestr(entry, file.read_bytes())
+        partial.chmod(0o644)  # (mkstemp makes it for its owner only; Spark's nodes read it)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
     return target
 
 
@@ -131,15 +143,16 @@ def build_env(out_dir: Path) -> Path:
         )  # fmt: skip
         zipped = build(site)
         (site / "nsqpy-spark.pth").write_text(zipped.name + "\n")  # (relative to site)
-        partial = target.with_name(target.name + ".partial")
-        partial.unlink(missing_ok=True)
+        partial = _partial(target)
         try:
-            venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz", verbose=False)
+            venv_pack.pack(prefix=str(env), output=str(partial), format="tar.gz",
+                           force=True, verbose=False)  # fmt: skip
+            partial.chmod(0o644)  # (written for its owner only; Spark's nodes read it)
+            os.replace(partial, target)
         except venv_pack.VenvPackException as exc:
-            partial.unlink(missing_ok=True)
             raise RuntimeError(f"venv-pack failed: {exc}") from None
-    partial.chmod(0o644)  # (venv-pack writes it for its owner only; Spark's nodes read it)
-    os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
     return target
 
 
