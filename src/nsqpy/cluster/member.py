@@ -492,7 +492,10 @@ class Member:
         partitions (asked only when this node's view lacks them)."""
         if self.known_partitions(topic) >= max(partitions, 1):
             return
-        kv = await self.etcd.get(self.keys.topic_meta(topic))
+        try:
+            kv = await self.etcd.get(self.keys.topic_meta(topic))
+        except EtcdUnavailable as exc:  # (the command is answered, never left waiting)
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"etcd unavailable: {exc}") from exc
         if kv is None:
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} does not exist")
         count = TopicMeta.from_json(kv.value).partition_num

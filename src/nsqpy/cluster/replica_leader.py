@@ -149,8 +149,8 @@ class LeaderFeed:
     def cursors_now(self, topic: str, partition: int = -1) -> None:
         """An ordered channel of ``topic`` moved its cursor in ``partition`` (-1: in
         several): that partition's followers are sent the cursors at once, not at the next
-        ``cursor_interval`` (coalesced: one CURSORS per link per turn of the send loop).
-        Only its links are woken: a FIN in one partition costs the others nothing."""
+        ``cursor_interval`` (``_cursors_inline``; a CURSORS only when they changed). Only
+        its links are touched: a FIN in one partition costs the others nothing."""
         if partition >= 0:
             found = self._conns.get((topic, partition))
             groups = [] if found is None else [found]
@@ -166,16 +166,21 @@ class LeaderFeed:
         now (an ordered channel's next message waits for it: a task switch per link and
         FIN is saved): what is due of the log first, so that no cursor reaches a follower
         before the records it covers, then the CURSORS. The loop is woken only when there
-        was more than cursors (it drains and goes on) or the link is to end."""
+        was more than cursors (it drains and goes on), the cursors started moving (it looks
+        at them every ``cursor_interval`` then) or the link is to end. Runs in a consumer's
+        FIN: a failure here is the link's (its send loop meets it again), never the
+        consumer's."""
         try:
             out = conn.state.leader_output(conn.peer)
-        except Refused:  # (the send loop sends the ERROR and ends the link)
+            if out:
+                conn.link.send(out)
+                conn.wake.set()
+            if self._send_cursors(conn) and not conn.moving:
+                conn.moving = True
+                conn.wake.set()
+        except Exception as err:  # (Refused, a failed read or write: the link's)
+            self.log.debug("replication: CURSORS to %s left to the link: %r", conn.link.peer, err)
             conn.wake.set()
-            return
-        if out:
-            conn.link.send(out)
-            conn.wake.set()
-        self._send_cursors(conn)
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
         """Close the links of (topic, partition) (of one follower); returns how many."""

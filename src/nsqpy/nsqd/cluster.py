@@ -338,10 +338,17 @@ class NsqdCluster:
         if partition >= 0:
             if (topic, partition) not in snap.replicas:
                 return ABSENT  # (not in etcd, or not yet in this node's view: prepare tells)
+            # A partition just added (as below): taken up when this node holds it, and
+            # the topic grown to the new count either way (a publish naming a partition
+            # led elsewhere is forwarded, not refused by a count this node has not grown)
             found = self.host.broker.get_topic(topic)
-            held = found is not None and found.partition(partition) is not None
-            if not held and self.member is not None and self._untaken(snap, topic):
-                self.member.apply(snap, first=topic)  # (a partition just added, as below)
+            if (
+                found is not None
+                and found.partition(partition) is None
+                and self.member is not None
+                and (found.partition_count <= partition or self._untaken(snap, topic))
+            ):
+                self.member.apply(snap, first=topic)
         if self._leads(topic):
             return HERE
         if self.member is not None and self._untaken(snap, topic):

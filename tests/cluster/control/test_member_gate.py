@@ -198,3 +198,38 @@ async def test_a_partition_added_to_a_topic_led_here_is_taken_up_before_the_memb
     assert await wire.read_frame() == (1, b"E_TOPIC_NOT_EXIST")
     held = server.broker.get_topic(topic)
     assert held is not None and held.partition_count == 2
+
+
+async def test_a_partition_added_elsewhere_grows_the_topic_here_before_the_member_round(
+    server: NsqdServer, etcd: Etcd, keys: Keys
+) -> None:
+    """The same growth with the new partition placed on another node: this node, which
+    leads partition 0, grows its topic to the new count as the watch brings it, so a
+    publish naming the new partition is sent on to its leader rather than refused with
+    E_TOPIC_NOT_EXIST by a count this node had not grown yet."""
+    cluster = cluster_of(server)
+    assert cluster.member is not None and cluster.view is not None
+    topic = "growing_elsewhere"
+    await place(etcd, keys, topic, cluster.node_id)
+    await cluster.prepare(topic, create=False, partition=0)
+    seen: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
+
+    def on_change() -> None:
+        snap = cluster.view.snapshot() if cluster.view else None
+        if snap and (topic, 1) in snap.replicas and not seen.done():
+            where = cluster.where(topic, 1)
+            held = server.broker.get_topic(topic)
+            seen.set_result((where, held.partition_count if held is not None else 0))
+
+    cluster.view.listeners.append(on_change)
+    other = "127.0.0.1:1:2:99"  # (a node that is not running: only the count matters)
+    await etcd.txn(
+        [],
+        [
+            PutOp(keys.topic_meta(topic), TopicMeta(partition_num=2, replicator=1).to_json()),
+            PutOp(keys.replicas(topic, 1), Replicas(other, (other,)).to_json()),
+        ],
+    )
+    assert await asyncio.wait_for(seen, 10) == (HERE, 2)
+    held = server.broker.get_topic(topic)
+    assert held is not None and held.partition(1) is None, "nothing of partition 1 here"
