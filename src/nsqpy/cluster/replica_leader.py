@@ -365,12 +365,13 @@ class LeaderFeed:
             except Refused as err:  # no longer led here in this epoch (or the log failed)
                 await link.refuse(err.frame)
                 return
+            if out:
+                link.send(out)  # (before the cursors: none goes ahead of what it covers)
             looked_at = conn.peer.cursors_at
             cursors = self._send_cursors(conn)
             if cursors or conn.peer.cursors_at != looked_at:
                 conn.moving = cursors
             if out:
-                link.send(out)
                 await link.drain()
                 sent_at = self.clock()
                 continue

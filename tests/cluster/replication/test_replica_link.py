@@ -436,20 +436,22 @@ async def test_a_follower_acknowledges_what_it_wrote_before_its_scheduled_fsync(
     await eventually(lambda: cluster.states[0].peers["F1"].durable == end, 5, what="durable")
 
 
-async def test_cursors_sent_at_once_never_go_before_the_commit_they_cover(
-    cluster: Cluster,
+@pytest.mark.parametrize("at_once", [True, False], ids=["cursors_now", "the_links_turn"])
+async def test_cursors_never_go_before_the_commit_they_cover(
+    cluster: Cluster, at_once: bool
 ) -> None:
-    """``cursors_now`` sends the CURSORS right away (not on the link's next turn) and
-    still after what the follower has not been sent yet: when an ordered channel's cursor
-    moves to the offset just committed (a FIN of the message that commit let out, before
-    the link told the follower of it), the APPEND carrying that commit goes first on the
-    wire (a follower caps a cursor at what it knows committed)."""
+    """A channel's cursor moves to the offset just committed (a FIN of the message that
+    commit let out, before the link told the follower of it): the APPEND carrying that
+    commit goes first on the wire (a follower caps a cursor at what it knows committed),
+    whether ``cursors_now`` sends the CURSORS right away (an ordered channel) or the
+    link's send loop does on its turn (every ``cursor_interval``, here every turn)."""
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 1)
     state = cluster.states[0]
     cluster.set_isr(0, ["L", "F1"])
     cursor = [ChannelCursor("c", 0)]
-    feed = await cluster.start_feed(cursors=lambda t, p: list(cursor), cursor_interval=60.0)
+    interval = 60.0 if at_once else 0.0
+    feed = await cluster.start_feed(cursors=lambda t, p: list(cursor), cursor_interval=interval)
     moved = state.on_change
     assert moved is not None
     inline: list[int] = []  # cursors sent by cursors_now, from inside the commit's ACK
@@ -458,8 +460,9 @@ async def test_cursors_sent_at_once_never_go_before_the_commit_they_cover(
         moved(s)
         if s.committed > cursor[0].confirmed:  # the FIN of the last message let out
             cursor[0] = ChannelCursor("c", s.committed)
-            feed.cursors_now(TOPIC, 0)
-            inline.append(s.committed)
+            if at_once:
+                feed.cursors_now(TOPIC, 0)
+                inline.append(s.committed)
 
     state.on_change = on_change
     wire = ReplicationReader(expect_magic=False)
@@ -484,7 +487,7 @@ async def test_cursors_sent_at_once_never_go_before_the_commit_they_cover(
             return bool(got) and got[-1].channels[0].confirmed == e
 
         await eventually(sent, 5, what="the CURSORS of the commit")
-    assert len(inline) >= 3 and f.committed_offset == leader.flushed_offset
+    assert len(inline) >= (3 if at_once else 0) and f.committed_offset == leader.flushed_offset
     told = 0  # the commit the follower was sent
     cursors = 0
     for frame in wire.frames():
