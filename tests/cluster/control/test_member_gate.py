@@ -159,6 +159,38 @@ async def test_a_partitioned_command_waits_for_a_topic_etcd_has_and_creates_none
     assert topic is not None and topic.partitions[0].leading
 
 
+async def grow_watched(
+    server: NsqdServer, etcd: Etcd, keys: Keys, topic: str, holder: str
+) -> tuple[str, int, bool]:
+    """``topic``, of one partition led here, grown to two with partition 1 held by
+    ``holder``: what a publish naming partition 1 meets as the watch delivers it, before
+    the member's round (``where(topic, 1)``, the local topic's partition count, whether
+    partition 1 is held here then)."""
+    cluster = cluster_of(server)
+    assert cluster.member is not None and cluster.view is not None
+    await place(etcd, keys, topic, cluster.node_id)
+    await cluster.prepare(topic, create=False, partition=0)
+    seen: asyncio.Future[tuple[str, int, bool]] = asyncio.get_running_loop().create_future()
+
+    def on_change() -> None:  # (the view calls it as the watch delivers: see above)
+        snap = cluster.view.snapshot() if cluster.view else None
+        if snap and (topic, 1) in snap.replicas and not seen.done():
+            where = cluster.where(topic, 1)
+            held = server.broker.get_topic(topic)
+            assert held is not None
+            seen.set_result((where, held.partition_count, held.partition(1) is not None))
+
+    cluster.view.listeners.append(on_change)
+    await etcd.txn(
+        [],
+        [
+            PutOp(keys.topic_meta(topic), TopicMeta(partition_num=2, replicator=1).to_json()),
+            PutOp(keys.replicas(topic, 1), Replicas(holder, (holder,)).to_json()),
+        ],
+    )
+    return await asyncio.wait_for(seen, 10)
+
+
 async def test_a_partition_added_to_a_topic_led_here_is_taken_up_before_the_member_round(
     server: NsqdServer, etcd: Etcd, keys: Keys
 ) -> None:
@@ -167,30 +199,12 @@ async def test_a_partition_added_to_a_topic_led_here_is_taken_up_before_the_memb
     publish naming the new partition, arriving between the watch and the member's round,
     finds it here (a node that led partition 0 used to answer E_TOPIC_NOT_EXIST); one
     naming a partition etcd does not have is E_TOPIC_NOT_EXIST, and nothing is created."""
-    cluster = cluster_of(server)
-    assert cluster.member is not None and cluster.view is not None
     topic = "growing"
-    await place(etcd, keys, topic, cluster.node_id)
-    await cluster.prepare(topic, create=False, partition=0)
-    seen: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
-
-    def on_change() -> None:  # (the view calls it as the watch delivers: see above)
-        snap = cluster.view.snapshot() if cluster.view else None
-        if snap and (topic, 1) in snap.replicas and not seen.done():
-            where = cluster.where(topic, 1)
-            held = server.broker.get_topic(topic)
-            seen.set_result((where, held is not None and held.partition(1) is not None))
-
-    cluster.view.listeners.append(on_change)
-    me = cluster.node_id
-    await etcd.txn(
-        [],
-        [
-            PutOp(keys.topic_meta(topic), TopicMeta(partition_num=2, replicator=1).to_json()),
-            PutOp(keys.replicas(topic, 1), Replicas(me, (me,)).to_json()),
-        ],
+    assert await grow_watched(server, etcd, keys, topic, cluster_of(server).node_id) == (
+        HERE,
+        2,
+        True,
     )
-    assert await asyncio.wait_for(seen, 10) == (HERE, True)
     wire = await AsyncWire.connect(server.tcp_port)
     await wire.send(f"PUB {topic} 1\n".encode() + b"\x00\x00\x00\x01x")
     assert await wire.read_frame() == (0, b"OK")
@@ -207,29 +221,5 @@ async def test_a_partition_added_elsewhere_grows_the_topic_here_before_the_membe
     leads partition 0, grows its topic to the new count as the watch brings it, so a
     publish naming the new partition is sent on to its leader rather than refused with
     E_TOPIC_NOT_EXIST by a count this node had not grown yet."""
-    cluster = cluster_of(server)
-    assert cluster.member is not None and cluster.view is not None
-    topic = "growing_elsewhere"
-    await place(etcd, keys, topic, cluster.node_id)
-    await cluster.prepare(topic, create=False, partition=0)
-    seen: asyncio.Future[tuple[str, int]] = asyncio.get_running_loop().create_future()
-
-    def on_change() -> None:
-        snap = cluster.view.snapshot() if cluster.view else None
-        if snap and (topic, 1) in snap.replicas and not seen.done():
-            where = cluster.where(topic, 1)
-            held = server.broker.get_topic(topic)
-            seen.set_result((where, held.partition_count if held is not None else 0))
-
-    cluster.view.listeners.append(on_change)
     other = "127.0.0.1:1:2:99"  # (a node that is not running: only the count matters)
-    await etcd.txn(
-        [],
-        [
-            PutOp(keys.topic_meta(topic), TopicMeta(partition_num=2, replicator=1).to_json()),
-            PutOp(keys.replicas(topic, 1), Replicas(other, (other,)).to_json()),
-        ],
-    )
-    assert await asyncio.wait_for(seen, 10) == (HERE, 2)
-    held = server.broker.get_topic(topic)
-    assert held is not None and held.partition(1) is None, "nothing of partition 1 here"
+    assert await grow_watched(server, etcd, keys, "growing_elsewhere", other) == (HERE, 2, False)
