@@ -106,20 +106,14 @@ class OrderedDelivery:
             owner.ready_count = saved
 
     def pump(self, now: int) -> int:
-        sent = 0
-        for part in self.channel.parts:
-            if part.in_flight:
-                continue  # (its one message is out: nothing to send; the broker counts what
-                # arrived after each flush, ``Channel.arrive``)
-            number = part.number
-            owner = self.owners.get(number)
-            sent += self._one_slot(owner, self._free(number, part, now), part.pump, now)
-        return sent
+        return sum(self.pump_part(part, now) for part in self.channel.parts)
 
     def pump_part(self, part: ChannelPartition, now: int) -> int:
-        """``pump`` for one partition's part (its followers took the cursor it waited for)."""
+        """``pump`` for one partition's part (also alone: its followers took the cursor it
+        waited for)."""
         if part.in_flight:
-            return 0
+            return 0  # (its one message is out: nothing to send; the broker counts what
+            # arrived after each flush, ``Channel.arrive``)
         number = part.number
         return self._one_slot(
             self.owners.get(number), self._free(number, part, now), part.pump, now
