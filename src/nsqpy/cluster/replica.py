@@ -95,6 +95,16 @@ class Link(FramedLink):
     def send(self, bufs: Sequence[Buffer]) -> None:
         self.writer.writelines(bufs)
 
+    send_soon = send  # (a link of its own has no other stream's frames to wait for)
+
+    def poke(self) -> None:
+        """Nothing: this link's frames come only through ``recv``, whose caller looks after
+        each at what a poke would tell it (a ``Stream``'s wakes the ``recv`` that waits)."""
+
+    def congested(self) -> bool:
+        """Whether bytes sent wait in the transport (the socket took no more yet)."""
+        return self.writer.transport.get_write_buffer_size() > 0
+
     async def drain(self) -> None:
         await self.writer.drain()
 

@@ -110,6 +110,8 @@ class FollowerFetch:
         self._changed = asyncio.Event()
         self._link: Link | Stream | None = None
         self._task: asyncio.Task[None] | None = None
+        self._acked = (-1, -1)  # (end, durable) last acknowledged on the link
+        self._sync_owed = False  # an fsync is due (``_take``), and its ACK after it
 
     @property
     def committed_offset(self) -> int:
@@ -266,45 +268,70 @@ class FollowerFetch:
                 return
 
     async def _stream(self, link: Link | Stream, epoch: int) -> None:
-        log = self.plog
-        acked = (-1, -1)
+        """Take the leader's frames (``_take``) until the link ends. A multiplexed link's
+        frames are taken as its connection reads them (``Stream.handle``: an APPEND is
+        acknowledged in the read that brought it, with no task woken); this coroutine then
+        does only what waits: an fsync the log's policy says is due (in a thread, the ACK
+        of the durable end after it) and a drain of a connection that holds unsent bytes."""
+        self._acked, self._sync_owed = (-1, -1), False
         # (a stream's liveness is its connection's: an idle one hears nothing at all)
         silence = None if link.multiplexed else self.timeout
+        if isinstance(link, Stream):
+            link.handle(lambda frames: self._take(link, epoch, frames))
         while True:
-            frames = await link.recv(silence)
-            heartbeat = False
-            cursors: list[Cursors] = []
-            for frame in frames:
-                if isinstance(frame, Append):
-                    self.replica.take_append(frame, epoch)
-                elif isinstance(frame, Heartbeat):
-                    heartbeat = True
-                elif isinstance(frame, Cursors):
-                    cursors.append(frame)
-                elif isinstance(frame, ErrorFrame):
-                    raise RemoteError(frame)
-                else:
-                    raise MalformedFrame(f"unexpected {type(frame).__name__} from the leader")
-            if log.pending():
-                log.flush()
-            if cursors:
-                answers = [self.replica.cursors_ack(frame, epoch) for frame in cursors]
-                if self.on_cursors is not None:  # (after the records they cover)
-                    self.on_cursors(cursors[-1])
-                link.send(answers[-1:])
-            sync = log.sync_due(self.wall_ns())
-            if not sync or not log.policy.always:
-                # What is written is acknowledged before an fsync on the log's schedule:
-                # the leader commits on ends (but under ``always``, where it waits for
-                # what is durable), so a producer does not wait for this node's fsync
-                acked, heartbeat = self._answer(link, epoch, acked, heartbeat)
-            if sync:
+            frames = await link.recv(silence)  # (a handled stream's: none, when poked)
+            if frames:
+                self._take(link, epoch, frames)
+            if self._sync_owed:
+                self._sync_owed = False
                 await link.drain()
-                await asyncio.to_thread(log.sync)
-                acked, heartbeat = self._answer(link, epoch, acked, heartbeat)
+                await asyncio.to_thread(self.plog.sync)
+                self._acked, _ = self._answer(link, epoch, self._acked, False)
+                self._progress()
             await link.drain()
-            if self.on_progress is not None:
-                self.on_progress(log.flushed_offset, log.durable_offset, self.committed_offset)
+
+    def _take(self, link: Link | Stream, epoch: int, frames: list[ReplicationFrame]) -> None:
+        """Frames of the leader that came together: every APPEND into the log under one
+        flush, the CURSORS after the records they cover (``on_cursors``), then the ACK of
+        the end, unless an fsync is due under the ``always`` policy (its ACK follows the
+        fsync: ``_stream``). The link is poked when an fsync is due or its connection holds
+        unsent bytes."""
+        log = self.plog
+        heartbeat = False
+        cursors: list[Cursors] = []
+        for frame in frames:
+            if isinstance(frame, Append):
+                self.replica.take_append(frame, epoch)
+            elif isinstance(frame, Heartbeat):
+                heartbeat = True
+            elif isinstance(frame, Cursors):
+                cursors.append(frame)
+            elif isinstance(frame, ErrorFrame):
+                raise RemoteError(frame)
+            else:
+                raise MalformedFrame(f"unexpected {type(frame).__name__} from the leader")
+        if log.pending():
+            log.flush()
+        if cursors:
+            answers = [self.replica.cursors_ack(frame, epoch) for frame in cursors]
+            if self.on_cursors is not None:  # (after the records they cover)
+                self.on_cursors(cursors[-1])
+            link.send_soon(answers[-1:])  # (with other partitions' of this turn)
+        sync = log.sync_due(self.wall_ns())
+        if not sync or not log.policy.always:
+            # What is written is acknowledged before an fsync on the log's schedule:
+            # the leader commits on ends (but under ``always``, where it waits for
+            # what is durable), so a producer does not wait for this node's fsync
+            self._acked, heartbeat = self._answer(link, epoch, self._acked, heartbeat)
+        if sync or link.congested():
+            self._sync_owed |= sync
+            link.poke()
+        self._progress()
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            log = self.plog
+            self.on_progress(log.flushed_offset, log.durable_offset, self.committed_offset)
 
     def _answer(
         self, link: Link | Stream, epoch: int, acked: tuple[int, int], heartbeat: bool

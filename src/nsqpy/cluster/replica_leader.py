@@ -42,10 +42,14 @@ from nsqpy.protocol.replication import (
     Heartbeat,
     Hello,
     MalformedFrame,
+    ReplicationFrame,
     ReplicationProtocolError,
     encode_hello,
 )
 
+# A committed offset that moved with no record to carry it waits this long for one before
+# it goes to the followers alone (``LeaderFeed._output_now``).
+COMMIT_LINGER = 0.005
 StateLookup = Callable[[str, int], "ReplicaState | None"]  # the partition's, when held here
 CursorLookup = Callable[[str, int], Sequence[ChannelCursor]]  # every channel's, now
 FollowerState = Peer  # (the name the owner and tests know)
@@ -58,6 +62,7 @@ class _Conn:
     peer: FollowerLink
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     moving: bool = False  # the channels' cursors moved when last looked at
+    commit_timer: asyncio.TimerHandle | None = None  # sends a committed offset that lingered
 
     @property
     def key(self) -> tuple[str, int]:
@@ -80,6 +85,7 @@ class LeaderFeed:
         cursors: CursorLookup | None = None,
         on_cursors_acked: Callable[[str, int], None] | None = None,
         cursor_interval: float = 1.0,
+        commit_linger: float = COMMIT_LINGER,
         heartbeat_interval: float = 2.0,
         timeout: float = 5.0,
         clock: Callable[[], float] | None = None,
@@ -90,6 +96,7 @@ class LeaderFeed:
         self.tls = tls
         self._states = states
         self._cursors, self.cursor_interval = cursors, cursor_interval
+        self.commit_linger = commit_linger
         self.on_cursors_acked = on_cursors_acked
         self.heartbeat_interval, self.timeout = heartbeat_interval, timeout
         self._clock = clock
@@ -131,12 +138,56 @@ class LeaderFeed:
 
     def notify(self, topic: str, partition: int) -> None:
         """The log of (topic, partition) was flushed (or synced): commit what that allows
-        and send what is new."""
+        and send what is new (``_output_now``)."""
         state = self._states(topic, partition)
         if state is not None:
             state.local_progress()
-        for conn in self._conns.get((topic, partition), {}).values():
+        for conn in list(self._conns.get((topic, partition), {}).values()):
+            self._output_now(conn)
+
+    def _output_now(self, conn: _Conn) -> None:
+        """What the link's send loop would send on its next turn, sent in the caller's turn
+        of the event loop (a flush of the log, a follower's ACK, a consumer's FIN on an
+        ordered channel): no task wakes for it, and a publish is answered sooner. What is
+        due of the log first (``leader_output``), so that no cursor reaches a follower
+        before the records it covers, then the channels' cursors when due. The loop is
+        woken only to drain a connection that holds unsent bytes, when the cursors started
+        moving (it looks at them every ``cursor_interval`` then), or to meet a failure
+        (leadership lost, a failed read: it ends the link), which is the link's, never the
+        caller's. A committed offset that moved with no record to carry it lingers
+        ``commit_linger`` for one (a publish every millisecond costs one frame, not two),
+        then goes alone (``_linger``)."""
+        try:
+            out = conn.state.leader_output(conn.peer, self.commit_linger)
+            if out:
+                conn.link.send(out)
+            cursors = self._send_cursors(conn)
+        except Exception as err:  # (Refused, a failed read or write: the link's)
+            self.log.debug("replication: sending to %s left to the link: %r", conn.link.peer, err)
             conn.wake.set()
+            return
+        if cursors and not conn.moving:
+            conn.moving = True
+            conn.wake.set()
+        elif conn.link.congested():
+            conn.wake.set()
+        self._linger(conn)
+
+    def _linger(self, conn: _Conn) -> None:
+        """A committed offset owed on the link goes when ``commit_linger`` is up."""
+        due = conn.state.commit_due_in(conn.peer, self.commit_linger)
+        if due is not None and conn.commit_timer is None:
+            loop = asyncio.get_running_loop()
+            conn.commit_timer = loop.call_later(due, self._commit_due, conn)
+
+    def _commit_due(self, conn: _Conn) -> None:
+        conn.commit_timer = None
+        if conn.peer.open:
+            self._output_now(conn)
+
+    def _conns_of(self, conn: _Conn) -> list[_Conn]:
+        """Every link of ``conn``'s partition (``conn`` among them)."""
+        return list(self._conns.get(conn.key, {}).values())
 
     def replicated_confirmed(
         self, topic: str, partition: int, channel: str, followers: Iterable[str]
@@ -149,8 +200,8 @@ class LeaderFeed:
     def cursors_now(self, topic: str, partition: int = -1) -> None:
         """An ordered channel of ``topic`` moved its cursor in ``partition`` (-1: in
         several): that partition's followers are sent the cursors at once, not at the next
-        ``cursor_interval`` (``_cursors_inline``; a CURSORS only when they changed). Only
-        its links are touched: a FIN in one partition costs the others nothing."""
+        ``cursor_interval`` (``_output_now``; a CURSORS only when they changed). Only its
+        links are touched: a FIN in one partition costs the others nothing."""
         if partition >= 0:
             found = self._conns.get((topic, partition))
             groups = [] if found is None else [found]
@@ -159,28 +210,7 @@ class LeaderFeed:
         for conns in groups:
             for conn in conns.values():
                 ReplicaState.cursors_due(conn.peer)
-                self._cursors_inline(conn)
-
-    def _cursors_inline(self, conn: _Conn) -> None:
-        """(``cursors_now``) What the link's send loop would send on its next turn, sent
-        now (an ordered channel's next message waits for it: a task switch per link and
-        FIN is saved): what is due of the log first, so that no cursor reaches a follower
-        before the records it covers, then the CURSORS. The loop is woken only when there
-        was more than cursors (it drains and goes on), the cursors started moving (it looks
-        at them every ``cursor_interval`` then) or the link is to end. Runs in a consumer's
-        FIN: a failure here is the link's (its send loop meets it again), never the
-        consumer's."""
-        try:
-            out = conn.state.leader_output(conn.peer)
-            if out:
-                conn.link.send(out)
-                conn.wake.set()
-            if self._send_cursors(conn) and not conn.moving:
-                conn.moving = True
-                conn.wake.set()
-        except Exception as err:  # (Refused, a failed read or write: the link's)
-            self.log.debug("replication: CURSORS to %s left to the link: %r", conn.link.peer, err)
-            conn.wake.set()
+                self._output_now(conn)
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
         """Close the links of (topic, partition) (of one follower); returns how many."""
@@ -286,6 +316,8 @@ class LeaderFeed:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
+            if conn.commit_timer is not None:
+                conn.commit_timer.cancel()
             state.closed(peer)
             if conns.get(peer.node_id) is conn:
                 del conns[peer.node_id]
@@ -295,7 +327,10 @@ class LeaderFeed:
     async def _receive_loop(self, conn: _Conn, sender: asyncio.Task[None]) -> None:
         """The follower's frames until the link ends, or the sender does (leadership lost,
         a write failed: its error is raised here). The sender's end cancels the read that
-        waits (no task per read: an idle link's heartbeats cost little)."""
+        waits (no task per read: an idle link's heartbeats cost little). A multiplexed
+        link's frames are taken as its connection reads them (an ACK answers the publishes
+        it commits in that read, not a loop turn later); the read here then only waits
+        for the end."""
         me = asyncio.current_task()
         assert me is not None
         ended = False
@@ -306,9 +341,17 @@ class LeaderFeed:
             me.cancel()
 
         sender.add_done_callback(sender_ended)
+        link = conn.link
         try:
+            if isinstance(link, Stream):  # (the frames as they arrive: ``Stream.handle``)
+
+                def take(frames: list[ReplicationFrame]) -> None:
+                    for frame in frames:
+                        self._on_frame(conn, frame)
+
+                link.handle(take)
             while True:
-                for frame in await conn.link.recv():
+                for frame in await link.recv():
                     self._on_frame(conn, frame)
         except asyncio.CancelledError:
             if not ended or me.uncancel() > 0:  # (cancelled from outside too)
@@ -329,8 +372,13 @@ class LeaderFeed:
                 answer = conn.state.leader_frame(conn.peer, frame)
                 if answer:
                     conn.link.send(answer)
-                if conn.state.committed != committed:  # (every follower is told at once)
-                    for other in self._conns.get(conn.key, {}).values():
+                moved = conn.state.committed != committed
+                if isinstance(frame, Ack):  # (sent at once: the follower's window opened,
+                    for other in self._conns_of(conn) if moved else [conn]:  # and every
+                        self._output_now(other)  # follower is told the commit)
+                    return
+                if moved:
+                    for other in self._conns_of(conn):
                         other.wake.set()
                 conn.wake.set()
             case ErrorFrame(epoch, code, text):
@@ -361,12 +409,14 @@ class LeaderFeed:
         while True:
             conn.wake.clear()
             try:
-                out = conn.state.leader_output(conn.peer)
+                out = conn.state.leader_output(conn.peer, self.commit_linger)
             except Refused as err:  # no longer led here in this epoch (or the log failed)
                 await link.refuse(err.frame)
                 return
             if out:
                 link.send(out)  # (before the cursors: none goes ahead of what it covers)
+            else:
+                self._linger(conn)
             looked_at = conn.peer.cursors_at
             cursors = self._send_cursors(conn)
             if cursors or conn.peer.cursors_at != looked_at:
@@ -403,7 +453,7 @@ class LeaderFeed:
         frame = conn.state.cursors_output(conn.peer, lambda: lookup(*key), self.cursor_interval)
         if frame is None:
             return False
-        conn.link.send([frame])
+        conn.link.send_soon([frame])  # (with other partitions' CURSORS of this turn)
         return True
 
 

@@ -71,7 +71,8 @@ Accept = Callable[["Stream"], None]
 
 class Stream(FramedLink):
     """One partition's link on a ``MuxConn``; ``Link``'s interface (``recv``, ``next``,
-    ``send``, ``drain``, ``refuse``, ``close``, ``abort``, ``peer``, ``magic_sent``)."""
+    ``send``, ``send_soon``, ``congested``, ``drain``, ``refuse``, ``close``, ``abort``,
+    ``peer``, ``magic_sent``)."""
 
     multiplexed = True
 
@@ -83,11 +84,40 @@ class Stream(FramedLink):
         self.peer = conn.peer
         self.closed = False
         self.on_ping: Callable[[], None] | None = None  # the connection heard from the peer
+        self.handler: Callable[[list[ReplicationFrame]], None] | None = None  # (``handle``)
+        self.failure: Exception | None = None  # what the handler raised: ``recv`` raises it
+        self._poked = False
         self._ready = asyncio.Event()
+
+    def handle(self, handler: Callable[[list[ReplicationFrame]], None]) -> None:
+        """From now on, the frames are handed to ``handler`` as their bytes arrive, in the
+        connection's read, each chunk's whole frames at once (no task wakes for them: a
+        leader answers a publish, a follower acknowledges it, a loop turn sooner); the
+        frames already received first, here. What ``handler`` raises ends the stream's
+        frames: ``recv`` raises it. ``recv`` then only waits for the end, or a ``poke``."""
+        frames = [*self.leftover, *self.decoder.frames()]
+        self.leftover.clear()
+        if frames:
+            handler(frames)
+        self.handler = handler
+
+    def poke(self) -> None:
+        """(with a ``handler``) The ``recv`` that waits returns, with no frame."""
+        self._poked = True
+        self._ready.set()
 
     def feed(self, data: Buffer) -> None:
         self.decoder.feed(data)
-        self._ready.set()
+        if self.handler is None:
+            self._ready.set()
+        elif self.failure is None:
+            try:
+                frames = list(self.decoder.frames())
+                if frames:
+                    self.handler(frames)
+            except Exception as err:  # (the stream's, not the connection's: ``recv`` raises it)
+                self.failure = err
+                self._ready.set()
         if self.decoder.buffered > self.conn.max_buffer:
             if self.conn.accept is not None:
                 raise MalformedFrame(f"a replication stream holds over {self.conn.max_buffer} "
@@ -103,21 +133,41 @@ class Stream(FramedLink):
 
     async def recv(self, timeout: float | None = None) -> list[ReplicationFrame]:
         """As ``Link.recv``: the frames buffered, at least one; LinkClosed once the stream
-        or its connection ended, TimeoutError after ``timeout`` without a whole frame."""
-        frames = [*self.leftover, *self.decoder.frames()]
-        self.leftover.clear()
+        or its connection ended, TimeoutError after ``timeout`` without a whole frame.
+        With a ``handler``: LinkClosed, what the handler raised, or no frame after a
+        ``poke``."""
+        frames: list[ReplicationFrame] = []
+        if self.handler is None:
+            frames = [*self.leftover, *self.decoder.frames()]
+            self.leftover.clear()
         while not frames:
+            if self.failure is not None:
+                raise self.failure
             if self.closed:
                 raise LinkClosed(f"{self.peer} closed the replication stream")
+            if self._poked:
+                self._poked = False
+                return frames
             self._ready.clear()
             async with asyncio.timeout(timeout):
                 await self._ready.wait()
-            frames = list(self.decoder.frames())
+            if self.handler is None:
+                frames = list(self.decoder.frames())
         return frames
 
     def send(self, bufs: Sequence[Buffer]) -> None:
         if not self.closed:
             self.conn.send_data(self.sid, bufs)
+
+    def send_soon(self, bufs: Sequence[Buffer]) -> None:
+        """As ``send``, at the end of this turn of the event loop, in one system call with
+        the other streams' frames by then (``MuxConn._write_soon``)."""
+        if not self.closed:
+            self.conn.send_data(self.sid, bufs, soon=True)
+
+    def congested(self) -> bool:
+        """Whether bytes sent wait in the connection's transport."""
+        return self.conn.writer.transport.get_write_buffer_size() > 0
 
     async def drain(self) -> None:
         if self.closed:
@@ -167,6 +217,7 @@ class MuxConn:
         self.idle_since: float | None = self._loop.time()
         self._logged: dict[str, float] = {}  # what was logged of this connection, and when
         self.pinger: asyncio.Task[None] | None = None
+        self._pending: list[Buffer] = []  # (``_write_soon``)
 
     # -- sending -------------------------------------------------------------------------
 
@@ -177,14 +228,17 @@ class MuxConn:
         self.idle_since = None
         return stream
 
-    def send_data(self, sid: int, bufs: Sequence[Buffer]) -> None:
+    def send_data(self, sid: int, bufs: Sequence[Buffer], soon: bool = False) -> None:
         out: list[Buffer] = []
         for buf in bufs:
             view = memoryview(buf).cast("B")
             for start in range(0, len(view), MAX_CHUNK):
                 piece = view[start : start + MAX_CHUNK]
                 out += [HEADER.pack(DATA, sid, len(piece)), piece]
-        self._write(out)
+        if soon:
+            self._write_soon(out)
+        else:
+            self._write(out)
 
     def close_stream(self, sid: int) -> None:
         if self.streams.pop(sid, None) is not None:
@@ -193,8 +247,18 @@ class MuxConn:
                 self.idle_since = self._loop.time()
 
     def _write(self, out: list[Buffer]) -> None:
+        if self._pending:  # (what waits goes first: the order on the wire is kept)
+            out, self._pending = self._pending + out, []
         if out and not self.closed:
             self.writer.writelines(out)
+
+    def _write_soon(self, out: list[Buffer]) -> None:
+        """Written at the end of this turn of the event loop, with whatever else is sent
+        on the connection by then (sooner, before anything sent with ``_write``): the
+        CURSORS of several partitions' FINs in one read go in one system call."""
+        if not self._pending:
+            self._loop.call_soon(self._write, [])
+        self._pending += out
 
     async def drain(self) -> None:
         await self.writer.drain()

@@ -95,6 +95,7 @@ class FollowerLink:
     inflight: deque[tuple[int, int]] = field(default_factory=deque)  # (next offset, bytes)
     inflight_bytes: int = 0
     sent_committed: int = -1
+    commit_owed_since: float | None = None  # clock time the committed offset moved unsent
     sent_end: int = 0  # every offset below it was sent (or skipped): no ACK may pass it
     acked: int = 0  # the end last ACKed on this link (never goes back)
     open: bool = True
@@ -439,10 +440,13 @@ class ReplicaState:
         link.sent_end = link.acked = start
         peer.end, peer.durable = start, min(peer.durable, start)
 
-    def leader_output(self, link: FollowerLink) -> list[Buffer]:
-        """What to send on ``link`` now: APPENDs while its window allows, an empty one when
-        only the committed offset moved. Refused when this node no longer leads in the
-        link's epoch (the shell sends the ERROR and ends the link)."""
+    def leader_output(self, link: FollowerLink, linger: float = 0.0) -> list[Buffer]:
+        """What to send on ``link`` now: APPENDs while its window allows (each carries the
+        committed offset), an empty one when only the committed offset moved and waited
+        ``linger`` seconds for records to carry it (``commit_due_in``: a follower is told
+        each commit without a frame of its own while publishes keep coming). Refused when
+        this node no longer leads in the link's epoch (the shell sends the ERROR and ends
+        the link)."""
         if not link.open or self.role != LEADER or self.epoch != link.epoch:
             text = f"{self.where} is no longer led here in {link.epoch}"
             raise Refused(link.epoch, E_NOT_LEADER, text)
@@ -470,10 +474,20 @@ class ReplicaState:
         link.pos = pos
         link.sent_end = max(link.sent_end, pos)
         if not out and committed != link.sent_committed:
-            out += encode_append(link.epoch, pos, committed, 0, b"")
+            if link.commit_owed_since is None:
+                link.commit_owed_since = self.clock()
+            if self.commit_due_in(link, linger) == 0.0:
+                out += encode_append(link.epoch, pos, committed, 0, b"")
         if out:
-            link.sent_committed = committed
+            link.sent_committed, link.commit_owed_since = committed, None
         return out
+
+    def commit_due_in(self, link: FollowerLink, linger: float) -> float | None:
+        """Seconds until ``leader_output(link, linger)`` sends the committed offset on its
+        own (0: now); None when the link was sent the committed offset as it is."""
+        if link.commit_owed_since is None:
+            return None
+        return max(0.0, link.commit_owed_since + linger - self.clock())
 
     def cursors_output(
         self,
@@ -484,8 +498,8 @@ class ReplicaState:
         """The CURSORS to send on ``link`` now, if any: every ``interval`` (or at once after
         ``cursors_due``), all the channels' cursors (``cursors()``) when they changed since
         the last sent; only once the link FETCHed, and after the records they cover (the
-        shell sends it after ``leader_output``: a cursor never passes the committed offset,
-        which the follower has)."""
+        shell sends it after ``leader_output``, and the committed offset is sent first when
+        it lingered unsent: a follower caps a cursor at the committed offset it knows)."""
         if link.pos is None or not link.open or self.role != LEADER:
             return None
         now = self.clock()
@@ -497,6 +511,10 @@ class ReplicaState:
             return None
         seq = link.cursors_seq = link.cursors_seq + 1
         frame = encode_cursors(link.epoch, self.topic, self.partition, current, True, seq)
+        if link.sent_committed != self.committed:
+            owed = encode_append(link.epoch, link.pos, self.committed, 0, b"")
+            frame = b"".join([*owed, frame])
+            link.sent_committed, link.commit_owed_since = self.committed, None
         link.cursors_sent = current
         unacked = link.cursors_unacked
         unacked[seq] = current

@@ -141,6 +141,7 @@ class NsqdServer:
         self._unsynced: set[Partition] = set()
         self._cursor_writes: dict[CursorFile, asyncio.Future[bool]] = {}
         self._commit_scheduled = False
+        self._flush_scheduled = False  # (cursors_replicated: one flush per loop turn)
         self._commit_handle: asyncio.Handle | None = None
         self._group = 0  # connections the last commit answered
         self._descriptors_short = False  # nearly out of descriptors (logged once)
@@ -480,8 +481,13 @@ class NsqdServer:
     def cursors_replicated(self, part: Partition) -> None:
         """(cluster) A follower took the channel cursors of a led partition: its ordered
         channels may deliver their next message (nothing else changed: no commit moved)."""
-        if self.broker.pump_ordered(part):
-            self._flush_connections()
+        if self.broker.pump_ordered(part) and not self._flush_scheduled and self._loop:
+            self._flush_scheduled = True  # (once for every partition acked in this turn)
+            self._loop.call_soon(self._flush_later)
+
+    def _flush_later(self) -> None:
+        self._flush_scheduled = False
+        self._flush_connections()
 
     def replicated(self, part: Partition) -> None:
         """(cluster) The committed offset of a led partition moved: answer the publishes

@@ -470,14 +470,18 @@ async def test_cursors_never_go_before_the_commit_they_cover(
     f = cluster.follower(cluster.log("f1"), on_cursors=got.append)
     await eventually(lambda: feed._conns.get((TOPIC, 0)), 5, what="the link")
     (conn,) = feed._conns[(TOPIC, 0)].values()
-    send = conn.link.send
+    link = conn.link
 
-    def recording(bufs: Sequence[Buffer]) -> None:
-        for buf in bufs:
-            wire.feed(buf)
-        send(bufs)
+    def recording(send: Callable[[Sequence[Buffer]], None]) -> Callable[[Sequence[Buffer]], None]:
+        def record(bufs: Sequence[Buffer]) -> None:
+            for buf in bufs:  # (the wire's order is the calls': ``send`` writes what
+                wire.feed(buf)  # ``send_soon`` left waiting first)
+            send(bufs)
 
-    conn.link.send = recording  # type: ignore[method-assign]
+        return record
+
+    link.send = recording(link.send)  # type: ignore[method-assign,assignment]
+    link.send_soon = recording(link.send_soon)  # type: ignore[method-assign,assignment]
     for _ in range(3):
         lead(leader, 1, 1)
         feed.notify(TOPIC, 0)
@@ -497,3 +501,44 @@ async def test_cursors_never_go_before_the_commit_they_cover(
             cursors += 1
             assert frame.channels[0].confirmed <= told, "a cursor before its commit"
     assert cursors >= 3
+
+
+async def test_a_commit_rides_on_the_next_records_and_goes_alone_once_its_linger_is_up(
+    cluster: Cluster,
+) -> None:
+    """A committed offset that moved with nothing new to send waits ``commit_linger`` for
+    an APPEND of records to carry it: publishes that keep coming cost the follower one
+    frame each, not two. With nothing more published it goes alone once the linger is up
+    (0.2 s here); the follower learns every commit either way."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 1)
+    feed = await cluster.start_feed(commit_linger=0.2)
+    cluster.set_isr(0, ["L", "F1"])
+    f = cluster.follower(cluster.log("f1"))
+    await eventually(lambda: f.committed_offset == leader.high_watermark, 5, what="caught up")
+    (conn,) = feed._conns[(TOPIC, 0)].values()
+    appends: list[Append] = []
+    wire = ReplicationReader(expect_magic=False)
+    send = conn.link.send
+
+    def recording(bufs: Sequence[Buffer]) -> None:
+        for buf in bufs:
+            wire.feed(buf)
+        appends.extend(a for a in wire.frames() if isinstance(a, Append))
+        send(bufs)
+
+    conn.link.send = recording  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    for _ in range(5):  # each publish after the last one's commit, within the linger
+        lead(leader, 1, 1)
+        feed.notify(TOPIC, 0)
+        end = leader.flushed_offset
+        await eventually(lambda: cluster.states[0].committed == end, 2)  # noqa: B023
+    committed_at = loop.time()
+    assert [a.count for a in appends] == [10] * 5, "no APPEND of the commit alone yet"
+    assert [a.committed_offset for a in appends[1:]] == [a.start_offset for a in appends[1:]]
+    assert f.committed_offset == end - 10, "the last commit waits for records to carry it"
+    await eventually(lambda: f.committed_offset == end, 2, what="the commit alone")
+    waited = loop.time() - committed_at
+    assert appends[-1].count == 0 and appends[-1].committed_offset == end
+    assert waited >= 0.1, f"it went {waited:.3f} s after the commit, its linger 0.2 s"

@@ -6,12 +6,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Iterable
+from types import SimpleNamespace
 
 import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
-from nsqpy.cluster.replica_mux import DATA, HEADER, MUX_MAGIC, PING, MuxConn, MuxPool
-from nsqpy.protocol.replication import MAGIC, Buffer, encode_error, encode_hello
+from nsqpy.cluster.replica_mux import DATA, HEADER, MUX_MAGIC, PING, MuxConn, MuxPool, Stream
+from nsqpy.protocol.replication import (
+    HEARTBEAT_FRAME,
+    MAGIC,
+    Buffer,
+    ChannelCursor,
+    Cursors,
+    MalformedFrame,
+    ReplicationFrame,
+    ReplicationReader,
+    encode_error,
+    encode_hello,
+)
 from nsqpy.testing.polling import eventually
 
 from .conftest import TOPIC, Cluster, assert_same, lead
@@ -346,3 +359,94 @@ async def test_a_stream_that_breaks_the_protocol_closes_its_connection(
     assert reader.at_eof()
     assert {kind for kind, _, _ in chunks} <= {DATA, 2, PING}
     assert sum("broke the protocol" in r.message for r in caplog.records) == 1, caplog.text
+
+
+async def test_cursors_of_partitions_finished_in_one_turn_go_in_one_write(
+    cluster: Cluster,
+) -> None:
+    """FINs of several partitions' ordered messages in one read of the consumer's
+    connection (``cursors_now`` for each, one after the other): their CURSORS share one
+    system call on the connection to the follower, not one each; and the follower, taking
+    them in one read, acknowledges them all."""
+    cursors = {p: ChannelCursor("c", 0) for p in range(PARTITIONS)}
+    pool = MuxPool()
+    try:
+        followers = await many(
+            cluster,
+            pool,
+            cursor_interval=60.0,  # (sent only when asked: cursors_now)
+        )
+        feed = cluster.feed
+        assert feed is not None
+        feed._cursors = lambda t, p: [cursors[p]]
+        await eventually(lambda: caught_up(cluster, followers), 10, what="all caught up")
+        (conn,) = feed._muxes
+        writes: list[int] = []  # how many CURSORS each write carried, when any
+        writelines = conn.writer.writelines
+
+        def counted(bufs: Iterable[Buffer]) -> None:
+            data = b"".join(bytes(b) for b in bufs)
+            writes.extend([n] if (n := cursors_in(data)) else [])
+            writelines([data])
+
+        conn.writer.writelines = counted  # type: ignore[method-assign,assignment]
+        for p in range(PARTITIONS):  # (one turn of the event loop: no await between)
+            cursors[p] = ChannelCursor("c", cluster.logs[p].high_watermark)
+            feed.cursors_now(TOPIC, p)
+        await eventually(
+            lambda: all(
+                feed.replicated_confirmed(TOPIC, p, "c", ["F1"]) == cursors[p].confirmed
+                for p in range(PARTITIONS)
+            ),
+            5,
+            what="every CURSORS acknowledged",
+        )
+        assert writes == [PARTITIONS], f"{PARTITIONS} partitions' CURSORS in writes of {writes}"
+    finally:
+        await pool.close()
+
+
+def cursors_in(data: bytes) -> int:
+    """The CURSORS frames in whole chunks written on a connection (each DATA chunk a
+    stream's whole frames, as the leader writes them)."""
+    found, pos = 0, 0
+    while pos < len(data):
+        kind, _, length = HEADER.unpack_from(data, pos)
+        pos += HEADER.size + length
+        if kind == DATA:
+            reader = ReplicationReader(expect_magic=False)
+            reader.feed(data[pos - length : pos])
+            found += sum(isinstance(f, Cursors) for f in reader.frames())
+    return found
+
+
+async def test_a_handled_stream_takes_each_chunk_as_it_is_read() -> None:
+    """``Stream.handle``: what was received before goes to the handler at once, each chunk
+    read after it goes to the handler in the read (``recv`` hands out nothing), ``poke``
+    makes the ``recv`` that waits return with no frame, and what the handler raises is
+    raised by ``recv``, after which nothing more is handed to it."""
+    conn = SimpleNamespace(peer="p", max_buffer=1 << 20, accept=None, log=logging.getLogger())
+    stream = Stream(conn, 1)  # type: ignore[arg-type]
+    hb = HEARTBEAT_FRAME
+    stream.feed(MAGIC + hb + hb)
+    groups: list[int] = []
+    stream.handle(lambda frames: groups.append(len(frames)))
+    assert groups == [2], "what came before, at once"
+    stream.feed(hb * 3)
+    assert groups == [2, 3], "a chunk's frames in its read"
+    waiting = asyncio.ensure_future(stream.recv())
+    await asyncio.sleep(0)
+    assert not waiting.done(), "recv hands out nothing of a handled stream"
+    stream.poke()
+    assert await waiting == []
+
+    def broken(frames: list[ReplicationFrame]) -> None:
+        groups.append(-1)
+        raise MalformedFrame("no")
+
+    stream.handler = broken
+    stream.feed(hb)
+    stream.feed(hb)
+    with pytest.raises(MalformedFrame, match="no"):
+        await stream.recv()
+    assert groups == [2, 3, -1], "nothing more after a failure"

@@ -458,7 +458,7 @@ def test_cursors_go_when_due_and_changed_and_count_once_acknowledged_on_the_curr
     assert leader.cursors_output(fresh, look, 1.0) is None, "G has not FETCHed"
     first = leader.cursors_output(link, look, 1.0)
     assert first is not None
-    (frame,) = decoded([first])
+    (frame,) = [f for f in decoded([first]) if not isinstance(f, Append)]  # (the commit first)
     assert isinstance(frame, Cursors) and frame.channels == (ChannelCursor("c", 5),)
     assert leader.cursors_output(link, look, 1.0) is None, "not due yet"
     clock.now += 1.5
@@ -528,3 +528,45 @@ def test_a_hello_as_a_replica_is_taken_only_from_its_incarnation_in_etcd(
     assert replaced is link and not link.open and again.open
     registered["G"] = ""  # an older version
     leader.accept(Hello("G", "c", TOPIC, 0, 1))
+
+
+def test_a_moved_commit_lingers_for_records_to_carry_it_and_goes_before_any_cursors(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A committed offset that moved with nothing new to send waits ``linger`` for an
+    APPEND of records to carry it (``commit_due_in`` says how long), then goes in an empty
+    APPEND; records sent meanwhile carry it and nothing is owed. A CURSORS sent while it is
+    owed goes after it: a follower caps a cursor at the committed offset it knows."""
+    leader, follower, link = pair(tmp_path, logs, clock)
+    lead(leader.log, 1, 1)
+    leader.local_progress()
+    pump(leader, link, follower, 1)  # F takes 0..10 and ACKs: the commit moves to 10
+    assert leader.committed == 10 and follower.committed < 10
+    assert leader.leader_output(link, 0.005) == [], "it waits for records"
+    assert leader.commit_due_in(link, 0.005) == pytest.approx(0.005)
+    clock.now += 0.002
+    assert leader.commit_due_in(link, 0.005) == pytest.approx(0.003)
+    lead(leader.log, 1, 1)  # records come: they carry it
+    leader.local_progress()
+    (append,) = decoded(leader.leader_output(link, 0.005))
+    assert isinstance(append, Append) and (append.count, append.committed_offset) == (10, 10)
+    assert leader.commit_due_in(link, 0.005) is None, "nothing owed"
+    follower.take_append(append, 1)
+    follower.log.flush()
+    leader.leader_frame(link, *decoded([follower.ack_frame(1)[1]]))  # type: ignore[arg-type]
+    assert leader.committed == 20
+    assert leader.leader_output(link, 0.005) == []
+    clock.now += 0.005  # the linger is up: it goes alone
+    (alone,) = decoded(leader.leader_output(link, 0.005))
+    assert isinstance(alone, Append) and (alone.count, alone.committed_offset) == (0, 20)
+    assert leader.commit_due_in(link, 0.005) is None
+    lead(leader.log, 1, 1, per_batch=5)
+    leader.local_progress()
+    pump(leader, link, follower, 1)  # (carried, then owed again: 25)
+    assert leader.committed == 25 and leader.leader_output(link, 0.005) == []
+    cursors = leader.cursors_output(link, lambda: [ChannelCursor("c", 25)], 1.0)
+    assert cursors is not None
+    first, second = decoded([cursors])
+    assert isinstance(first, Append) and (first.count, first.committed_offset) == (0, 25)
+    assert isinstance(second, Cursors) and second.channels == (ChannelCursor("c", 25),)
+    assert leader.commit_due_in(link, 0.005) is None, "the CURSORS took it"
