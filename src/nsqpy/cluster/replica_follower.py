@@ -140,9 +140,9 @@ class FollowerFetch:
         nothing may be appended from the old leader after this returns)."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()  # it is suspended at an await: it appends nothing more
-        if self._link is not None:
-            self._link.abort()
+            task.cancel()  # it is suspended at an await: it appends nothing more, and
+        if self._link is not None:  # the aborted stream is out of its connection before
+            self._link.abort()  # the next read, which hands frames to ``_take``
         if self.plog.pending():
             self.plog.flush()
         self.state = "stopped"
@@ -338,7 +338,7 @@ class FollowerFetch:
     ) -> tuple[tuple[int, int], bool]:
         """An ACK when (end, durable) moved since ``acked``, else a HEARTBEAT when one is
         owed; returns what was acknowledged and whether a heartbeat is still owed."""
-        now, ack = self.replica.ack_frame(epoch)
+        now, ack = self.replica.ack_frame(epoch, durable_only=self.plog.policy.always)
         if now != acked:
             link.send([ack])
             return now, False

@@ -145,7 +145,7 @@ class LeaderFeed:
         for conn in list(self._conns.get((topic, partition), {}).values()):
             self._output_now(conn)
 
-    def _output_now(self, conn: _Conn) -> None:
+    def _output_now(self, conn: _Conn, linger: float | None = None) -> None:
         """What the link's send loop would send on its next turn, sent in the caller's turn
         of the event loop (a flush of the log, a follower's ACK, a consumer's FIN on an
         ordered channel): no task wakes for it, and a publish is answered sooner. What is
@@ -156,9 +156,11 @@ class LeaderFeed:
         (leadership lost, a failed read: it ends the link), which is the link's, never the
         caller's. A committed offset that moved with no record to carry it lingers
         ``commit_linger`` for one (a publish every millisecond costs one frame, not two),
-        then goes alone (``_linger``)."""
+        then goes alone (``_linger``; ``linger``: 0 then)."""
         try:
-            out = conn.state.leader_output(conn.peer, self.commit_linger)
+            out = conn.state.leader_output(
+                conn.peer, self.commit_linger if linger is None else linger
+            )
             if out:
                 conn.link.send(out)
             cursors = self._send_cursors(conn)
@@ -182,8 +184,8 @@ class LeaderFeed:
 
     def _commit_due(self, conn: _Conn) -> None:
         conn.commit_timer = None
-        if conn.peer.open:
-            self._output_now(conn)
+        if conn.peer.open:  # (the timer's time is the linger's end, whatever the clock says)
+            self._output_now(conn, linger=0.0)
 
     def _conns_of(self, conn: _Conn) -> list[_Conn]:
         """Every link of ``conn``'s partition (``conn`` among them)."""
@@ -425,7 +427,7 @@ class LeaderFeed:
                 await link.drain()
                 sent_at = self.clock()
                 continue
-            if cursors:
+            if cursors or link.congested():  # (also what ``_output_now`` sent)
                 await link.drain()
                 sent_at = self.clock()
             wait: float | None

@@ -90,11 +90,13 @@ class Stream(FramedLink):
         self._ready = asyncio.Event()
 
     def handle(self, handler: Callable[[list[ReplicationFrame]], None]) -> None:
-        """From now on, the frames are handed to ``handler`` as their bytes arrive, in the
-        connection's read, each chunk's whole frames at once (no task wakes for them: a
-        leader answers a publish, a follower acknowledges it, a loop turn sooner); the
-        frames already received first, here. What ``handler`` raises ends the stream's
-        frames: ``recv`` raises it. ``recv`` then only waits for the end, or a ``poke``."""
+        """From now on, the frames are handed to ``handler`` in the connection's read:
+        every whole frame of the stream that read brought, at once, once the read's chunks
+        are all taken apart (no task wakes for them: a leader answers a publish, a follower
+        acknowledges it, a loop turn sooner; many APPENDs in one read are one flush and one
+        ACK); the frames already received go first, here. What ``handler`` raises ends the
+        stream's frames (``recv`` raises it; bytes after it are dropped). ``recv`` then only
+        waits for the end, or a ``poke``."""
         frames = [*self.leftover, *self.decoder.frames()]
         self.leftover.clear()
         if frames:
@@ -107,17 +109,13 @@ class Stream(FramedLink):
         self._ready.set()
 
     def feed(self, data: Buffer) -> None:
+        if self.handler is not None:
+            if self.failure is None:  # (after one, nothing more is taken: dropped)
+                self.decoder.feed(data)
+                self.conn.fed[self.sid] = self  # (``take`` once the read is taken apart)
+            return
         self.decoder.feed(data)
-        if self.handler is None:
-            self._ready.set()
-        elif self.failure is None:
-            try:
-                frames = list(self.decoder.frames())
-                if frames:
-                    self.handler(frames)
-            except Exception as err:  # (the stream's, not the connection's: ``recv`` raises it)
-                self.failure = err
-                self._ready.set()
+        self._ready.set()
         if self.decoder.buffered > self.conn.max_buffer:
             if self.conn.accept is not None:
                 raise MalformedFrame(f"a replication stream holds over {self.conn.max_buffer} "
@@ -125,6 +123,19 @@ class Stream(FramedLink):
             self.conn.log.warning("replication: a stream from %s fell %d bytes behind; "
                                   "closing it", self.peer, self.decoder.buffered)  # fmt: skip
             self.abort()
+
+    def take(self) -> None:
+        """(``handle``) Every whole frame received, to the handler; what it raises, kept
+        for ``recv`` (the stream's failure, never the connection's)."""
+        if self.handler is None or self.failure is not None:
+            return
+        try:
+            frames = list(self.decoder.frames())
+            if frames:
+                self.handler(frames)
+        except Exception as err:
+            self.failure = err
+            self._ready.set()
 
     def ended(self) -> None:
         """Closed by the peer (CLOSE) or with the connection."""
@@ -218,6 +229,7 @@ class MuxConn:
         self._logged: dict[str, float] = {}  # what was logged of this connection, and when
         self.pinger: asyncio.Task[None] | None = None
         self._pending: list[Buffer] = []  # (``_write_soon``)
+        self.fed: dict[int, Stream] = {}  # handled streams fed by the read being taken apart
 
     # -- sending -------------------------------------------------------------------------
 
@@ -321,6 +333,9 @@ class MuxConn:
                         self.idle_since = self._loop.time()
             else:
                 self._pinged()
+        fed, self.fed = self.fed, {}
+        for stream in fed.values():
+            stream.take()
         return pos
 
     def _pinged(self) -> None:

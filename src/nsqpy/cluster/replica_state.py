@@ -498,8 +498,8 @@ class ReplicaState:
         """The CURSORS to send on ``link`` now, if any: every ``interval`` (or at once after
         ``cursors_due``), all the channels' cursors (``cursors()``) when they changed since
         the last sent; only once the link FETCHed, and after the records they cover (the
-        shell sends it after ``leader_output``, and the committed offset is sent first when
-        it lingered unsent: a follower caps a cursor at the committed offset it knows)."""
+        shell sends it after ``leader_output``), with the committed offset first when it
+        lingered unsent (a follower is never told a cursor beyond the commit it knows)."""
         if link.pos is None or not link.open or self.role != LEADER:
             return None
         now = self.clock()
@@ -635,9 +635,14 @@ class ReplicaState:
             raise MalformedFrame(f"CURSORS for {frame.topic}/{frame.partition} on {self.where}")
         return encode_cursors_ack(epoch, frame.seq)
 
-    def ack_frame(self, epoch: int) -> tuple[tuple[int, int], bytes]:
-        """(end, durable) as they are now, and the ACK saying so."""
-        now = (self.log.flushed_offset, self.log.durable_offset)
+    def ack_frame(self, epoch: int, durable_only: bool = False) -> tuple[tuple[int, int], bytes]:
+        """(end, durable) as they are now, and the ACK saying so; with ``durable_only``
+        the end acknowledged is the durable one (under the ``always`` policy, what was
+        appended while an fsync ran waits for its own: a follower whose disk stalls is
+        then seen lagging, ``lagging``, not caught up with nothing committed)."""
+        log = self.log
+        durable = log.durable_offset
+        now = (durable if durable_only else log.flushed_offset, durable)
         return now, encode_ack(epoch, *now)
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 
 import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
+from nsqpy.cluster.replica_mux import MuxPool
 from nsqpy.cluster.replica_state import ReplicaState
 from nsqpy.protocol.replication import (
     E_STALE_EPOCH,
@@ -25,6 +27,7 @@ from nsqpy.protocol.replication import (
     encode_ack,
     encode_hello,
 )
+from nsqpy.storage import log as storage_log
 from nsqpy.storage.log import PartitionLog
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.testing.polling import eventually
@@ -542,3 +545,50 @@ async def test_a_commit_rides_on_the_next_records_and_goes_alone_once_its_linger
     waited = loop.time() - committed_at
     assert appends[-1].count == 0 and appends[-1].committed_offset == end
     assert waited >= 0.1, f"it went {waited:.3f} s after the commit, its linger 0.2 s"
+
+
+async def test_under_sync_always_what_came_during_an_fsync_is_acknowledged_after_its_own(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A multiplexed follower under ``--sync-always`` takes the APPENDs that arrive while
+    an fsync runs in a thread, but the ACK after that fsync names no end beyond what it
+    made durable: a follower whose next fsync stalls must look un-acked to the leader (and
+    so lag), not caught up with nothing committed."""
+    always = SyncPolicy(always=True)
+    leader = cluster.leader_log(epoch=1, sync=always)
+    lead(leader, 1, 1)
+    leader.sync()
+    feed = await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1"])
+    mine = cluster.log("f1", always)
+    pool = MuxPool()
+    turns = threading.Semaphore(0)  # each fsync waits for one
+    try:
+        cluster.follower(mine, pool=pool)
+        await eventually(lambda: cluster.states[0].committed == leader.high_watermark, 5)
+        real_fsync, loop_thread = storage_log.fsync_segment, threading.current_thread()
+
+        def stalled(fd: int) -> None:  # (the follower's, in a worker thread: once it
+            if threading.current_thread() is not loop_thread:  # knows what it covers)
+                turns.acquire(timeout=10)
+            real_fsync(fd)
+
+        monkeypatch.setattr(storage_log, "fsync_segment", stalled)
+        ends = []
+        for _ in range(2):  # A, whose fsync waits; then B, taken during it
+            lead(leader, 1, 1)
+            leader.sync()
+            feed.notify(TOPIC, 0)
+            ends.append(leader.high_watermark)
+            await eventually(lambda: mine.flushed_offset == ends[-1], 5)
+        turns.release()  # A's fsync goes; B's will stall
+        peer = cluster.states[0].peers["F1"]
+        await eventually(lambda: peer.durable == ends[0], 5, what="A durable, acknowledged")
+        await asyncio.sleep(0.2)
+        assert (peer.end, peer.durable) == (ends[0], ends[0]), "B is not durable yet"
+        turns.release()
+        await eventually(lambda: cluster.states[0].committed == ends[1], 5, what="B committed")
+    finally:
+        for _ in range(4):
+            turns.release()
+        await pool.close()

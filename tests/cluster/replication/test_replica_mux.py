@@ -380,6 +380,11 @@ async def test_cursors_of_partitions_finished_in_one_turn_go_in_one_write(
         assert feed is not None
         feed._cursors = lambda t, p: [cursors[p]]
         await eventually(lambda: caught_up(cluster, followers), 10, what="all caught up")
+        await eventually(  # (no commit owed: nothing else goes in the turn of the FINs)
+            lambda: all(f.committed_offset == f.plog.flushed_offset for f in followers),
+            5,
+            what="every commit told",
+        )
         (conn,) = feed._muxes
         writes: list[int] = []  # how many CURSORS each write carried, when any
         writelines = conn.writer.writelines
@@ -420,20 +425,32 @@ def cursors_in(data: bytes) -> int:
     return found
 
 
-async def test_a_handled_stream_takes_each_chunk_as_it_is_read() -> None:
-    """``Stream.handle``: what was received before goes to the handler at once, each chunk
-    read after it goes to the handler in the read (``recv`` hands out nothing), ``poke``
-    makes the ``recv`` that waits return with no frame, and what the handler raises is
-    raised by ``recv``, after which nothing more is handed to it."""
-    conn = SimpleNamespace(peer="p", max_buffer=1 << 20, accept=None, log=logging.getLogger())
+async def test_a_handled_stream_takes_each_read_at_once() -> None:
+    """``Stream.handle``: what was received before goes to the handler at once; after it,
+    every whole frame a read of the connection brought (over several chunks) goes to the
+    handler in one call at the end of that read (``recv`` hands out nothing); ``poke``
+    makes the ``recv`` that waits return with no frame; and what the handler raises is
+    raised by ``recv``, after which nothing more is handed to it or kept."""
+    conn = SimpleNamespace(
+        peer="p", max_buffer=1 << 20, accept=None, log=logging.getLogger(), fed={}
+    )
     stream = Stream(conn, 1)  # type: ignore[arg-type]
     hb = HEARTBEAT_FRAME
-    stream.feed(MAGIC + hb + hb)
+
+    def read(*chunks: bytes) -> None:
+        """What ``MuxConn._chunks`` does with one read: each chunk fed, then taken."""
+        for chunk in chunks:
+            stream.feed(chunk)
+        fed, conn.fed = conn.fed, {}
+        for each in fed.values():
+            each.take()
+
+    read(MAGIC + hb + hb)
     groups: list[int] = []
     stream.handle(lambda frames: groups.append(len(frames)))
     assert groups == [2], "what came before, at once"
-    stream.feed(hb * 3)
-    assert groups == [2, 3], "a chunk's frames in its read"
+    read(hb, hb + hb[:3], hb[3:])
+    assert groups == [2, 3], "a read's frames in one call, a frame split over chunks whole"
     waiting = asyncio.ensure_future(stream.recv())
     await asyncio.sleep(0)
     assert not waiting.done(), "recv hands out nothing of a handled stream"
@@ -445,8 +462,9 @@ async def test_a_handled_stream_takes_each_chunk_as_it_is_read() -> None:
         raise MalformedFrame("no")
 
     stream.handler = broken
-    stream.feed(hb)
-    stream.feed(hb)
+    read(hb)
+    read(hb * 1000)
     with pytest.raises(MalformedFrame, match="no"):
         await stream.recv()
     assert groups == [2, 3, -1], "nothing more after a failure"
+    assert stream.decoder.buffered == 0, "nor kept"

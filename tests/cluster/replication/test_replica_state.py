@@ -431,12 +431,16 @@ def test_lagging_by_the_injected_clock(
 def test_syncdisk_always_commits_durable_ends_only(
     tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
 ) -> None:
+    """Under ``always`` the leader commits on durable ends, whatever end a follower says
+    it wrote; and a follower's link acknowledges no end beyond its durable one there
+    (``durable_only``: what it appended while an fsync ran waits for its own)."""
     leader, follower, link = pair(tmp_path, logs, clock, sync=SyncPolicy(always=True))
     lead(leader.log, 1, 2)
     leader.log.sync()
     leader.local_progress()
     pump(leader, link, follower, 1)  # F flushed, not synced: ACK (20, 0)
-    assert leader.peers["F"].end == 20 and leader.committed == 0
+    assert leader.peers["F"].end == 20 and leader.committed == 0, "written is not durable"
+    assert follower.ack_frame(1, durable_only=True)[0] == (0, 0)
     follower.log.sync()
     _, ack = follower.ack_frame(1)
     leader.leader_frame(link, *decoded([ack]))  # type: ignore[arg-type]
