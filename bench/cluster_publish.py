@@ -7,8 +7,9 @@ to each topic's leader over one pipelined TCP connection (``--inflight`` batches
 outstanding), counting only acknowledged messages. Prints messages/s and the
 replicated/plain ratios. Then, when NSQ's own ``bench_writer`` and ``bench_reader`` are
 found (``--go-tools`` or ``$NSQ_GO_TOOLS``, see ``vs_go.GO_TOOLS_HELP``), the same with
-them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) and consuming (RDY
-2500, a FIN per message) for ``--runfor`` each. ``--sync-every`` etc. are nsqd's
+them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) for ``--runfor``,
+then consuming what it wrote (RDY 2500, a FIN per message) for ``--readfor``, short
+enough that the reader never runs out of messages. ``--sync-every`` etc. are nsqd's
 defaults (fsync on its schedule, not per batch).
 """
 
@@ -73,7 +74,13 @@ def main() -> None:
         default=str(TOOLS),
         help=f"{GO_TOOLS_HELP} (skipped when absent)",
     )
-    parser.add_argument("--runfor", default="5s", help="bench_writer/bench_reader duration")
+    parser.add_argument("--runfor", default="5s", help="bench_writer's duration")
+    parser.add_argument(
+        "--readfor",
+        default="2s",
+        help="bench_reader's duration: shorter than it takes to drain what bench_writer wrote"
+        " (or the figure is what was written, not how fast it is read)",
+    )
     args = parser.parse_args()
     print(f"# {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
           f"3 nsqd + 2 nsqlookupd + etcd on this machine; MPUB x{args.batch} of {args.size} B, "
@@ -123,9 +130,10 @@ def main() -> None:
             )
             node = cluster.nodes[cluster.node_index(cluster.partitions(topic)[0]["id"])]
             common = [f"--nsqd-tcp-address=127.0.0.1:{node.ports['TCP']}", f"--topic={topic}",
-                      f"--runfor={args.runfor}", f"--size={args.size}"]  # fmt: skip
-            wrote = ops(run_tool(tools / "bench_writer", *common, f"--batch-size={args.batch}"))
-            read = ops(run_tool(tools / "bench_reader", *common))
+                      f"--size={args.size}"]  # fmt: skip
+            wrote = ops(run_tool(tools / "bench_writer", *common, f"--runfor={args.runfor}",
+                                 f"--batch-size={args.batch}"))  # fmt: skip
+            read = ops(run_tool(tools / "bench_reader", *common, f"--runfor={args.readfor}"))
             go[name] = (wrote, read)
             print(f"bench_writer / bench_reader {name:<12} {wrote:>12,.0f} / {read:>10,.0f} ops/s")
         for name in topics:
