@@ -7,8 +7,9 @@ second for ``--seconds`` on one connection, each when it is due whether or not t
 before it are answered; a publish's latency is from the moment it was due to its OK (a
 publish held up counts the wait: no coordinated omission). A replicated PUB is answered once both followers have it. The
 two topics take turns, ``--rounds`` times (A B A B). Prints p50, p90, p99, p99.9 and the
-largest of each round, and the ratio of the replicated p99 to the plain one (best round of
-each).
+largest of each round, the CPU each nsqd spent per PUB in it (from ``/proc``: the leader,
+nsqd 0, then the other two, which follow the replicated topic), and the ratio of the
+replicated p99 to the plain one (best round of each).
 
     .venv/bin/python bench/cluster_latency.py [--rate 2000] [--seconds 10] [--rounds 2]
 """
@@ -16,6 +17,7 @@ each).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -68,6 +70,16 @@ def run(port: int, topic: str, rate: float, seconds: float, size: int) -> list[f
     return sorted(latencies)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rate", type=float, default=2000)
@@ -87,14 +99,21 @@ def main() -> None:
             create(cluster, f"lat{replicas}", 1, replicas)
         run(port, "lat1", args.rate, 1, args.size)  # (warm up: connections, first segment)
         run(port, "lat3", args.rate, 1, args.size)
+        pids = [node.proc.pid for node in cluster.nodes if node.proc is not None]
         for n in range(args.rounds):
             for replicas in (1, 3):
+                before = [cpu_seconds(pid) for pid in pids]
                 got = run(port, f"lat{replicas}", args.rate, args.seconds, args.size)
+                used = [
+                    (cpu_seconds(pid) - b) * 1e6 / len(got)
+                    for pid, b in zip(pids, before, strict=True)
+                ]
                 p99[replicas].append(quantile(got, 0.99))
                 print(f"round {n + 1} replicas={replicas}: p50 {quantile(got, 0.5):.3f} ms, "
                       f"p90 {quantile(got, 0.9):.3f}, p99 {quantile(got, 0.99):.3f}, "
                       f"p99.9 {quantile(got, 0.999):.3f}, max {got[-1]:.3f}, "
-                      f"mean {statistics.fmean(got):.3f}")  # fmt: skip
+                      f"mean {statistics.fmean(got):.3f}; CPU per PUB: leader "
+                      f"{used[0]:.0f} µs, followers {', '.join(f'{u:.0f}' for u in used[1:])}")  # fmt: skip
     best1, best3 = min(p99[1]), min(p99[3])
     print(
         f"p99 replicated(3) / plain: {best3 / best1:.2f}x ({best3:.3f} ms / {best1:.3f} ms, "
