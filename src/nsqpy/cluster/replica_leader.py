@@ -47,9 +47,12 @@ from nsqpy.protocol.replication import (
     encode_hello,
 )
 
-# A committed offset that moved with no record to carry it waits this long for one before
-# it goes to the followers alone (``LeaderFeed._output_now``).
-COMMIT_LINGER = 0.005
+# A committed offset that moved with no record to carry it may wait this long for one
+# before it goes to the followers alone (``LeaderFeed._output_now``). None by default: a
+# follower promoted by a failover shows readers only what it knew committed (until the
+# rest of its new ISR acknowledges), so a commit it had not yet been told of would be
+# unreadable there for that while; a linger saves a frame per publish only at low rates.
+COMMIT_LINGER = 0.0
 StateLookup = Callable[[str, int], "ReplicaState | None"]  # the partition's, when held here
 CursorLookup = Callable[[str, int], Sequence[ChannelCursor]]  # every channel's, now
 FollowerState = Peer  # (the name the owner and tests know)

@@ -28,7 +28,9 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from nsqpy.broker.broker import Broker
+from nsqpy.broker.channel import Channel
 from nsqpy.broker.partition import Partition
+from nsqpy.broker.topic import Topic
 from nsqpy.cluster.model import Replicas, Snapshot, partition_name
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_leader import LeaderFeed
@@ -94,6 +96,12 @@ class Replication:
         self._held: dict[tuple[str, int], Partition] = {}
         self.address: tuple[str, int] | None = None
         broker.on_stepped_down.append(self._stepped_down)
+        # Channels made here (a client's SUB, /channel/create) on a topic this node leads no
+        # partition of, that no leader's CURSORS has named yet: a full CURSORS the leader
+        # built before it had them too does not delete them (``_adopt_cursors``).
+        self._made_here: set[tuple[str, str]] = set()
+        self._adopting = False
+        broker.on_channel_created.append(self._channel_created)
 
     async def start(self, host: str, port: int) -> None:
         self.address = await self.feed.start(host or "0.0.0.0", port)
@@ -198,11 +206,17 @@ class Replication:
             out.append(ChannelCursor(name, confirmed, flags, ranges, entries))
         return out
 
+    def _channel_created(self, topic: Topic, channel: Channel) -> None:
+        if not self._adopting and not any(p.leading for p in topic.partitions):
+            self._made_here.add((topic.name, channel.name))
+
     def _adopt_cursors(self, frame: Cursors) -> None:
         """A follower takes its leader's channel cursors (``ChannelPartition.adopt_cursor``),
         never past its own log's end; channels the leader has are created here, and (a full
-        set, on a topic this node leads no partition of) those it lacks are deleted, so the
-        node that takes over delivers where the old leader was (at most a second back)."""
+        set, on a topic this node leads no partition of) those it lacks are deleted, but for
+        one made here that no CURSORS named yet (the leader may not have had it when it built
+        this one), so the node that takes over delivers where the old leader was (at most a
+        second back)."""
         topic = self.broker.get_topic(frame.topic)
         part = topic.partition(frame.partition) if topic is not None else None
         if topic is None or part is None or part.leading:
@@ -211,7 +225,12 @@ class Replication:
         leads_some = any(p.leading for p in topic.partitions)
         try:
             for c in frame.channels:
-                channel = self.broker.channel(topic, c.name)
+                self._made_here.discard((topic.name, c.name))
+                self._adopting = True
+                try:
+                    channel = self.broker.channel(topic, c.name)
+                finally:
+                    self._adopting = False
                 channel_part = channel.part(frame.partition)
                 if channel_part is None:
                     continue
@@ -225,7 +244,8 @@ class Replication:
             if frame.full and not leads_some:
                 named = {c.name for c in frame.channels}
                 for name, channel in list(topic.channels.items()):
-                    if name not in named and not channel.ephemeral:
+                    made_here = (topic.name, name) in self._made_here
+                    if name not in named and not channel.ephemeral and not made_here:
                         self.broker.delete_channel(topic, name)
         except StorageError as exc:  # (reported by the broker; the next CURSORS tries again)
             log.warning("REPLICATION(%s/%d): cursors not taken: %s", *frame_key(frame), exc)

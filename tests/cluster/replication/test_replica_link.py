@@ -592,3 +592,59 @@ async def test_under_sync_always_what_came_during_an_fsync_is_acknowledged_after
         for _ in range(4):
             turns.release()
         await pool.close()
+
+
+async def test_by_default_every_follower_is_told_a_commit_in_the_turn_that_made_it(
+    cluster: Cluster,
+) -> None:
+    """With the feed's defaults a commit goes to every follower in the same turn of the
+    event loop as the ACK that made it, even with no record to carry it: a follower
+    promoted by a failover shows readers only what it was told is committed, so a commit
+    held back (``commit_linger``) would leave acknowledged messages unreadable there."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 1)
+    feed = await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1", "F2"])
+    f1 = cluster.follower(cluster.log("f1"), "F1")
+    f2 = cluster.follower(cluster.log("f2"), "F2")
+    end = leader.high_watermark
+    await eventually(lambda: f1.committed_offset == f2.committed_offset == end, 5)
+    told: dict[str, int] = {}
+
+    def recording(
+        node: str, send: Callable[[Sequence[Buffer]], None]
+    ) -> Callable[[Sequence[Buffer]], None]:
+        wire = ReplicationReader(expect_magic=False)
+
+        def record(bufs: Sequence[Buffer]) -> None:
+            for buf in bufs:
+                wire.feed(buf)
+            for frame in wire.frames():
+                if isinstance(frame, Append):
+                    told[node] = max(told.get(node, 0), frame.committed_offset)
+            send(bufs)
+
+        return record
+
+    for conn in feed._conns[(TOPIC, 0)].values():
+        conn.link.send = recording(conn.peer.node_id, conn.link.send)  # type: ignore[method-assign,assignment]
+    loop = asyncio.get_running_loop()
+    state = cluster.states[0]
+    moved = state.on_change
+    seen: list[dict[str, int]] = []
+
+    def look(commit: int) -> None:
+        seen.append(told | {"commit": commit})
+
+    def on_change(s: ReplicaState) -> None:
+        if moved is not None:
+            moved(s)
+        if s.committed > end:  # (what was sent by the end of this turn)
+            loop.call_soon(look, s.committed)
+
+    state.on_change = on_change
+    lead(leader, 1, 1)
+    feed.notify(TOPIC, 0)
+    await eventually(lambda: bool(seen), 5, what="the commit")
+    commit = seen[0]["commit"]
+    assert seen[0] == {"F1": commit, "F2": commit, "commit": commit}
