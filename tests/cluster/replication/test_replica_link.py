@@ -42,6 +42,20 @@ def converged(leader_end: int, *followers: FollowerFetch) -> Callable[[], bool]:
     return check
 
 
+async def two_followers(
+    cluster: Cluster, batches: int
+) -> tuple[PartitionLog, LeaderFeed, FollowerFetch, FollowerFetch]:
+    """A leader's log of ``batches`` batches, its feed with the defaults, and followers F1
+    and F2 (the ISR with it), dialled."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, batches)
+    feed = await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1", "F2"])
+    f1 = cluster.follower(cluster.log("f1"), "F1")
+    f2 = cluster.follower(cluster.log("f2"), "F2")
+    return leader, feed, f1, f2
+
+
 async def test_catch_up_several_epochs_and_segments(cluster: Cluster) -> None:
     leader = cluster.leader_log(epoch=4)
     lead(leader, 1, 30)
@@ -62,12 +76,7 @@ async def test_catch_up_several_epochs_and_segments(cluster: Cluster) -> None:
 
 
 async def test_live_appends_and_committed_is_the_min(cluster: Cluster) -> None:
-    leader = cluster.leader_log(epoch=1)
-    lead(leader, 1, 3)
-    feed = await cluster.start_feed()
-    cluster.set_isr(0, ["L", "F1", "F2"])
-    f1 = cluster.follower(cluster.log("f1"), "F1")
-    f2 = cluster.follower(cluster.log("f2"), "F2")
+    leader, feed, f1, f2 = await two_followers(cluster, 3)
     await eventually(converged(leader.high_watermark, f1, f2), 5)
     await eventually(lambda: cluster.states[0].committed == leader.high_watermark, 5)
     for _ in range(5):
@@ -601,12 +610,7 @@ async def test_by_default_every_follower_is_told_a_commit_in_the_turn_that_made_
     event loop as the ACK that made it, even with no record to carry it: a follower
     promoted by a failover shows readers only what it was told is committed, so a commit
     held back (``commit_linger``) would leave acknowledged messages unreadable there."""
-    leader = cluster.leader_log(epoch=1)
-    lead(leader, 1, 1)
-    feed = await cluster.start_feed()
-    cluster.set_isr(0, ["L", "F1", "F2"])
-    f1 = cluster.follower(cluster.log("f1"), "F1")
-    f2 = cluster.follower(cluster.log("f2"), "F2")
+    leader, feed, f1, f2 = await two_followers(cluster, 1)
     end = leader.high_watermark
     await eventually(lambda: f1.committed_offset == f2.committed_offset == end, 5)
     told: dict[str, int] = {}
