@@ -37,11 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cluster_publish import ops, run_tool
-from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
-
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.etcd import ETCD
 from nsqpy.testing.processes import free_ports
+from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
 
 YOUZAN_ENV = "NSQ_YOUZAN"
 READY_S = 120.0  # how long a Youzan topic may take to get a leader
@@ -59,7 +58,7 @@ def _http(method: str, url: str) -> tuple[int, bytes]:
 
 
 def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
@@ -248,9 +247,9 @@ def main() -> int:
         finally:
             theirs.close()
     median = {name: statistics.median(rates) for name, rates in figures.items()}
-    print(f"medians: " + ", ".join(f"{k} {v:,.0f}" for k, v in median.items()))
+    print("medians: " + ", ".join(f"{k} {v:,.0f}" for k, v in median.items()))
     print(f"nsqpy / Youzan, replicator={args.replicas}: {median['nsqpy'] / median['youzan']:.2f}x "
-          f"(per round: " + ", ".join(f"{a / b:.2f}" for a, b in zip(figures["nsqpy"], figures["youzan"]))
+          f"(per round: " + ", ".join(f"{a / b:.2f}" for a, b in zip(figures["nsqpy"], figures["youzan"], strict=True))
           + ")")  # fmt: skip
     print(f"nsqpy replicator={args.replicas} / its single node: "
           f"{median['nsqpy'] / median['nsqpy single node']:.2f}x")  # fmt: skip
