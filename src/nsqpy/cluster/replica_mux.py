@@ -38,7 +38,7 @@ import struct
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from nsqpy.cluster.replica import READ_SIZE, FramedLink, LinkClosed
+from nsqpy.cluster.replica import FramedLink, LinkClosed
 from nsqpy.cluster.tls import ClusterTls, dial
 from nsqpy.errors import ProtocolError
 from nsqpy.protocol.replication import (
@@ -200,9 +200,11 @@ class Stream(FramedLink):
         self.abort()
 
 
-class MuxConn:
+class MuxConn(asyncio.Protocol):
     """One connection carrying streams (see the module docstring). ``accept``: on the
-    listener, called with each stream the dialer opens; None on the dialer."""
+    listener, called with each stream the dialer opens; None on the dialer. Made once the
+    magic was exchanged on ``reader``/``writer``; from then on it is the transport's
+    protocol (it reads; ``writer`` still writes)."""
 
     def __init__(
         self,
@@ -230,6 +232,22 @@ class MuxConn:
         self.pinger: asyncio.Task[None] | None = None
         self._pending: list[Buffer] = []  # (``_write_soon``)
         self.fed: dict[int, Stream] = {}  # handled streams fed by the read being taken apart
+        # Receiving: the connection's bytes come to ``data_received`` (this object is the
+        # transport's protocol from here on: no task wakes per read, no copy through a
+        # StreamReader); ``run`` waits for ``_ended``, which the first failure settles.
+        self._buf = bytearray()  # the start of a chunk whose rest has not come yet
+        self._ended: asyncio.Future[None] = self._loop.create_future()
+        self._heard = self._loop.time()  # (the silence timer's reference)
+        self._silence: asyncio.TimerHandle | None = None
+        self._paused = False  # the transport's write buffer is over its high-water mark
+        self._drainers: list[asyncio.Future[None]] = []
+        early = bytes(getattr(reader, "_buffer", b""))  # (read with the magic; none is sent)
+        if reader.at_eof() or reader.exception() is not None:
+            self._end(LinkClosed(f"{self.peer} closed the replication connection"))
+        else:
+            writer.transport.set_protocol(self)
+            if early:
+                self.data_received(early)
 
     # -- sending -------------------------------------------------------------------------
 
@@ -273,7 +291,29 @@ class MuxConn:
         self._pending += out
 
     async def drain(self) -> None:
-        await self.writer.drain()
+        """Until the transport's write buffer is below its low-water mark (at once when
+        it is); ConnectionResetError once the connection is lost."""
+        while self._paused:
+            if self._ended.done():
+                raise ConnectionResetError(f"the replication connection with {self.peer} is lost")
+            waiter = self._loop.create_future()
+            self._drainers.append(waiter)
+            await waiter
+        if self._ended.done() and self.writer.transport.is_closing():
+            await asyncio.sleep(0)  # (as StreamWriter.drain: let the loss be seen)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_drainers()
+
+    def _wake_drainers(self) -> None:
+        drainers, self._drainers = self._drainers, []
+        for waiter in drainers:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def may_log(self, what: str) -> bool:
         """Whether a line about ``what`` on this connection may be logged now: once per
@@ -287,27 +327,62 @@ class MuxConn:
     # -- receiving -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Read chunks until the connection ends (LinkClosed, TimeoutError after
-        ``timeout`` of silence, OSError, ReplicationProtocolError on garbage); PINGs
-        meanwhile. Every stream ends with it."""
+        """Until the connection ends (LinkClosed, TimeoutError after ``timeout`` of
+        silence, OSError, ReplicationProtocolError on garbage), raised here; PINGs
+        meanwhile. Every stream ends with it. The chunks are taken apart as they are read
+        (``data_received``)."""
         pinger = self.pinger = asyncio.create_task(self._ping())
-        buf = bytearray()
+        self._heard = self._loop.time()
+        self._silence = self._loop.call_at(self._heard + self.timeout, self._silent)
         try:
-            while True:
-                async with asyncio.timeout(self.timeout):
-                    data = await self.reader.read(READ_SIZE)
-                if not data:
-                    raise LinkClosed(f"{self.peer} closed the replication connection")
-                if buf:  # (a chunk's start came before: the rest joins it)
-                    buf += data
-                    del buf[: self._chunks(buf)]
-                else:  # (mostly: whole chunks, read from ``data`` itself)
-                    buf += memoryview(data)[self._chunks(data) :]
+            await self._ended
         finally:
+            self._silence.cancel()
             pinger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pinger
             self.shutdown()
+
+    # (the transport's protocol)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        pass  # (made before: the magic was read through a StreamReader)
+
+    def data_received(self, data: bytes) -> None:
+        if self._ended.done():
+            return
+        self._heard = self._loop.time()
+        buf = self._buf
+        try:
+            if buf:  # (a chunk's start came before: the rest joins it)
+                buf += data
+                del buf[: self._chunks(buf)]
+            else:  # (mostly: whole chunks, taken from ``data`` itself)
+                buf += memoryview(data)[self._chunks(data) :]
+        except Exception as err:  # (a broken peer: MalformedFrame, too many streams)
+            self._end(err)
+
+    def eof_received(self) -> bool:
+        self._end(LinkClosed(f"{self.peer} closed the replication connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc or LinkClosed(f"the replication connection with {self.peer} closed"))
+        self._wake_drainers()
+
+    def _end(self, err: BaseException) -> None:
+        """The connection's end: ``run`` raises ``err`` (the first one)."""
+        if not self._ended.done():
+            self._ended.set_exception(err)
+            self._ended.exception()  # (retrieved: a connection never run logs nothing)
+
+    def _silent(self) -> None:
+        """The silence timer: TimeoutError once nothing was heard for ``timeout``."""
+        due = self._heard + self.timeout
+        if self._loop.time() >= due:
+            self._end(TimeoutError(f"nothing from {self.peer} for {self.timeout:g} s"))
+        else:
+            self._silence = self._loop.call_at(due, self._silent)
 
     def _chunks(self, buf: bytes | bytearray) -> int:
         """Hand over every whole chunk in ``buf``; how many bytes they took."""

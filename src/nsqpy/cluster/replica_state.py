@@ -208,6 +208,7 @@ class ReplicaState:
         self.role, self.epoch = role, epoch
         self.isr, self.catchup = tuple(isr), tuple(catchup)
         self.replicator = replicator
+        self.log.keep_tail = role == LEADER and replicator > 1  # (its followers read it)
         for node in [n for n in self.peers if n not in self.holders]:
             self._forget(node)
         writable = role == LEADER and len(self.isr) * 2 > replicator

@@ -84,6 +84,7 @@ from nsqpy.storage.segment import (
 )
 
 IOV_MAX = 1024
+TAIL_BYTES = 1 << 20  # the most of a flush kept for ``read_raw`` (``keep_tail``)
 Buf = bytes | bytearray | memoryview  # a part of a pending batch (replicated ones are views)
 EPOCHS_FILE = "epochs"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -142,6 +143,12 @@ class PartitionLog:
         self.skipped = 0  # offsets lost to a crash and jumped over at open
         self._gaps: list[tuple[int, int]] | None = None  # cache of gaps()
         self._reader = LogReader(self._segments, self._bases, self._logger)
+        # A leader's followers read what it just wrote (``read_raw`` from where the last
+        # flush began): with ``keep_tail`` set, that flush's bytes are kept and handed out
+        # without a ``pread`` (``_tail``: first offset, end offset, segment, bytes, joined
+        # once asked for). Only the last flush, and only up to ``TAIL_BYTES``.
+        self.keep_tail = False
+        self._tail: tuple[int, int, Segment, list[Buf]] | None = None
         self._open(verify_on_open, start_offset)
 
     # -- properties ------------------------------------------------------------------
@@ -323,7 +330,7 @@ class PartitionLog:
             self._segments.pop()
             self._bases.pop()
         self._roll(offset)
-        self._reader.forget()
+        self._forget_reads()
         self._gaps = None
         self._next = self._durable = offset
         res = self._reservation
@@ -350,7 +357,7 @@ class PartitionLog:
             self._segments.clear()
             self._bases.clear()
         self._roll(offset)
-        self._reader.forget()
+        self._forget_reads()
         self._gaps = None
         self._next = self._durable = offset
         self._epochs = []
@@ -508,11 +515,13 @@ class PartitionLog:
         seg = self._segments[-1]
         group: list[Buf] = []
         at = seg.size
+        first, begun = pending[0][2], at  # (of the group written to the last segment)
+        self._tail = None
         try:
             for parts, size, base, _count, max_ts in pending:
                 if at > 0 and at + size > self._segment_bytes:
                     self._write(seg, group, at, base)
-                    group = []
+                    group, first, begun = [], base, 0
                     seg = self._roll(base)
                     at = 0
                 seg.add_index(base, at, self._interval)
@@ -524,6 +533,8 @@ class PartitionLog:
         except OSError:
             self._undo_pending()
             raise
+        if self.keep_tail and at - begun <= TAIL_BYTES:
+            self._tail = (first, self._next, seg, group)
         return seg.end
 
     def _write(self, seg: Segment, group: list[Buf], end_pos: int, end_offset: int) -> None:
@@ -706,7 +717,21 @@ class PartitionLog:
         """
         if self._closed or offset < self._segments[0].base:
             self._check_offset(offset)
+        tail = self._tail
+        if tail is not None and offset == tail[0] and not verify:
+            first, end, seg, parts = tail
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            if not isinstance(data, bytes):
+                data = bytes(data)
+            if seg is self._segments[-1] and not seg.holes and len(data) <= max(max_bytes, 1):
+                self._tail = (first, end, seg, [data])  # (joined once for every follower)
+                return RawBatch(first, end - first, data)
         return self._reader.read_raw(offset, max_bytes, verify)
+
+    def _forget_reads(self) -> None:
+        """What reads kept of the log goes (it was cut, rolled or restarted)."""
+        self._reader.forget()
+        self._tail = None
 
     def _check_offset(self, offset: int) -> None:
         self._check_open()
@@ -747,7 +772,7 @@ class PartitionLog:
             self._cut_segment(seg, offset)
             self._dir_dirty = True
             self._gaps = None
-        self._reader.forget()
+        self._forget_reads()
         self._next = seg.end
         self._durable = min(self._durable, self._next)
         self._epochs = trimmed(self._epochs, self._next)
@@ -795,6 +820,7 @@ class PartitionLog:
                 del self._bases[0]
                 self._dir_dirty = True
                 self._reader.dropped(seg)
+                self._tail = None
                 self._gaps = None
             return self._segments[0].base
 
@@ -849,7 +875,7 @@ class PartitionLog:
                 if seg.index_dirty:
                     seg.save_index()
                 seg.forget()
-        self._reader.forget()
+        self._forget_reads()
 
     def destroy(self) -> None:
         """Close and remove every file but the reservation (a deleted topic): the same name
@@ -865,7 +891,7 @@ class PartitionLog:
                 self._closed = True
                 for seg in self._segments:
                     seg.forget()
-            self._reader.forget()
+            self._forget_reads()
         try:
             self._reservation.settle(self._next)
         except OSError:

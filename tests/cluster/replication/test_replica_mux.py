@@ -116,13 +116,13 @@ async def test_a_silent_connection_is_closed_and_its_followers_fall_behind(
         conn = pool.conns[cluster.address]
         assert conn.pinger is not None
         conn.pinger.cancel()  # the follower's process stalls: it neither sends nor reads
-        conn.reader._transport.pause_reading()  # type: ignore[attr-defined]
+        conn.writer.transport.pause_reading()
         feed = cluster.feed
         assert feed is not None
         await eventually(lambda: not feed._muxes, 5, what="the leader closed it")
         cluster.advance(1.5)  # (past the states' timeout)
         assert all(cluster.states[p].lagging(["F1"]) == ["F1"] for p in range(PARTITIONS))
-        conn.reader._transport.resume_reading()  # type: ignore[attr-defined]
+        conn.writer.transport.resume_reading()
         await eventually(lambda: len(feed._muxes) == 1 and caught_up(cluster, followers),
                          10, what="dialled again")  # fmt: skip
     finally:
