@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,45 @@ def test_property_raw_reads_from_anywhere_equal_read(
         got = [rec for raw in read_all_raw(log, start, max_bytes) for rec in raw.records()]
         assert got == log.read(start, 10**6, 1 << 40)
         assert log.read_raw(log.high_watermark).count == 0
+
+
+def test_a_leaders_last_flush_is_read_back_without_the_disk_and_never_after_a_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``keep_tail`` (a replicated partition's leader), what the last flush wrote is
+    handed to ``read_raw`` from memory: the same bytes as on disk, the same object for a
+    second follower, no ``pread``. Anything else (an older offset, a bound below its
+    size, ``verify``, a log cut since) reads the disk."""
+    log = PartitionLog(tmp_path / "p")
+    log.begin_epoch(1)
+    log.keep_tail = True
+    fill(log, [5, 7])
+    reads: list[int] = []
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: reads.append(at) or pread(fd, n, at))
+    first = log.read_raw(5)
+    again = log.read_raw(5)
+    assert (first.offset, first.count, reads) == (5, 7, [])
+    assert again.data is first.data
+    assert log.read_raw(0).count == 12 and reads  # (not where the last flush began)
+    reads.clear()
+    assert log.read_raw(5, verify=True).data == first.data and reads
+    reads.clear()
+    assert log.read_raw(5, max_bytes=10).count == 7 and reads  # (one batch, from the disk)
+    reads.clear()
+    assert log.read_raw(5).data is first.data and not reads
+    log.keep_tail = False  # (a follower's log: read from the disk, the same bytes)
+    assert log.read_raw(5).data == first.data and reads
+    log.keep_tail = True
+    # cut, then appended again: the offsets hold other records; the old tail is gone
+    log.truncate(5)
+    reads.clear()
+    assert log.read_raw(5).count == 0
+    log.append_bodies([b"new"] * 3)
+    log.flush()
+    again = log.read_raw(5)
+    assert (again.count, [r.body for r in again.records()]) == (3, [b"new"] * 3)
+    log.close()
+    reopened = PartitionLog(tmp_path / "p")  # (the disk's own bytes: what was handed out)
+    assert reopened.read_raw(5).data == again.data
+    reopened.close()

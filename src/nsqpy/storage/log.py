@@ -147,7 +147,7 @@ class PartitionLog:
         # flush began): with ``keep_tail`` set, that flush's bytes are kept and handed out
         # without a ``pread`` (``_tail``: first offset, end offset, segment, bytes, joined
         # once asked for). Only the last flush, and only up to ``TAIL_BYTES``.
-        self.keep_tail = False
+        self._keep_tail = False
         self._tail: tuple[int, int, Segment, list[Buf]] | None = None
         self._open(verify_on_open, start_offset)
 
@@ -533,7 +533,7 @@ class PartitionLog:
         except OSError:
             self._undo_pending()
             raise
-        if self.keep_tail and at - begun <= TAIL_BYTES:
+        if self._keep_tail and at - begun <= TAIL_BYTES:
             self._tail = (first, self._next, seg, group)
         return seg.end
 
@@ -727,6 +727,16 @@ class PartitionLog:
                 self._tail = (first, end, seg, [data])  # (joined once for every follower)
                 return RawBatch(first, end - first, data)
         return self._reader.read_raw(offset, max_bytes, verify)
+
+    @property
+    def keep_tail(self) -> bool:
+        return self._keep_tail
+
+    @keep_tail.setter
+    def keep_tail(self, keep: bool) -> None:
+        self._keep_tail = keep
+        if not keep:
+            self._tail = None
 
     def _forget_reads(self) -> None:
         """What reads kept of the log goes (it was cut, rolled or restarted)."""

@@ -6,13 +6,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 
 import pytest
 
 from nsqpy.cluster.replica_follower import FollowerFetch
-from nsqpy.cluster.replica_mux import DATA, HEADER, MUX_MAGIC, PING, MuxConn, MuxPool, Stream
+from nsqpy.cluster.replica_mux import (
+    DATA,
+    HEADER,
+    MAX_CHUNK,
+    MUX_MAGIC,
+    PING,
+    MuxConn,
+    MuxPool,
+    Stream,
+)
 from nsqpy.protocol.replication import (
     HEARTBEAT_FRAME,
     MAGIC,
@@ -468,3 +477,73 @@ async def test_a_handled_stream_takes_each_read_at_once() -> None:
         await stream.recv()
     assert groups == [2, 3, -1], "nothing more after a failure"
     assert stream.decoder.buffered == 0, "nor kept"
+
+
+async def mux_pair(
+    accept: Callable[[Stream], None], early: bytes = b""
+) -> tuple[MuxConn, MuxConn, asyncio.Server]:
+    """A listener's and a dialer's ``MuxConn`` on one loopback connection; ``early``
+    goes from the dialer right behind its magic, before the listener has read either."""
+    made: asyncio.Future[MuxConn] = asyncio.get_running_loop().create_future()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.2)  # (the early bytes arrive meanwhile: they wait unread)
+        assert await reader.readexactly(len(MUX_MAGIC)) == MUX_MAGIC
+        writer.write(MUX_MAGIC)
+        made.set_result(MuxConn(reader, writer, timeout=30.0, heartbeat_interval=10.0,
+                                logger=logging.getLogger(), accept=accept))  # fmt: skip
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    writer.write(MUX_MAGIC + early)
+    assert await reader.readexactly(len(MUX_MAGIC)) == MUX_MAGIC
+    dialer = MuxConn(reader, writer, timeout=30.0, heartbeat_interval=10.0,
+                     logger=logging.getLogger())  # fmt: skip
+    return await asyncio.wait_for(made, 5), dialer, server
+
+
+async def test_a_connection_takes_what_came_with_the_magic() -> None:
+    """Bytes that came behind the dialer's magic, read with it before the connection
+    took over its socket, are the connection's first chunks: nothing is lost."""
+    accepted: list[Stream] = []
+    opening = MAGIC + HEARTBEAT_FRAME
+    early = HEADER.pack(DATA, 1, len(opening)) + opening
+    listener, dialer, server = await mux_pair(accepted.append, early)
+    try:
+        assert len(accepted) == 1
+        assert [type(f).__name__ for f in await accepted[0].recv(1.0)] == ["Heartbeat"]
+        assert listener.writer.transport.get_protocol() is listener
+    finally:
+        listener.shutdown()
+        dialer.shutdown()
+        server.close()
+
+
+async def test_drain_waits_for_the_peer_to_read_and_fails_once_the_connection_is_lost() -> None:
+    """The connection is its transport's protocol, so it keeps the flow control: ``drain``
+    waits while the peer reads nothing and more is sent than the sockets hold, returns
+    once the peer reads again, and raises once the connection is lost."""
+    listener, dialer, server = await mux_pair(lambda stream: None)
+    blob = b"x" * MAX_CHUNK
+    try:
+        dialer.writer.transport.pause_reading()
+        for _ in range(32):  # (DATA for a stream the dialer does not have: dropped there)
+            listener.send_data(7, [blob])
+        drained = asyncio.ensure_future(listener.drain())
+        await asyncio.sleep(0.3)
+        assert not drained.done(), "drained while the peer read nothing"
+        dialer.writer.transport.resume_reading()
+        await asyncio.wait_for(drained, 10)
+        dialer.writer.transport.pause_reading()
+        for _ in range(32):
+            listener.send_data(7, [blob])
+        drained = asyncio.ensure_future(listener.drain())
+        await asyncio.sleep(0.3)
+        assert not drained.done()
+        dialer.writer.transport.abort()
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(drained, 10)
+    finally:
+        listener.shutdown()
+        dialer.shutdown()
+        server.close()
