@@ -189,7 +189,12 @@ def test_a_leaders_last_flush_is_read_back_without_the_disk_and_never_after_a_cu
     fill(log, [5, 7])
     reads: list[int] = []
     pread = os.pread
-    monkeypatch.setattr(os, "pread", lambda fd, n, at: reads.append(at) or pread(fd, n, at))
+
+    def counted(fd: int, n: int, at: int) -> bytes:
+        reads.append(at)
+        return pread(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", counted)
     first = log.read_raw(5)
     again = log.read_raw(5)
     assert (first.offset, first.count, reads) == (5, 7, [])

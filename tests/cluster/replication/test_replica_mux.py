@@ -125,13 +125,13 @@ async def test_a_silent_connection_is_closed_and_its_followers_fall_behind(
         conn = pool.conns[cluster.address]
         assert conn.pinger is not None
         conn.pinger.cancel()  # the follower's process stalls: it neither sends nor reads
-        conn.writer.transport.pause_reading()
+        reading(conn).pause_reading()
         feed = cluster.feed
         assert feed is not None
         await eventually(lambda: not feed._muxes, 5, what="the leader closed it")
         cluster.advance(1.5)  # (past the states' timeout)
         assert all(cluster.states[p].lagging(["F1"]) == ["F1"] for p in range(PARTITIONS))
-        conn.writer.transport.resume_reading()
+        reading(conn).resume_reading()
         await eventually(lambda: len(feed._muxes) == 1 and caught_up(cluster, followers),
                          10, what="dialled again")  # fmt: skip
     finally:
@@ -168,6 +168,13 @@ async def test_a_leader_without_multiplexing_gets_a_link_per_partition(
         await pool.close()
         server.close()
         await server.wait_closed()
+
+
+def reading(conn: MuxConn) -> asyncio.Transport:
+    """The connection's socket transport (it reads as well as writes)."""
+    transport = conn.writer.transport
+    assert isinstance(transport, asyncio.Transport)
+    return transport
 
 
 async def raw_mux(cluster: Cluster) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -526,15 +533,15 @@ async def test_drain_waits_for_the_peer_to_read_and_fails_once_the_connection_is
     listener, dialer, server = await mux_pair(lambda stream: None)
     blob = b"x" * MAX_CHUNK
     try:
-        dialer.writer.transport.pause_reading()
+        reading(dialer).pause_reading()
         for _ in range(32):  # (DATA for a stream the dialer does not have: dropped there)
             listener.send_data(7, [blob])
         drained = asyncio.ensure_future(listener.drain())
         await asyncio.sleep(0.3)
         assert not drained.done(), "drained while the peer read nothing"
-        dialer.writer.transport.resume_reading()
+        reading(dialer).resume_reading()
         await asyncio.wait_for(drained, 10)
-        dialer.writer.transport.pause_reading()
+        reading(dialer).pause_reading()
         for _ in range(32):
             listener.send_data(7, [blob])
         drained = asyncio.ensure_future(listener.drain())
