@@ -351,7 +351,10 @@ class LeaderFeed:
             if isinstance(link, Stream):  # (the frames as they arrive: ``Stream.handle``)
 
                 def take(frames: list[ReplicationFrame]) -> None:
-                    for frame in frames:
+                    last = len(frames) - 1
+                    for i, frame in enumerate(frames):
+                        if i < last and type(frame) is Ack and type(frames[i + 1]) is Ack:
+                            continue  # (an ACK says all the ones before it did: one commit)
                         self._on_frame(conn, frame)
 
                 link.handle(take)

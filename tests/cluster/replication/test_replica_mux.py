@@ -22,6 +22,7 @@ from nsqpy.cluster.replica_mux import (
     MuxPool,
     Stream,
 )
+from nsqpy.cluster.replica_state import ReplicaState
 from nsqpy.protocol.replication import (
     HEARTBEAT_FRAME,
     MAGIC,
@@ -554,3 +555,44 @@ async def test_drain_waits_for_the_peer_to_read_and_fails_once_the_connection_is
         listener.shutdown()
         dialer.shutdown()
         server.close()
+
+
+async def test_acks_that_came_in_one_read_commit_once(cluster: Cluster) -> None:
+    """Several ACKs of each follower in one read of the connection (the leader was busy):
+    the last says what the others did, so the committed offset moves once, the followers
+    are told it once and the publishes it answers are answered together."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    feed = await cluster.start_feed()
+    cluster.set_isr(0, ["L", "F1", "F2"])
+    pool = MuxPool()
+    try:
+        f1 = cluster.follower(cluster.log("f1"), "F1", pool=pool)
+        f2 = cluster.follower(cluster.log("f2"), "F2", pool=pool)
+        state = cluster.states[0]
+        await eventually(lambda: state.committed == leader.high_watermark, 5, what="caught up")
+        (conn,) = feed._muxes
+        moves: list[int] = []
+        told = state.on_change
+
+        def counted(s: ReplicaState) -> None:
+            moves.append(s.committed)
+            if told is not None:
+                told(s)
+
+        state.on_change = counted
+        reading(conn).pause_reading()  # (the leader is busy: the ACKs wait in its socket)
+        for _ in range(3):  # (one at a time: each follower acknowledges each)
+            leader.append_bodies([b"x" * 200] * 20)
+            leader.flush()
+            feed.notify(TOPIC, 0)
+            await eventually(lambda: all(f.plog.flushed_offset == leader.high_watermark
+                                         for f in (f1, f2)), 5)  # fmt: skip
+        end = leader.high_watermark
+        commits = [f.committed_offset for f in (f1, f2)]
+        reading(conn).resume_reading()
+        await eventually(lambda: f1.committed_offset == f2.committed_offset == end, 5)
+        assert moves == [end], "one commit for the ACKs of one read"
+        assert commits != [end, end]
+    finally:
+        await pool.close()
