@@ -42,6 +42,7 @@ from nsqpy.protocol.replication import (
     ReplicationProtocolError,
     ReplicationReader,
     UnknownFrameType,
+    cursors_with_seq,
     encode,
     encode_ack,
     encode_append,
@@ -219,6 +220,8 @@ def test_each_encoder_gives_the_golden_bytes() -> None:
     assert encode_epoch_query(6) == EPOCH_QUERY_BYTES
     assert encode_epoch_end(6, 95) == EPOCH_END_BYTES
     assert encode_cursors(7, "t", 3, CURSORS.channels, full=True, seq=5) == CURSORS_BYTES
+    unnumbered = encode_cursors(7, "t", 3, CURSORS.channels, full=True)
+    assert cursors_with_seq(unnumbered, 5) == CURSORS_BYTES  # (encoded once, several links)
     assert encode_cursors_ack(7, 5) == CURSORS_ACK_BYTES
     assert encode_error(7, E_STALE_EPOCH, "leader epoch 9") == ERROR_BYTES
     assert HEARTBEAT_FRAME == b"\x00\x00\x00\x01\x09"

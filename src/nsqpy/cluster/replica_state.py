@@ -57,6 +57,7 @@ from nsqpy.protocol.replication import (
     Heartbeat,
     Hello,
     MalformedFrame,
+    cursors_with_seq,
     encode_ack,
     encode_append,
     encode_cursors,
@@ -163,6 +164,8 @@ class ReplicaState:
         # (revision, members) that a join guarded by it may still follow unseen (``seen``).
         self.joining_next: set[str] = set()
         self.reports: list[tuple[int, frozenset[str]]] = []
+        # The last CURSORS encoded (epoch, cursors, frame with seq 0): ``cursors_output``
+        self._cursors_encoded: tuple[int, tuple[ChannelCursor, ...], bytes] | None = None
 
     @property
     def where(self) -> str:
@@ -511,7 +514,11 @@ class ReplicaState:
         if current == link.cursors_sent:
             return None
         seq = link.cursors_seq = link.cursors_seq + 1
-        frame = encode_cursors(link.epoch, self.topic, self.partition, current, True, seq)
+        made = self._cursors_encoded  # (every follower is sent the same: encoded once)
+        if made is None or made[0] != link.epoch or made[1] != current:
+            body = encode_cursors(link.epoch, self.topic, self.partition, current, True, 0)
+            made = self._cursors_encoded = (link.epoch, current, body)
+        frame = cursors_with_seq(made[2], seq)
         if link.sent_committed != self.committed:
             owed = encode_append(link.epoch, link.pos, self.committed, 0, b"")
             frame = b"".join([*owed, frame])

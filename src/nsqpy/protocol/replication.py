@@ -412,6 +412,12 @@ def encode_cursors(
     return _frame(FrameType.CURSORS, b"".join(parts))
 
 
+def cursors_with_seq(frame: bytes, seq: int) -> bytes:
+    """A CURSORS frame of ``encode_cursors`` with another ``seq`` (its last field): the
+    same cursors sent on several links are encoded once."""
+    return frame[: -_U64.size] + _pack(_U64, "CURSORS", ("seq",), seq)
+
+
 def encode_error(leader_epoch: int, code: str, text: str = "") -> bytes:
     """An ERROR frame; a ``text`` over 65535 bytes of UTF-8 is cut (at a character)."""
     raw = text.encode(errors="replace")
