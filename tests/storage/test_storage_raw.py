@@ -206,6 +206,11 @@ def test_a_leaders_last_flush_is_read_back_without_the_disk_and_never_after_a_cu
     assert log.read_raw(5, max_bytes=10).count == 7 and reads  # (one batch, from the disk)
     reads.clear()
     assert log.read_raw(5).data is first.data and not reads
+    log.release_tail(11)  # (a follower is still below its end: kept)
+    assert log.read_raw(5).data is first.data and not reads
+    log.release_tail(12)  # (every follower read it: let go)
+    assert log.read_raw(5).data == first.data and reads
+    reads.clear()
     log.keep_tail = False  # (a follower's log: read from the disk, the same bytes)
     assert log.read_raw(5).data == first.data and reads
     log.keep_tail = True

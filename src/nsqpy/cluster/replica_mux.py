@@ -204,7 +204,8 @@ class MuxConn(asyncio.Protocol):
     """One connection carrying streams (see the module docstring). ``accept``: on the
     listener, called with each stream the dialer opens; None on the dialer. Made once the
     magic was exchanged on ``reader``/``writer``; from then on it is the transport's
-    protocol (it reads; ``writer`` still writes)."""
+    protocol (it reads; ``writer`` still writes), unless the connection had already
+    ended then (``run`` raises LinkClosed at once)."""
 
     def __init__(
         self,
@@ -241,13 +242,16 @@ class MuxConn(asyncio.Protocol):
         self._silence: asyncio.TimerHandle | None = None
         self._paused = False  # the transport's write buffer is over its high-water mark
         self._drainers: list[asyncio.Future[None]] = []
-        early = bytes(getattr(reader, "_buffer", b""))  # (read with the magic; none is sent)
-        if reader.at_eof() or reader.exception() is not None:
-            self._end(LinkClosed(f"{self.peer} closed the replication connection"))
-        else:
+        # What the StreamReader holds past the magic (a PING may follow the listener's
+        # magic at once), and whether the peer's end came with it: taken here, in order.
+        early = bytes(getattr(reader, "_buffer", b""))
+        ended = getattr(reader, "_eof", False) or reader.exception() is not None
+        if not writer.transport.is_closing():
             writer.transport.set_protocol(self)
-            if early:
-                self.data_received(early)
+        if early:
+            self.data_received(early)
+        if ended or writer.transport.is_closing():
+            self._end(LinkClosed(f"{self.peer} closed the replication connection"))
 
     # -- sending -------------------------------------------------------------------------
 
@@ -292,15 +296,15 @@ class MuxConn(asyncio.Protocol):
 
     async def drain(self) -> None:
         """Until the transport's write buffer is below its low-water mark (at once when
-        it is); ConnectionResetError once the connection is lost."""
-        while self._paused:
+        it is); ConnectionResetError once the connection has ended (also while waiting)."""
+        while True:
             if self._ended.done():
-                raise ConnectionResetError(f"the replication connection with {self.peer} is lost")
+                raise ConnectionResetError(f"the replication connection with {self.peer} ended")
+            if not self._paused:
+                return
             waiter = self._loop.create_future()
             self._drainers.append(waiter)
             await waiter
-        if self._ended.done() and self.writer.transport.is_closing():
-            await asyncio.sleep(0)  # (as StreamWriter.drain: let the loss be seen)
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -375,6 +379,7 @@ class MuxConn(asyncio.Protocol):
         if not self._ended.done():
             self._ended.set_exception(err)
             self._ended.exception()  # (retrieved: a connection never run logs nothing)
+            self._wake_drainers()  # (they raise: the transport may never call back)
 
     def _silent(self) -> None:
         """The silence timer: TimeoutError once nothing was heard for ``timeout``."""

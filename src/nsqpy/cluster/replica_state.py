@@ -477,6 +477,9 @@ class ReplicaState:
             raise Refused(link.epoch, E_NOT_REPLICA, f"reading the log failed: {err}") from err
         link.pos = pos
         link.sent_end = max(link.sent_end, pos)
+        if out and log.keep_tail:  # (the last flush goes once every follower has read it)
+            links = [p.link for p in self.peers.values() if p.link is not None and p.link.open]
+            log.release_tail(min([pos, *(lk.pos for lk in links if lk.pos is not None)]))
         if not out and committed != link.sent_committed:
             if link.commit_owed_since is None:
                 link.commit_owed_since = self.clock()

@@ -145,10 +145,11 @@ class PartitionLog:
         self._reader = LogReader(self._segments, self._bases, self._logger)
         # A leader's followers read what it just wrote (``read_raw`` from where the last
         # flush began): with ``keep_tail`` set, that flush's bytes are kept and handed out
-        # without a ``pread`` (``_tail``: first offset, end offset, segment, bytes, joined
-        # once asked for). Only the last flush, and only up to ``TAIL_BYTES``.
+        # without a ``pread`` (``_tail``: first offset, end offset, segment, buffers
+        # (joined once asked for), size). Only what the last flush wrote to the last
+        # segment, up to ``TAIL_BYTES``, until every follower read it (``release_tail``).
         self._keep_tail = False
-        self._tail: tuple[int, int, Segment, list[Buf]] | None = None
+        self._tail: tuple[int, int, Segment, list[Buf], int] | None = None
         self._open(verify_on_open, start_offset)
 
     # -- properties ------------------------------------------------------------------
@@ -534,7 +535,7 @@ class PartitionLog:
             self._undo_pending()
             raise
         if self._keep_tail and at - begun <= TAIL_BYTES:
-            self._tail = (first, self._next, seg, group)
+            self._tail = (first, self._next, seg, group, at - begun)
         return seg.end
 
     def _write(self, seg: Segment, group: list[Buf], end_pos: int, end_offset: int) -> None:
@@ -719,14 +720,21 @@ class PartitionLog:
             self._check_offset(offset)
         tail = self._tail
         if tail is not None and offset == tail[0] and not verify:
-            first, end, seg, parts = tail
-            data = parts[0] if len(parts) == 1 else b"".join(parts)
-            if not isinstance(data, bytes):
-                data = bytes(data)
-            if seg is self._segments[-1] and not seg.holes and len(data) <= max(max_bytes, 1):
-                self._tail = (first, end, seg, [data])  # (joined once for every follower)
+            first, end, seg, parts, size = tail
+            if seg is self._segments[-1] and not seg.holes and size <= max(max_bytes, 1):
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                if not isinstance(data, bytes):
+                    data = bytes(data)
+                self._tail = (first, end, seg, [data], size)  # (joined once for all)
                 return RawBatch(first, end - first, data)
         return self._reader.read_raw(offset, max_bytes, verify)
+
+    def release_tail(self, read_to: int) -> None:
+        """Every follower has read up to ``read_to``: the last flush is let go when it
+        ends there or before (``keep_tail``; an idle partition holds nothing)."""
+        tail = self._tail
+        if tail is not None and tail[1] <= read_to:
+            self._tail = None
 
     @property
     def keep_tail(self) -> bool:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from nsqpy.cluster.replica import LinkClosed
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_mux import (
     DATA,
@@ -596,3 +597,34 @@ async def test_acks_that_came_in_one_read_commit_once(cluster: Cluster) -> None:
         assert commits != [end, end]
     finally:
         await pool.close()
+
+
+async def test_a_connection_whose_peer_ended_with_the_magic_ends_at_once() -> None:
+    """The listener answered the magic, sent a PING and closed its side before the dialer
+    made its connection: the connection takes the PING and ends at once (LinkClosed), not
+    after its timeout of silence."""
+
+    served: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(writer)
+        await reader.readexactly(len(MUX_MAGIC))
+        writer.write(MUX_MAGIC + HEADER.pack(PING, 0, 0))
+        writer.write_eof()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+    try:
+        writer.write(MUX_MAGIC)
+        assert await reader.readexactly(len(MUX_MAGIC)) == MUX_MAGIC
+        await asyncio.sleep(0.2)  # (the PING and the end arrive before the connection is made)
+        conn = MuxConn(reader, writer, timeout=30.0, heartbeat_interval=10.0,
+                       logger=logging.getLogger())  # fmt: skip
+        with pytest.raises(LinkClosed):
+            await asyncio.wait_for(conn.run(), 5)
+        with pytest.raises(ConnectionResetError):
+            await conn.drain()
+    finally:
+        for each in [writer, *served]:
+            each.close()
+        server.close()
