@@ -9,8 +9,9 @@ replicated/plain ratios. Then, when NSQ's own ``bench_writer`` and ``bench_reade
 found (``--go-tools`` or ``$NSQ_GO_TOOLS``, see ``vs_go.GO_TOOLS_HELP``), the same with
 them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) for ``--runfor``,
 then consuming what it wrote (RDY 2500, a FIN per message) for ``--readfor``, short
-enough that the reader never runs out of messages. ``--sync-every`` etc. are nsqd's
-defaults (fsync on its schedule, not per batch).
+enough that the reader never runs out of messages; with ``bench_writer``, also the CPU
+each nsqd spent per batch written (from ``/proc``: the leader, then the others).
+``--sync-every`` etc. are nsqd's defaults (fsync on its schedule, not per batch).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.wire import mpub
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_go import GO_TOOLS_HELP, TOOLS
+from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
 
 
 def publish(port: int, topic: str, batches: int, batch: int, size: int, inflight: int) -> float:
@@ -128,11 +129,23 @@ def main() -> None:
                 30,
                 f"the ISR of {topic} full",
             )
-            node = cluster.nodes[cluster.node_index(cluster.partitions(topic)[0]["id"])]
+            lead = cluster.node_index(cluster.partitions(topic)[0]["id"])
+            node = cluster.nodes[lead]
             common = [f"--nsqd-tcp-address=127.0.0.1:{node.ports['TCP']}", f"--topic={topic}",
                       f"--size={args.size}"]  # fmt: skip
+            # (each nsqd's CPU per batch written, from /proc: the leader first)
+            pids = [n.proc.pid for i, n in sorted(enumerate(cluster.nodes), key=lambda x: x[0] != lead)
+                    if n.proc is not None]  # fmt: skip
+            before = [cpu_seconds(pid) for pid in pids]
+            started = time.perf_counter()
             wrote = ops(run_tool(tools / "bench_writer", *common, f"--runfor={args.runfor}",
                                  f"--batch-size={args.batch}"))  # fmt: skip
+            batches = wrote * (time.perf_counter() - started) / args.batch
+            cpu = [
+                (cpu_seconds(pid) - b) * 1e6 / batches for pid, b in zip(pids, before, strict=True)
+            ]
+            print(f"bench_writer {name}: CPU per batch of {args.batch}: leader {cpu[0]:.0f} µs, "
+                  f"the others " + ", ".join(f"{c:.0f}" for c in cpu[1:]))  # fmt: skip
             read = ops(run_tool(tools / "bench_reader", *common, f"--runfor={args.readfor}"))
             go[name] = (wrote, read)
             print(f"bench_writer / bench_reader {name:<12} {wrote:>12,.0f} / {read:>10,.0f} ops/s")
