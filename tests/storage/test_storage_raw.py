@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -177,7 +176,7 @@ def test_property_raw_reads_from_anywhere_equal_read(
 
 
 def test_a_leaders_last_flush_is_read_back_without_the_disk_and_never_after_a_cut(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, preads: list[int]
 ) -> None:
     """With ``keep_tail`` (a replicated partition's leader), what the last flush wrote is
     handed to ``read_raw`` from memory: the same bytes as on disk, the same object for a
@@ -187,14 +186,8 @@ def test_a_leaders_last_flush_is_read_back_without_the_disk_and_never_after_a_cu
     log.begin_epoch(1)
     log.keep_tail = True
     fill(log, [5, 7])
-    reads: list[int] = []
-    pread = os.pread
-
-    def counted(fd: int, n: int, at: int) -> bytes:
-        reads.append(at)
-        return pread(fd, n, at)
-
-    monkeypatch.setattr(os, "pread", counted)
+    reads = preads
+    reads.clear()
     first = log.read_raw(5)
     again = log.read_raw(5)
     assert (first.offset, first.count, reads) == (5, 7, [])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 
@@ -656,21 +655,15 @@ async def test_by_default_every_follower_is_told_a_commit_in_the_turn_that_made_
 
 
 async def test_a_leader_reads_a_flush_from_memory_until_every_follower_has_it(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, preads: list[int]
 ) -> None:
     """A replicated partition's leader (``keep_tail``) sends its followers what a flush
     wrote without reading its log back, and lets those bytes go once both have them."""
     leader, feed, f1, f2 = await two_followers(cluster, 2)
     await eventually(converged(leader.high_watermark, f1, f2), 5)
     assert leader.keep_tail
-    reads: list[int] = []
-    pread = os.pread
-
-    def counted(fd: int, n: int, at: int) -> bytes:
-        reads.append(at)
-        return pread(fd, n, at)
-
-    monkeypatch.setattr(os, "pread", counted)
+    reads = preads
+    reads.clear()
     start = leader.high_watermark
     leader.append_bodies([b"x" * 200] * 50)
     leader.flush()
