@@ -144,10 +144,9 @@ class YouzanCluster:
         status, body = _http("POST", f"http://{self.lookupd}/topic/create?{form}")
         if status != 200:
             raise RuntimeError(f"Youzan's lookupd refused the topic: {status} {body[:200]!r}")
-        found: list[int] = []
-        self._wait(f"leader of {topic}", lambda: found.append(self.leader(topic)) or  # type: ignore[func-returns-value]
-                   found[-1] is not None, READY_S)  # fmt: skip
-        leader = found[-1]
+        self._wait(f"leader of {topic}", lambda: self.leader(topic) is not None, READY_S)
+        leader = self.leader(topic)
+        assert leader is not None  # (it does not move back: nothing fails here)
         url = f"http://127.0.0.1:{self.http[leader]}/channel/create?topic={topic}&channel=c&partition=0"
         self._wait(f"a channel on {topic}", lambda: _http("POST", url)[0] == 200, 30)
 

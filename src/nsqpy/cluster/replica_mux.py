@@ -372,7 +372,6 @@ class MuxConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end(exc or LinkClosed(f"the replication connection with {self.peer} closed"))
-        self._wake_drainers()
 
     def _end(self, err: BaseException) -> None:
         """The connection's end: ``run`` raises ``err`` (the first one)."""
