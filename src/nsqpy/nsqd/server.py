@@ -133,6 +133,11 @@ class NsqdServer:
         self.https_port = 0
         self.lookup: LookupClient | None = None
         self.connections: set[V2Connection] = set()
+        # Connections with replies waiting for an acknowledgement (a publish's commit or
+        # fsync): what a commit, an fsync or a failure looks at, not every connection
+        # (thousands of consumers cost a commit nothing). One is let go once its replies
+        # are all out (``_flush_connections``) or it closed.
+        self._awaiting: set[V2Connection] = set()
         self._touched: set[V2Connection] = set()
         self._acks: dict[Partition, deque[Ack]] = {}
         self._syncing: set[Partition] = set()
@@ -184,6 +189,7 @@ class NsqdServer:
             tls=self.tls,
             auth=self.auth,
             connections=self.connections,
+            awaiting=self._awaiting,
             touch=self.touch_connection,
             expect_ack=self.expect_ack,
             cluster=self.cluster,
@@ -345,9 +351,7 @@ class NsqdServer:
                 ack = acks.popleft()
                 ack.resolve(ack.failed(f"{failed_verb(ack.failed)} failed exiting"))
         self._acks.clear()
-        for conn in list(self.connections):
-            if conn.awaiting_acks:
-                self._touched.add(conn)
+        self._touched.update(self._awaiting)
 
     # -- group commit ----------------------------------------------------------------
 
@@ -477,6 +481,8 @@ class NsqdServer:
             conn.flush()
             if waiting:  # still waiting for a commit (the ticker ran first): look again
                 self._touched.add(conn)
+            else:
+                self._awaiting.discard(conn)
 
     def cursors_replicated(self, part: Partition) -> None:
         """(cluster) A follower took the channel cursors of a led partition: its ordered
@@ -494,9 +500,7 @@ class NsqdServer:
         it covers, let its channels deliver up to it."""
         self._release(part, part.log.flushed_offset)
         self.broker.pump([part])
-        for conn in list(self.connections):
-            if conn.awaiting_acks:
-                self._touched.add(conn)
+        self._touched.update(self._awaiting)
         self._flush_connections()
 
     def _release(self, part: Partition, limit: int) -> None:
@@ -540,9 +544,7 @@ class NsqdServer:
         )  # fmt: skip
         while acks:
             acks.popleft().resolve(NotLeader())
-        for conn in list(self.connections):
-            if conn.awaiting_acks:
-                self._touched.add(conn)
+        self._touched.update(self._awaiting)
         self._schedule_commit()
 
     def _fail_topic(self, part: Partition, exc: OSError) -> None:
@@ -554,9 +556,7 @@ class NsqdServer:
         while acks:
             ack = acks.popleft()
             ack.resolve(ack.failed(f"{failed_verb(ack.failed)} failed {exc}"))
-        for conn in list(self.connections):
-            if conn.awaiting_acks:
-                self._touched.add(conn)
+        self._touched.update(self._awaiting)
 
     def _start_sync(self, part: Partition) -> None:
         if part in self._syncing or self._loop is None:
@@ -584,9 +584,7 @@ class NsqdServer:
             self.cluster.flushed(part)
         if self.opts.sync_always:  # channels read only what is durable: now they may
             self.broker.pump([part])
-        for conn in list(self.connections):
-            if conn.awaiting_acks:
-                self._touched.add(conn)
+        self._touched.update(self._awaiting)
         self._flush_connections()
         # Data appended while this fsync ran needs another one.
         if self.opts.sync_always and part.log.durable_offset < part.log.flushed_offset:

@@ -19,10 +19,10 @@ before AUTH).
 
 A connection knows its nsqd only through the ``ConnectionContext`` the server builds once
 it runs (broker, options, limits, clock, loop, TLS and auth settings, the set of live
-connections, the group commit's two entry points ``touch`` and ``expect_ack``, and the
-``BackgroundTasks`` that hold what a connection starts without awaiting it); the
-server reads back only public members (``release_replies``, ``flush``, ``heartbeat``,
-``awaiting_acks``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
+connections and of those whose replies wait for an acknowledgement, the group commit's
+two entry points ``touch`` and ``expect_ack``, and the ``BackgroundTasks`` that hold what
+a connection starts without awaiting it); the server reads back only public members
+(``release_replies``, ``flush``, ``heartbeat``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
 modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_output``, ``tcp_extend``, ``ack``); never
 the server.
 """
@@ -130,6 +130,7 @@ class ConnectionContext:
     tls: TlsSettings
     auth: AuthClient | None  # None unless --auth-http-address is set
     connections: set[V2Connection]  # every live connection (the server's ticker visits them)
+    awaiting: set[V2Connection]  # those whose replies wait for an acknowledgement (or did)
     # The group commit: write this connection's output at the end of the loop turn ...
     touch: Callable[[V2Connection], None]
     # ... and an acknowledgement for a publish that appended up to an offset of a partition.
@@ -160,6 +161,7 @@ class V2Connection(BufferedConnection):
             clock=ctx.clock,
             loop=ctx.loop,
             touch=partial(ctx.touch, self),
+            waiting=partial(ctx.awaiting.add, self),
             buf_timeout_ns=ctx.opts.output_buffer_timeout_ms * 1_000_000,
             heartbeat_ns=ctx.opts.client_timeout_ms * 500_000,
             now=self.last_recv,
@@ -197,6 +199,7 @@ class V2Connection(BufferedConnection):
         if self._timer is not None:
             self._timer.cancel()
         self.ctx.connections.discard(self)
+        self.ctx.awaiting.discard(self)
         self.broker.client_gone(self.client)
         self.transport = None
 

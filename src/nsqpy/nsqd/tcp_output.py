@@ -50,6 +50,7 @@ class BufferedConnection(asyncio.Protocol):
         clock: Callable[[], int],
         loop: asyncio.AbstractEventLoop,
         touch: Callable[[], None],
+        waiting: Callable[[], None],
         buf_timeout_ns: int,
         heartbeat_ns: int,
         now: int,
@@ -58,6 +59,8 @@ class BufferedConnection(asyncio.Protocol):
         self._clock = clock  # ns; the server's clock (fake in tests)
         self._loop = loop
         self._touch = touch  # the group commit: write this output at the end of the loop turn
+        self._waiting = waiting  # a reply now waits for an acknowledgement (the server keeps
+        # such connections apart: a commit looks at them, not at every connection)
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []  # frames to write, in order
         self._out_bytes = 0  # bytes of message frames among them
@@ -185,6 +188,8 @@ class BufferedConnection(asyncio.Protocol):
                 self._close_after_flush()
             return
         self._waiting_bytes += cost
+        if not self._replies:
+            self._waiting()
         self._replies.append((ack, frame, close))
 
     def _replace_reply(self, ack: Ack, frame: bytes) -> None:
@@ -222,12 +227,6 @@ class BufferedConnection(asyncio.Protocol):
                 self._waiting_bytes = 0
                 return False
         return False
-
-    @property
-    def awaiting_acks(self) -> bool:
-        """Replies wait for a publish acknowledgement (the server looks again after a
-        commit or an fsync)."""
-        return bool(self._replies)
 
     @property
     def has_output(self) -> bool:
