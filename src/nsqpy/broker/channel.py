@@ -188,7 +188,7 @@ class Channel:
         part = self._by_number.get(number)
         if self.delivery is None or part is None:
             return 0
-        return self.delivery.pump_part(part, now)
+        return self.delivery.release(part, now)
 
     def _room(self) -> bool:
         """Whether any consumer's RDY window has room (else pumping can send nothing)."""

@@ -119,6 +119,16 @@ class OrderedDelivery:
             self.owners.get(number), self._free(number, part, now), part.pump, now
         )
 
+    def release(self, part: ChannelPartition, now: int) -> int:
+        """``pump_part`` once its followers took a cursor: nothing at all while the
+        partition is not free (its message is out, a requeue holds it, or a follower still
+        lacks the cursor), where ``pump_part`` would still count what arrived (the broker
+        does that after each flush)."""
+        number = part.number
+        if part.in_flight or not self._free(number, part, now):
+            return 0
+        return self._one_slot(self.owners.get(number), True, part.pump, now)
+
     def scan(self, now: int) -> int:
         """Timeouts and due deferred messages; an expired hold counts as work (pump after)."""
         work = 0

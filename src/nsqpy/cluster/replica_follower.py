@@ -338,8 +338,8 @@ class FollowerFetch:
     ) -> tuple[tuple[int, int], bool]:
         """An ACK when (end, durable) moved since ``acked``, else a HEARTBEAT when one is
         owed; returns what was acknowledged and whether a heartbeat is still owed."""
-        now, ack = self.replica.ack_frame(epoch, durable_only=self.plog.policy.always)
-        if now != acked:
+        now, ack = self.replica.ack_frame(epoch, self.plog.policy.always, acked)
+        if ack:
             link.send([ack])
             return now, False
         if heartbeat:

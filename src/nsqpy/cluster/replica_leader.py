@@ -145,10 +145,30 @@ class LeaderFeed:
         state = self._states(topic, partition)
         if state is not None:
             state.local_progress()
+        cursors = self._cursors_once((topic, partition))
         for conn in list(self._conns.get((topic, partition), {}).values()):
-            self._output_now(conn)
+            self._output_now(conn, cursors=cursors)
 
-    def _output_now(self, conn: _Conn, linger: float | None = None) -> None:
+    def _cursors_once(self, key: tuple[str, int]) -> Callable[[], Sequence[ChannelCursor]]:
+        """The channels' cursors of partition ``key``, looked up at most once however many
+        of its links ask in this call (each follower is sent the same)."""
+        lookup = self._cursors
+        memo: list[tuple[ChannelCursor, ...]] = []
+
+        def once() -> Sequence[ChannelCursor]:
+            if not memo:
+                assert lookup is not None
+                memo.append(tuple(lookup(*key)))
+            return memo[0]
+
+        return once
+
+    def _output_now(
+        self,
+        conn: _Conn,
+        linger: float | None = None,
+        cursors: Callable[[], Sequence[ChannelCursor]] | None = None,
+    ) -> None:
         """What the link's send loop would send on its next turn, sent in the caller's turn
         of the event loop (a flush of the log, a follower's ACK, a consumer's FIN on an
         ordered channel): no task wakes for it, and a publish is answered sooner. What is
@@ -159,19 +179,20 @@ class LeaderFeed:
         (leadership lost, a failed read: it ends the link), which is the link's, never the
         caller's. A committed offset that moved with no record to carry it lingers
         ``commit_linger`` for one (a publish every millisecond costs one frame, not two),
-        then goes alone (``_linger``; ``linger``: 0 then)."""
+        then goes alone (``_linger``; ``linger``: 0 then). ``cursors``: the partition's,
+        shared by the caller's links (``_cursors_once``)."""
         try:
             out = conn.state.leader_output(
                 conn.peer, self.commit_linger if linger is None else linger
             )
             if out:
                 conn.link.send(out)
-            cursors = self._send_cursors(conn)
+            sent = self._send_cursors(conn, cursors)
         except Exception as err:  # (Refused, a failed read or write: the link's)
             self.log.debug("replication: sending to %s left to the link: %r", conn.link.peer, err)
             conn.wake.set()
             return
-        if cursors and not conn.moving:
+        if sent and not conn.moving:
             conn.moving = True
             conn.wake.set()
         elif conn.link.congested():
@@ -213,9 +234,11 @@ class LeaderFeed:
         else:
             groups = [conns for (name, _), conns in self._conns.items() if name == topic]
         for conns in groups:
+            cursors = None
             for conn in conns.values():
+                cursors = cursors or self._cursors_once(conn.key)
                 ReplicaState.cursors_due(conn.peer)
-                self._output_now(conn)
+                self._output_now(conn, cursors=cursors)
 
     def disconnect(self, topic: str, partition: int, node_id: str | None = None) -> int:
         """Close the links of (topic, partition) (of one follower); returns how many."""
@@ -382,8 +405,9 @@ class LeaderFeed:
                     conn.link.send(answer)
                 moved = conn.state.committed != committed
                 if isinstance(frame, Ack):  # (sent at once: the follower's window opened,
-                    for other in self._conns_of(conn) if moved else [conn]:  # and every
-                        self._output_now(other)  # follower is told the commit)
+                    cursors = self._cursors_once(conn.key)  # and every follower is told
+                    for other in self._conns_of(conn) if moved else [conn]:  # the commit)
+                        self._output_now(other, cursors=cursors)
                     return
                 if moved:
                     for other in self._conns_of(conn):
@@ -453,12 +477,16 @@ class LeaderFeed:
                 async with asyncio.timeout(wait):
                     await conn.wake.wait()
 
-    def _send_cursors(self, conn: _Conn) -> bool:
-        """The channels' cursors, when the state says they are due (``cursors_output``)."""
+    def _send_cursors(
+        self, conn: _Conn, cursors: Callable[[], Sequence[ChannelCursor]] | None = None
+    ) -> bool:
+        """The channels' cursors, when the state says they are due (``cursors_output``);
+        ``cursors``: those of the partition, when the caller has them."""
         if self._cursors is None:
             return False
-        lookup, key = self._cursors, conn.key
-        frame = conn.state.cursors_output(conn.peer, lambda: lookup(*key), self.cursor_interval)
+        if cursors is None:
+            cursors = self._cursors_once(conn.key)
+        frame = conn.state.cursors_output(conn.peer, cursors, self.cursor_interval)
         if frame is None:
             return False
         conn.link.send_soon([frame])  # (with other partitions' CURSORS of this turn)

@@ -646,15 +646,18 @@ class ReplicaState:
             raise MalformedFrame(f"CURSORS for {frame.topic}/{frame.partition} on {self.where}")
         return encode_cursors_ack(epoch, frame.seq)
 
-    def ack_frame(self, epoch: int, durable_only: bool = False) -> tuple[tuple[int, int], bytes]:
-        """(end, durable) as they are now, and the ACK saying so; with ``durable_only``
-        the end acknowledged is the durable one (under the ``always`` policy, what was
-        appended while an fsync ran waits for its own: a follower whose disk stalls is
-        then seen lagging, ``lagging``, not caught up with nothing committed)."""
+    def ack_frame(
+        self, epoch: int, durable_only: bool = False, unless: tuple[int, int] | None = None
+    ) -> tuple[tuple[int, int], bytes]:
+        """(end, durable) as they are now, and the ACK saying so (empty when they are
+        ``unless``: nothing to acknowledge); with ``durable_only`` the end acknowledged is
+        the durable one (under the ``always`` policy, what was appended while an fsync ran
+        waits for its own: a follower whose disk stalls is then seen lagging, ``lagging``,
+        not caught up with nothing committed)."""
         log = self.log
         durable = log.durable_offset
         now = (durable if durable_only else log.flushed_offset, durable)
-        return now, encode_ack(epoch, *now)
+        return now, b"" if now == unless else encode_ack(epoch, *now)
 
 
 __all__ = [
