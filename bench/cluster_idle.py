@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200)
     parser.add_argument("--inflight", type=int, default=16)
     args = parser.parse_args()
+    if args.idle <= 0:
+        parser.error("--idle must be at least 1")
     print(f"# {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
           f"3 nsqd + 1 nsqlookupd + etcd on this machine; MPUB x{args.batch} of {args.size} B, "
           f"{args.inflight} in flight, 3 replicas; {args.idle} idle clients")  # fmt: skip
@@ -70,6 +72,8 @@ def main() -> None:
                 finally:
                     for sock in socks:
                         sock.close()
+                    if socks:
+                        time.sleep(0.5)  # (the leader has let them all go before the next)
                 results[idle].append(rate)
                 print(f"{idle:>6} idle clients: {rate:>12,.0f} msgs/s", flush=True)
         ratio = max(results[args.idle]) / max(results[0])

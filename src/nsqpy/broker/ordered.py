@@ -109,8 +109,7 @@ class OrderedDelivery:
         return sum(self.pump_part(part, now) for part in self.channel.parts)
 
     def pump_part(self, part: ChannelPartition, now: int) -> int:
-        """``pump`` for one partition's part (also alone: its followers took the cursor it
-        waited for)."""
+        """``pump`` for one partition's part."""
         if part.in_flight:
             return 0  # (its one message is out: nothing to send; the broker counts what
             # arrived after each flush, ``Channel.arrive``)
@@ -120,10 +119,11 @@ class OrderedDelivery:
         )
 
     def release(self, part: ChannelPartition, now: int) -> int:
-        """``pump_part`` once its followers took a cursor: nothing at all while the
-        partition is not free (its message is out, a requeue holds it, or a follower still
-        lacks the cursor), where ``pump_part`` would still count what arrived (the broker
-        does that after each flush)."""
+        """``pump_part`` once its followers took a cursor (alone: the rest of the channel
+        is not looked at), but nothing at all while the partition is not free (its message
+        is out, a requeue holds it, or a follower still lacks the cursor): ``pump_part``
+        would still count what arrived, which the partition's next pump does as well (a
+        commit's, a FIN's, the ticker's)."""
         number = part.number
         if part.in_flight or not self._free(number, part, now):
             return 0

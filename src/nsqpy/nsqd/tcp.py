@@ -22,9 +22,9 @@ it runs (broker, options, limits, clock, loop, TLS and auth settings, the set of
 connections and of those whose replies wait for an acknowledgement, the group commit's
 two entry points ``touch`` and ``expect_ack``, and the ``BackgroundTasks`` that hold what
 a connection starts without awaiting it); the server reads back only public members
-(``release_replies``, ``flush``, ``heartbeat``, ``has_output``). Imports the broker, ``nsqpy.protocol`` and the nsqd
-modules below it (``auth``, ``upgrade``, ``flow``, ``tcp_output``, ``tcp_extend``, ``ack``); never
-the server.
+(``release_replies``, ``flush``, ``heartbeat``, ``has_output``). Imports the broker,
+``nsqpy.protocol`` and the nsqd modules below it (``auth``, ``upgrade``, ``flow``,
+``tcp_output``, ``tcp_extend``, ``ack``); never the server.
 """
 
 from __future__ import annotations
