@@ -63,6 +63,39 @@ def pre_auth_budget(limits: Limits) -> int:
     return 4 + 2 * (2 * (MAX_LINE_LENGTH + 4) + 2 * body)
 
 
+# The longest a connection goes without ``expired`` being asked at all (``next_look``),
+# however far its deadlines are: what a missed change of its state can cost.
+MAX_LOOK_NS = 60_000_000_000
+
+
+def next_look(
+    now_ns: int,
+    heartbeat_ns: int,
+    *,
+    pre_auth_ns: int,
+    read_since: int,
+    stalled_since: int,
+    reading: bool,
+    last_heartbeat: int,
+) -> int:
+    """When a connection next needs looking at (a heartbeat due, or ``expired`` saying
+    something), as of ``now_ns`` and its state as given (the same arguments as
+    ``expired``, and when it was last sent a heartbeat); never more than ``MAX_LOOK_NS``
+    ahead. A state that changes (a stall, a pause of its reading, an IDENTIFY, an AUTH)
+    calls for a look at once: this answer was for the state before."""
+    due = now_ns + MAX_LOOK_NS
+    interval = heartbeat_ns if heartbeat_ns > 0 else pre_auth_ns
+    if interval <= 0:
+        return due
+    if heartbeat_ns > 0:
+        due = min(due, last_heartbeat + heartbeat_ns)
+    if stalled_since:
+        due = min(due, stalled_since + interval + 1)
+    if reading:
+        due = min(due, read_since + 2 * interval + 1)
+    return due
+
+
 def expired(
     now_ns: int,
     heartbeat_ns: int,

@@ -52,6 +52,7 @@ from nsqpy.nsqd.auth import AuthClient
 from nsqpy.nsqd.http import make_app
 from nsqpy.nsqd.http_limits import runner_options
 from nsqpy.nsqd.https import plain_http_app, start_https
+from nsqpy.nsqd.looks import LookSchedule
 from nsqpy.nsqd.lookup import LookupClient
 from nsqpy.nsqd.tcp import ConnectionContext, V2Connection, failed_verb
 from nsqpy.nsqd.tls import TlsSettings
@@ -138,6 +139,13 @@ class NsqdServer:
         # (thousands of consumers cost a commit nothing). One is let go once its replies
         # are all out (``_flush_connections``) or it closed.
         self._awaiting: set[V2Connection] = set()
+        # When the ticker next calls each connection's ``heartbeat`` (``nsqd.looks``), and
+        # the connections whose messages wait in a buffer for its timeout: what a tick
+        # visits, never every connection
+        self._looks: LookSchedule[V2Connection] = LookSchedule(
+            max(1, opts.queue_scan_interval_ms) * 1_000_000
+        )
+        self._buffered: set[V2Connection] = set()
         self._touched: set[V2Connection] = set()
         self._acks: dict[Partition, deque[Ack]] = {}
         self._syncing: set[Partition] = set()
@@ -190,6 +198,8 @@ class NsqdServer:
             auth=self.auth,
             connections=self.connections,
             awaiting=self._awaiting,
+            looks=self._looks,
+            buffered=self._buffered,
             touch=self.touch_connection,
             expect_ack=self.expect_ack,
             cluster=self.cluster,
@@ -609,10 +619,13 @@ class NsqdServer:
             self._schedule_commit()
         self._save_cursors()
         now = self.clock()
-        for conn in list(self.connections):
+        for conn in self._looks.due(now):  # (a heartbeat or a deadline may be due)
             conn.heartbeat(now)
+        for conn in list(self._buffered):  # (flushed on this clock too: fake in tests)
             if conn.has_output:
                 self._touched.add(conn)
+            else:
+                self._buffered.discard(conn)
         clock = self.broker.clock()
         for part in list(self._unsynced):
             log_ = part.log

@@ -24,7 +24,7 @@ two entry points ``touch`` and ``expect_ack``, and the ``BackgroundTasks`` that 
 a connection starts without awaiting it); the server reads back only public members
 (``release_replies``, ``flush``, ``heartbeat``, ``has_output``). Imports the broker,
 ``nsqpy.protocol`` and the nsqd modules below it (``auth``, ``upgrade``, ``flow``,
-``tcp_output``, ``tcp_extend``, ``ack``); never the server.
+``looks``, ``tcp_output``, ``tcp_extend``, ``ack``); never the server.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from nsqpy.nsqd.flow import (
     pre_auth_budget,
 )
 from nsqpy.nsqd.gate import ELSEWHERE, FORWARD_AGENT, HERE, TopicGate
+from nsqpy.nsqd.looks import LookSchedule
 from nsqpy.nsqd.tcp_extend import Extended, extended_entries, traced_reply
 from nsqpy.nsqd.tcp_output import BufferedConnection
 from nsqpy.nsqd.tls import TlsSettings
@@ -131,6 +132,8 @@ class ConnectionContext:
     auth: AuthClient | None  # None unless --auth-http-address is set
     connections: set[V2Connection]  # every live connection (the server's ticker visits them)
     awaiting: set[V2Connection]  # those whose replies wait for an acknowledgement (or did)
+    looks: LookSchedule[V2Connection]  # when the ticker calls their ``heartbeat``
+    buffered: set[V2Connection]  # those whose messages waited in a buffer (or did)
     # The group commit: write this connection's output at the end of the loop turn ...
     touch: Callable[[V2Connection], None]
     # ... and an acknowledgement for a publish that appended up to an offset of a partition.
@@ -162,6 +165,8 @@ class V2Connection(BufferedConnection):
             loop=ctx.loop,
             touch=partial(ctx.touch, self),
             waiting=partial(ctx.awaiting.add, self),
+            look=partial(ctx.looks.file, self),
+            buffered=partial(ctx.buffered.add, self),
             buf_timeout_ns=ctx.opts.output_buffer_timeout_ms * 1_000_000,
             heartbeat_ns=ctx.opts.client_timeout_ms * 500_000,
             now=self.last_recv,
@@ -192,6 +197,7 @@ class V2Connection(BufferedConnection):
         self.client.connect_ts = int(time.time())
         self.client.msg_timeout_ns = self.ctx.opts.msg_timeout_ms * 1_000_000
         self.ctx.connections.add(self)
+        self.ctx.looks.file(self, 0)
         self.broker.client_connected(self.client)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -200,6 +206,8 @@ class V2Connection(BufferedConnection):
             self._timer.cancel()
         self.ctx.connections.discard(self)
         self.ctx.awaiting.discard(self)
+        self.ctx.looks.forget(self)
+        self.ctx.buffered.discard(self)
         self.broker.client_gone(self.client)
         self.transport = None
 
@@ -339,6 +347,7 @@ class V2Connection(BufferedConnection):
     def resume_writing(self) -> None:
         self.client.write_paused = False
         self._stalled_since = 0
+        self.relook()
         channel = self.client.channel
         if isinstance(channel, Channel):
             channel.pump(self.broker.clock())
@@ -415,6 +424,7 @@ class V2Connection(BufferedConnection):
         self.heartbeat_ns = (
             neg.heartbeat_interval_ms * 1_000_000 if neg.heartbeat_interval_ms > 0 else -1
         )
+        self.relook()
         self._buf_size = neg.output_buffer_size
         self._buf_timeout_ns = neg.output_buffer_timeout_ms * 1_000_000
         self._heartbeat_ms = neg.heartbeat_interval_ms
@@ -438,6 +448,7 @@ class V2Connection(BufferedConnection):
         self.auth = None
         self._pre_auth_left = -1
         self._pre_auth_ns = 0
+        self.relook()
 
     def sub(self, cmd: Sub) -> None:
         if not self._topic_here(cmd.topic, cmd, NotLeaderForSub, cmd.partition):

@@ -32,7 +32,7 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.errors import ProtocolError
 from nsqpy.nsqd.ack import Ack
-from nsqpy.nsqd.flow import REPLY_OVERHEAD, WRITE_HIGH_WATER, expired
+from nsqpy.nsqd.flow import REPLY_OVERHEAD, WRITE_HIGH_WATER, expired, next_look
 from nsqpy.protocol.frames import HEARTBEAT_FRAME, encode_error
 from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE
 from nsqpy.protocol.state import SUBSCRIBED
@@ -51,6 +51,8 @@ class BufferedConnection(asyncio.Protocol):
         loop: asyncio.AbstractEventLoop,
         touch: Callable[[], None],
         waiting: Callable[[], None],
+        look: Callable[[int], None],
+        buffered: Callable[[], None],
         buf_timeout_ns: int,
         heartbeat_ns: int,
         now: int,
@@ -61,6 +63,9 @@ class BufferedConnection(asyncio.Protocol):
         self._touch = touch  # the group commit: write this output at the end of the loop turn
         self._waiting = waiting  # a reply now waits for an acknowledgement (the server keeps
         # such connections apart: a commit looks at them, not at every connection)
+        self._look = look  # the server's ticker calls ``heartbeat`` at (or after) this time
+        self._buffered = buffered  # messages wait in the buffer for its timeout (the
+        # server's ticker flushes those on its own clock too)
         self.transport: asyncio.Transport | None = None
         self._out: list[bytes] = []  # frames to write, in order
         self._out_bytes = 0  # bytes of message frames among them
@@ -89,6 +94,11 @@ class BufferedConnection(asyncio.Protocol):
         self._pre_auth_ns = 0  # the read deadline before AUTH, when AUTH is required
         self.heartbeat_ns = heartbeat_ns  # -1: none (IDENTIFY)
         self.last_heartbeat = now
+        # Before this (server clock) ``heartbeat`` has nothing to do: neither a heartbeat
+        # nor a deadline is due (``flow.next_look``). The server's ticker calls it then
+        # (``_look``), and at its next tick after any change of what they depend on
+        # (``relook``; 0 here until then): thousands of idle clients cost a tick nothing.
+        self.look_at = 0
 
     def _process(self) -> None:
         """Run every complete command buffered (the subclass's input side)."""
@@ -102,12 +112,14 @@ class BufferedConnection(asyncio.Protocol):
         self._held = True
         self._reading_paused = pause_reading
         self._update_reading()
+        self.relook()
 
     def resume(self) -> None:
         """Run the commands that arrived meanwhile and read again."""
         if not self._held:
             return
         self._held = False
+        self.relook()
         if self.transport is None:  # gone meanwhile: run nothing more for a dead client
             return
         self._reading_paused = False
@@ -132,6 +144,7 @@ class BufferedConnection(asyncio.Protocol):
         """The client is not reading its replies: stop running its commands and reading."""
         self._throttled = True
         self._update_reading()
+        self.relook()
 
     def _maybe_unthrottle(self) -> None:
         """Its replies drained: run and read again, on the next turn (this may be called
@@ -153,6 +166,7 @@ class BufferedConnection(asyncio.Protocol):
             return
         self._throttled = False
         self._read_since = self._clock()
+        self.relook()
         self._update_reading()
         self._process()  # the commands that were buffered meanwhile
 
@@ -270,6 +284,7 @@ class BufferedConnection(asyncio.Protocol):
         checks its own clock too: with a fake clock, tests move time themselves)."""
         if self._timer is None:
             self._timer = self._loop.call_later(self._buf_timeout_ns / 1e9, self._buffer_timer)
+            self._buffered()
 
     def _buffer_timer(self) -> None:
         self._timer = None
@@ -310,26 +325,47 @@ class BufferedConnection(asyncio.Protocol):
 
     # -- deadlines -------------------------------------------------------------------
 
+    def relook(self) -> None:
+        """What the deadlines and heartbeats depend on changed (a stall, a pause of the
+        reading, an IDENTIFY, an AUTH): ``heartbeat`` looks again at the next tick."""
+        if self.look_at:
+            self.look_at = 0
+            self._look(0)
+
     def heartbeat(self, now_ns: int) -> None:
         """Called by the server's ticker: send heartbeats; close a connection past its read
-        or write deadline (``nsqd.flow``)."""
+        or write deadline (``nsqd.flow``). Nothing until the time ``flow.next_look`` gave
+        when it last looked (or a ``relook``)."""
         if self.closing:
             return
+        if now_ns < self.look_at:
+            self._look(self.look_at)
+            return
+        pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
+        reading = not (self._held or self._throttled)
         why = expired(
             now_ns,
             self.heartbeat_ns,
-            pre_auth_ns=0 if self.client.authed else self._pre_auth_ns,
+            pre_auth_ns=pre_auth_ns,
             read_since=self._read_since,
             stalled_since=self._stalled_since,
-            reading=not (self._held or self._throttled),
+            reading=reading,
         )
         if why:
             log.info("[%s] closing: %s", self.client.remote_address, why)
             self._abort()
             return
-        if self.heartbeat_ns <= 0:
-            return
-        if now_ns - self.last_heartbeat >= self.heartbeat_ns:
+        if self.heartbeat_ns > 0 and now_ns - self.last_heartbeat >= self.heartbeat_ns:
             self.last_heartbeat = now_ns
             self._reply(None, HEARTBEAT_FRAME)
             self._touch()
+        self.look_at = next_look(
+            now_ns,
+            self.heartbeat_ns,
+            pre_auth_ns=pre_auth_ns,
+            read_since=self._read_since,
+            stalled_since=self._stalled_since,
+            reading=reading,
+            last_heartbeat=self.last_heartbeat,
+        )
+        self._look(self.look_at)
