@@ -98,6 +98,8 @@ def main() -> None:
                     if socks:
                         time.sleep(1.0)  # (nsqd has let them all go before the next)
                 n = len(lat)
+                if not n:
+                    raise SystemExit("no PUB was answered: --seconds too short?")
                 p999 = lat[min(n - 1, int(n * 0.999))]
                 best[idle] = min(best.get(idle, p999), p999)
                 print(f"{idle:>6} idle clients: {n} PUBs, p50 {lat[n // 2] * 1e3:.3f} ms, "

@@ -24,14 +24,19 @@ def test_a_schedule_hands_over_what_is_due_once_and_never_late() -> None:
     assert looks.due(200) == ["a"]  # its tick began: early by up to a tick, never late
     assert looks.due(10_000) == ["c"]
     assert len(looks) == 0 and looks.due(20_000) == []
-    looks.file("a", 500)
-    looks.file("a", 300)  # (filed again: only the new time counts)
-    assert looks.when("a") == 300
-    assert looks.due(450) == ["a"]
-    assert looks.due(600) == []
-    looks.file("d", 700)
+    looks.file("a", 20_500)
+    looks.file("a", 20_300)  # (filed again: only the new time counts)
+    assert looks.when("a") == 20_300
+    assert looks.due(20_450) == ["a"]
+    assert looks.due(20_600) == []
+    looks.file("d", 20_700)
     looks.forget("d")
-    assert looks.when("d") is None and looks.due(800) == [] and len(looks) == 0
+    assert looks.when("d") is None and looks.due(20_800) == [] and len(looks) == 0
+    looks.file("e", 21_900)
+    looks.file("f", 25_000)
+    assert looks.due(21_000) == []
+    assert sorted(looks.due(100)) == ["e", "f"]  # (the clock went back: all, to file again)
+    assert len(looks) == 0
     with pytest.raises(ValueError):
         LookSchedule[str](0)
 
@@ -48,12 +53,15 @@ async def test_idle_connections_are_looked_at_when_their_heartbeat_is_due_not_at
 
     monkeypatch.setattr(V2Connection, "heartbeat", counted)
     wires = [await AsyncWire.connect(nsqd.tcp_port) for _ in range(20)]
+    await eventually(lambda: len(nsqd.connections) == 20)
+    # (the server's own ticks, every 10 ms, look at each once: the next look is then the
+    # default heartbeat's, 30 s away, until the IDENTIFY below makes it 1 s)
+    await eventually(lambda: {id(c) for c in looked} == {id(c) for c in nsqd.connections})
     for wire in wires:
         wire.answer_heartbeats = False
         await wire.send(identify({"heartbeat_interval": 1000}))
         assert await wire.read_frame() == (0, b"OK")
-    await eventually(lambda: len(nsqd.connections) == 20)
-    await asyncio.sleep(0.1)  # (the server's own ticks, every 10 ms: the IDENTIFYs' looks)
+    await asyncio.sleep(0.1)  # (the IDENTIFYs' looks)
     looked.clear()
     for _ in range(9):  # 900 ms of ticks: no heartbeat and no deadline due
         clock.advance_ms(100)
@@ -83,3 +91,50 @@ def test_the_next_look_is_the_earliest_of_the_heartbeat_and_the_deadlines() -> N
     deadline = {"pre_auth_ns": 30_000 * ms, "read_since": 5 * ms, "stalled_since": 0}
     assert not expired(60_005 * ms, -1, reading=True, **deadline)
     assert expired(60_005 * ms + 1, -1, reading=True, **deadline)
+
+
+async def test_a_connection_is_looked_at_again_when_the_clock_went_back(
+    nsqd: NsqdServer, clock: FakeClock
+) -> None:
+    wire = await AsyncWire.connect(nsqd.tcp_port)
+    wire.answer_heartbeats = False
+    await wire.send(identify({"heartbeat_interval": 1000}))
+    assert await wire.read_frame() == (0, b"OK")
+    await asyncio.sleep(0.1)  # (looked at: next at the heartbeat, 1 s on)
+    clock.advance_ms(-120_000)  # the wall clock steps back two minutes
+    await wire.send(b"NOP\n")  # (a command: its read deadline starts now, on the new time)
+    await asyncio.sleep(0.1)
+    clock.advance_ms(2001)  # two heartbeat intervals without a command
+    await wire.expect_closed(timeout=5)
+
+
+async def test_a_connection_whose_look_fails_leaves_the_others_looked_at(
+    nsqd: NsqdServer, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wires = [await AsyncWire.connect(nsqd.tcp_port) for _ in range(5)]
+    for wire in wires:
+        wire.answer_heartbeats = False
+        await wire.send(identify({"heartbeat_interval": 1000}))
+        assert await wire.read_frame() == (0, b"OK")
+    await asyncio.sleep(0.1)  # (looked at: next at the heartbeat, 1 s on)
+    broken = next(iter(nsqd.connections))
+    heartbeat = V2Connection.heartbeat
+
+    def failing(self: V2Connection, now_ns: int) -> None:
+        if self is broken:
+            raise RuntimeError("a bug in one connection's look")
+        heartbeat(self, now_ns)
+
+    monkeypatch.setattr(V2Connection, "heartbeat", failing)
+    for _ in range(2):  # two heartbeats of every other connection (within the read deadline)
+        clock.advance_ms(1000)
+        nsqd._tick(1)
+    got = 0
+    for wire in wires:
+        try:
+            for _ in range(2):
+                assert await wire.read_frame(timeout=1.0) == (0, b"_heartbeat_")
+            got += 1
+        except TimeoutError:
+            pass
+    assert got == 4

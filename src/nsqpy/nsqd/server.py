@@ -620,7 +620,12 @@ class NsqdServer:
         self._save_cursors()
         now = self.clock()
         for conn in self._looks.due(now):  # (a heartbeat or a deadline may be due)
-            conn.heartbeat(now)
+            try:
+                conn.heartbeat(now)
+            except Exception:  # (one connection's failure leaves the others to be looked at;
+                # it is tried again in a second, a line of log each time)
+                log.exception("[%s] heartbeat failed", conn.client.remote_address)
+                self._looks.file(conn, now + 1_000_000_000)
         for conn in list(self._buffered):  # (flushed on this clock too: fake in tests)
             if conn.has_output:
                 self._touched.add(conn)

@@ -32,7 +32,13 @@ from nsqpy.broker.channel import Channel
 from nsqpy.broker.client import Client
 from nsqpy.errors import ProtocolError
 from nsqpy.nsqd.ack import Ack
-from nsqpy.nsqd.flow import REPLY_OVERHEAD, WRITE_HIGH_WATER, expired, next_look
+from nsqpy.nsqd.flow import (
+    MAX_LOOK_NS,
+    REPLY_OVERHEAD,
+    WRITE_HIGH_WATER,
+    expired,
+    next_look,
+)
 from nsqpy.protocol.frames import HEARTBEAT_FRAME, encode_error
 from nsqpy.protocol.limits import DEFAULT_OUTPUT_BUFFER_SIZE
 from nsqpy.protocol.state import SUBSCRIBED
@@ -338,8 +344,8 @@ class BufferedConnection(asyncio.Protocol):
         when it last looked (or a ``relook``)."""
         if self.closing:
             return
-        if now_ns < self.look_at:
-            self._look(self.look_at)
+        if now_ns < self.look_at and self.look_at - now_ns <= MAX_LOOK_NS:
+            self._look(self.look_at)  # (not yet; further than ever: the clock went back)
             return
         pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
         reading = not (self._held or self._throttled)
