@@ -19,11 +19,13 @@ must stay below ``ulimit -n``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -33,6 +35,26 @@ from cluster_publish import publish
 from nsqpy.testing.cluster import LocalCluster
 
 TOPIC = "idle_bench"
+
+
+@contextlib.contextmanager
+def idle_clients(port: int, count: int, settle: float) -> Iterator[None]:
+    """``count`` connections to 127.0.0.1:``port`` that sent the protocol magic and
+    nothing else, for the block; ``settle`` seconds after opening them all (the server has
+    taken them) and after closing them (it has let them go)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port))
+            socks.append(sock)
+            sock.sendall(b"  V2")
+        time.sleep(settle)
+        yield
+    finally:
+        for sock in socks:
+            sock.close()
+        if socks:
+            time.sleep(settle)
 
 
 def main() -> None:
@@ -61,19 +83,8 @@ def main() -> None:
         results: dict[int, list[float]] = {0: [], args.idle: []}
         for _ in range(args.rounds):
             for idle in results:
-                socks: list[socket.socket] = []
-                try:
-                    for _ in range(idle):
-                        sock = socket.create_connection(("127.0.0.1", port))
-                        sock.sendall(b"  V2")
-                        socks.append(sock)
-                    time.sleep(0.5)  # (the leader has taken them all)
+                with idle_clients(port, idle, settle=0.5):
                     rate = publish(port, TOPIC, args.batches, args.batch, args.size, args.inflight)
-                finally:
-                    for sock in socks:
-                        sock.close()
-                    if socks:
-                        time.sleep(0.5)  # (the leader has let them all go before the next)
                 results[idle].append(rate)
                 print(f"{idle:>6} idle clients: {rate:>12,.0f} msgs/s", flush=True)
         ratio = max(results[args.idle]) / max(results[0])

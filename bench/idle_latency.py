@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cluster_idle import idle_clients
 from nsqpy.testing import nsqd_process
 
 BODY = b"x" * 200
@@ -84,19 +86,8 @@ def main() -> None:
         best: dict[int, float] = {}
         for _ in range(args.rounds):
             for idle in (0, args.idle):
-                socks: list[socket.socket] = []
-                try:
-                    for _ in range(idle):
-                        sock = socket.create_connection(("127.0.0.1", port))
-                        sock.sendall(b"  V2")
-                        socks.append(sock)
-                    time.sleep(1.0)  # (nsqd has taken them all)
+                with idle_clients(port, idle, settle=1.0):
                     lat = latencies(port, args.seconds)
-                finally:
-                    for sock in socks:
-                        sock.close()
-                    if socks:
-                        time.sleep(1.0)  # (nsqd has let them all go before the next)
                 n = len(lat)
                 if not n:
                     raise SystemExit("no PUB was answered: --seconds too short?")
