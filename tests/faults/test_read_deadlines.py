@@ -23,7 +23,7 @@ import pytest
 
 from nsqpy.nsqd.flow import pre_auth_budget
 from nsqpy.protocol.limits import Limits
-from nsqpy.testing import StartNsqd, WireClient, identify, pub, wait_for
+from nsqpy.testing import StartNsqd, WireClient, http_request, identify, pub, wait_for
 from nsqpy.testing.auth import AuthStub, authed_client, grant
 
 SHORT = "--client-timeout=2s"  # heartbeat 1 s: the deadline is 2 s
@@ -172,6 +172,33 @@ def test_output_not_read_for_a_heartbeat_closes_the_connection(
             closed = time.monotonic() - started
     assert closed is not None, "nsqd kept a client that reads nothing"
     wait_for(lambda: any("output not read for 1000ms" in x for x in nsqd.log_lines), 5)
+
+
+def test_a_connection_nsqd_closes_is_let_go_when_its_last_output_is_not_read(
+    start_nsqd: StartNsqd, wire: list[socket.socket]
+) -> None:
+    """A consumer that reads nothing loses its channel: nsqd closes the connection after
+    its output, which the client does not read either. One heartbeat interval after the
+    output stalled, the connection is let go, as any stalled one (not kept forever)."""
+    nsqd = start_nsqd(SHORT)
+    body = b"m" * 65536
+    for _ in range(4):  # 12.8 MB for the consumer, far more than the sockets' buffers hold
+        status, _, _ = http_request(
+            "POST", f"{nsqd.http}/mpub?topic=stuck", b"\n".join([body] * 50)
+        )
+        assert status == 200
+    status, _, _ = http_request("POST", f"{nsqd.http}/channel/create?topic=stuck&channel=c")
+    assert status == 200
+    sock = socket.socket()
+    wire.append(sock)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", nsqd.tcp_port))
+    sock.sendall(b"  V2" + identify({"heartbeat_interval": 3000}))  # (3 s to stall)
+    sock.sendall(b"SUB stuck c\nRDY 200\n")  # and nothing read from here on
+    time.sleep(0.5)  # (the messages went out until the buffers were full)
+    status, _, _ = http_request("POST", f"{nsqd.http}/channel/delete?topic=stuck&channel=c")
+    assert status == 200  # nsqd closes the consumer's connection after its output
+    wait_for(lambda: any("output not read for 3000ms" in x for x in nsqd.log_lines), LATE + 3)
 
 
 def http_connect(socks: list[socket.socket], port: int) -> socket.socket:

@@ -341,14 +341,18 @@ class BufferedConnection(asyncio.Protocol):
     def heartbeat(self, now_ns: int) -> None:
         """Called by the server's ticker: send heartbeats; close a connection past its read
         or write deadline (``nsqd.flow``). Nothing until the time ``flow.next_look`` gave
-        when it last looked (or a ``relook``)."""
-        if self.closing:
+        when it last looked (or a ``relook``). A connection closing after its last output
+        is sent nothing more, but while that output is not read its write deadline holds
+        (as nsqd's write deadline on its last frame): a client that reads nothing keeps no
+        socket."""
+        closing = self.closing
+        if closing and (not self._stalled_since or self.transport is None):
             return
         if now_ns < self.look_at and self.look_at - now_ns <= MAX_LOOK_NS:
             self._look(self.look_at)  # (not yet; further than ever: the clock went back)
             return
         pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
-        reading = not (self._held or self._throttled)
+        reading = not (self._held or self._throttled or closing)
         why = expired(
             now_ns,
             self.heartbeat_ns,
@@ -361,7 +365,8 @@ class BufferedConnection(asyncio.Protocol):
             log.info("[%s] closing: %s", self.client.remote_address, why)
             self._abort()
             return
-        if self.heartbeat_ns > 0 and now_ns - self.last_heartbeat >= self.heartbeat_ns:
+        heartbeat_due = now_ns - self.last_heartbeat >= self.heartbeat_ns
+        if self.heartbeat_ns > 0 and heartbeat_due and not closing:
             self.last_heartbeat = now_ns
             self._reply(None, HEARTBEAT_FRAME)
             self._touch()
@@ -372,6 +377,6 @@ class BufferedConnection(asyncio.Protocol):
             read_since=self._read_since,
             stalled_since=self._stalled_since,
             reading=reading,
-            last_heartbeat=self.last_heartbeat,
+            last_heartbeat=now_ns if closing else self.last_heartbeat,  # (none is sent)
         )
         self._look(self.look_at)
