@@ -178,8 +178,8 @@ def test_a_connection_nsqd_closes_is_let_go_when_its_last_output_is_not_read(
     start_nsqd: StartNsqd, wire: list[socket.socket]
 ) -> None:
     """A consumer that reads nothing loses its channel: nsqd closes the connection after
-    its output, which the client does not read either. One heartbeat interval after the
-    output stalled, the connection is let go, as any stalled one (not kept forever)."""
+    its output, which the client does not read either. One heartbeat interval after nsqd
+    began closing it, the connection is let go (not kept for ever)."""
     nsqd = start_nsqd(SHORT)
     body = b"m" * 65536
     for _ in range(4):  # 12.8 MB for the consumer, far more than the sockets' buffers hold

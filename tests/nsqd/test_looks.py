@@ -3,8 +3,6 @@ every tick: idle clients cost a tick nothing (``nsqd.looks``)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from nsqpy.nsqd.flow import MAX_LOOK_NS, expired, next_look
@@ -61,7 +59,7 @@ async def test_idle_connections_are_looked_at_when_their_heartbeat_is_due_not_at
         wire.answer_heartbeats = False
         await wire.send(identify({"heartbeat_interval": 1000}))
         assert await wire.read_frame() == (0, b"OK")
-    await asyncio.sleep(0.1)  # (the IDENTIFYs' looks)
+    await eventually(lambda: all(c.look_at for c in nsqd.connections))  # (IDENTIFYs' looks)
     looked.clear()
     for _ in range(9):  # 900 ms of ticks: no heartbeat and no deadline due
         clock.advance_ms(100)
@@ -100,10 +98,11 @@ async def test_a_connection_is_looked_at_again_when_the_clock_went_back(
     wire.answer_heartbeats = False
     await wire.send(identify({"heartbeat_interval": 1000}))
     assert await wire.read_frame() == (0, b"OK")
-    await asyncio.sleep(0.1)  # (looked at: next at the heartbeat, 1 s on)
+    (conn,) = nsqd.connections
+    await eventually(lambda: conn.look_at > 0)  # (looked at: next at the heartbeat, 1 s on)
     clock.advance_ms(-120_000)  # the wall clock steps back two minutes
     await wire.send(b"NOP\n")  # (a command: its read deadline starts now, on the new time)
-    await asyncio.sleep(0.1)
+    await eventually(lambda: conn.last_recv == clock.now)
     clock.advance_ms(2001)  # two heartbeat intervals without a command
     await wire.expect_closed(timeout=5)
 
@@ -116,7 +115,7 @@ async def test_a_connection_whose_look_fails_leaves_the_others_looked_at(
         wire.answer_heartbeats = False
         await wire.send(identify({"heartbeat_interval": 1000}))
         assert await wire.read_frame() == (0, b"OK")
-    await asyncio.sleep(0.1)  # (looked at: next at the heartbeat, 1 s on)
+    await eventually(lambda: all(c.look_at for c in nsqd.connections))  # (next: 1 s on)
     broken = next(iter(nsqd.connections))
     heartbeat = V2Connection.heartbeat
 

@@ -252,7 +252,7 @@ class V2Connection(BufferedConnection):
             return False
         counts = self.client.pub_counts
         counts[name] = counts.get(name, 0) + len(bodies)
-        self._read_since = self.last_recv
+        self._read_from(self.last_recv)
         return True
 
     def _spend_pre_auth(self, size: int) -> bool:
@@ -293,7 +293,7 @@ class V2Connection(BufferedConnection):
                 return
             self.send_error(err)
         if ran:  # the next command's read begins now (nsqd sets its deadline here)
-            self._read_since = self.ctx.clock()
+            self._read_from(self.ctx.clock())
         self._pump_pending()
         self.ctx.touch(self)
 

@@ -100,6 +100,8 @@ class BufferedConnection(asyncio.Protocol):
         self._pre_auth_ns = 0  # the read deadline before AUTH, when AUTH is required
         self.heartbeat_ns = heartbeat_ns  # -1: none (IDENTIFY)
         self.last_heartbeat = now
+        self._closing_since = 0  # when the transport was told to close after its output
+        self._looked = 0  # the server clock of the last look (``heartbeat``)
         # Before this (server clock) ``heartbeat`` has nothing to do: neither a heartbeat
         # nor a deadline is due (``flow.next_look``). The server's ticker calls it then
         # (``_look``), and at its next tick after any change of what they depend on
@@ -311,6 +313,9 @@ class BufferedConnection(asyncio.Protocol):
         self._force = False
         if self.closing and self.transport is not None and not self._replies:
             self.transport.close()
+            if not self._closing_since:  # (its last output: ``_closing_deadline``)
+                self._closing_since = self._clock()
+                self.relook()
         elif self._throttled:
             self._maybe_unthrottle()
 
@@ -331,6 +336,14 @@ class BufferedConnection(asyncio.Protocol):
 
     # -- deadlines -------------------------------------------------------------------
 
+    def _read_from(self, now_ns: int) -> None:
+        """A command ran: the connection waits for its next one from ``now_ns`` on. The
+        clock at or before the last look (it went back) calls for a look: the read
+        deadline may now come before the look that was filed."""
+        self._read_since = now_ns
+        if now_ns <= self._looked:
+            self.relook()
+
     def relook(self) -> None:
         """What the deadlines and heartbeats depend on changed (a stall, a pause of the
         reading, an IDENTIFY, an AUTH): ``heartbeat`` looks again at the next tick."""
@@ -341,18 +354,17 @@ class BufferedConnection(asyncio.Protocol):
     def heartbeat(self, now_ns: int) -> None:
         """Called by the server's ticker: send heartbeats; close a connection past its read
         or write deadline (``nsqd.flow``). Nothing until the time ``flow.next_look`` gave
-        when it last looked (or a ``relook``). A connection closing after its last output
-        is sent nothing more, but while that output is not read its write deadline holds
-        (as nsqd's write deadline on its last frame): a client that reads nothing keeps no
-        socket."""
-        closing = self.closing
-        if closing and (not self._stalled_since or self.transport is None):
+        when it last looked (or a ``relook``). A connection closing after its last output:
+        ``_closing_deadline``."""
+        if self.closing:
+            self._closing_deadline(now_ns)
             return
         if now_ns < self.look_at and self.look_at - now_ns <= MAX_LOOK_NS:
             self._look(self.look_at)  # (not yet; further than ever: the clock went back)
             return
+        self._looked = now_ns
         pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
-        reading = not (self._held or self._throttled or closing)
+        reading = not (self._held or self._throttled)
         why = expired(
             now_ns,
             self.heartbeat_ns,
@@ -365,8 +377,7 @@ class BufferedConnection(asyncio.Protocol):
             log.info("[%s] closing: %s", self.client.remote_address, why)
             self._abort()
             return
-        heartbeat_due = now_ns - self.last_heartbeat >= self.heartbeat_ns
-        if self.heartbeat_ns > 0 and heartbeat_due and not closing:
+        if self.heartbeat_ns > 0 and now_ns - self.last_heartbeat >= self.heartbeat_ns:
             self.last_heartbeat = now_ns
             self._reply(None, HEARTBEAT_FRAME)
             self._touch()
@@ -377,6 +388,24 @@ class BufferedConnection(asyncio.Protocol):
             read_since=self._read_since,
             stalled_since=self._stalled_since,
             reading=reading,
-            last_heartbeat=now_ns if closing else self.last_heartbeat,  # (none is sent)
+            last_heartbeat=self.last_heartbeat,
         )
+        self._look(self.look_at)
+
+    def _closing_deadline(self, now_ns: int) -> None:
+        """A connection closing after its last output is sent nothing more; it is gone once
+        that output is written, and let go one heartbeat interval after the transport was
+        told to close if it is not (nsqd's write deadline on its last frame): a client that
+        stops reading keeps no socket. None with heartbeats disabled, as in nsqd, nor while
+        replies still wait for their acknowledgement (the close then waits too)."""
+        pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
+        interval = self.heartbeat_ns if self.heartbeat_ns > 0 else pre_auth_ns
+        if self.transport is None or interval <= 0 or not self._closing_since:
+            return
+        if now_ns - self._closing_since > interval:
+            log.info("[%s] closing: output not read for %dms", self.client.remote_address,
+                     interval // 1_000_000)  # fmt: skip
+            self._abort()
+            return
+        self.look_at = self._closing_since + interval + 1
         self._look(self.look_at)
