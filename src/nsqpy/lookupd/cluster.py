@@ -30,6 +30,7 @@ from nsqpy.lookupd.options import NsqLookupdOptions
 log = logging.getLogger("nsqpy.lookupd")
 
 FORWARDED_HEADER = "X-Nsqpy-Forwarded"  # a forwarded request is never forwarded again
+TAKEOVER_WAIT_S = 5.0  # at most, for this lookupd's own takeover once etcd names it
 
 
 def lookupd_id(address: str, tcp_port: int, http_port: int) -> str:
@@ -104,6 +105,14 @@ class LookupdCluster:
     @property
     def leading(self) -> bool:
         return self.coordinator is not None and self.coordinator.leading
+
+    async def coordinates(self) -> bool:
+        """Whether this lookupd coordinates, to act on a write rather than forward it:
+        when etcd names it but its takeover is not done, once it is (at most
+        ``TAKEOVER_WAIT_S``, then forwarded and answered 503 MISSING_COORDINATOR)."""
+        if self.coordinator is None:
+            return False
+        return await self.coordinator.takeover(TAKEOVER_WAIT_S)
 
     async def forward(self, request: web.Request) -> web.Response:
         """Send ``request`` to the coordinator and answer what it answers."""

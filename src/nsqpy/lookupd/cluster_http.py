@@ -152,7 +152,7 @@ class ClusterHttpApi:
         """``act`` on the coordinator when this lookupd holds the lock (a dict it returns
         is the answer's JSON; a refusal its code), else the coordinator's own answer
         (forwarded; with ``done``, once this lookupd's view shows the write too)."""
-        if not self.cluster.leading:
+        if not await self.cluster.coordinates():
             if done is None:
                 return await self.cluster.forward(request)
             return await self._forwarded(request, done)

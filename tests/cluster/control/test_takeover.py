@@ -1,0 +1,102 @@
+"""A lookupd that etcd already names as the coordinator, but whose takeover is not done
+(it holds the lock and has yet to read its revision back), waits for its takeover before
+it answers a write: it used to forward the write to the coordinator etcd names, itself,
+and answer 503 MISSING_COORDINATOR. A real nsqlookupd (in process) on the session's etcd,
+its campaign held in that window by the test."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import aiohttp
+import pytest
+
+from nsqpy.cluster import etcd as etcd_module
+from nsqpy.cluster.keys import Keys
+from nsqpy.lookupd import cluster as lookupd_cluster
+from nsqpy.lookupd.app import NsqLookupd, NsqLookupdOptions
+from nsqpy.testing import eventually
+from nsqpy.testing.etcd import EtcdCluster
+
+from .conftest import bounded
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch, keys: Keys) -> asyncio.Event:
+    """Until set, a create of this cluster's coordinator key that succeeded returns only
+    when the event is set: the lock is taken (etcd names its holder), the holder does not
+    know it yet."""
+    gate = asyncio.Event()
+    create = etcd_module.Etcd.create
+
+    async def holding(self: etcd_module.Etcd, key: str, value: bytes, lease: object = None) -> bool:
+        made = await create(self, key, value, lease)  # type: ignore[arg-type]
+        if made and key == keys.coordinator:
+            await gate.wait()
+        return made
+
+    monkeypatch.setattr(etcd_module.Etcd, "create", holding)
+    return gate
+
+
+@pytest.fixture
+async def lookupd(etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqLookupd]:
+    daemon = NsqLookupd(
+        NsqLookupdOptions(
+            tcp_address="127.0.0.1:0",
+            http_address="127.0.0.1:0",
+            broadcast_address="127.0.0.1",
+            etcd_endpoints=",".join(etcd_single.endpoints),
+            cluster_id=keys.cluster_id,
+            etcd_lease_ttl_ms=2000,
+        )
+    )
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await bounded(daemon.stop())
+
+
+def named_itself(daemon: NsqLookupd) -> Callable[[], bool]:
+    def check() -> bool:
+        cluster = daemon.cluster
+        assert cluster is not None and cluster.view is not None and cluster.me is not None
+        named = cluster.view.coordinator
+        return named is not None and named.id == cluster.me.id and not cluster.leading
+
+    return check
+
+
+async def delete(port: int, topic: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{port}/topic/delete?topic={topic}"
+        async with http.post(url) as resp:
+            return resp.status, await resp.text()
+
+
+async def test_a_write_during_its_own_takeover_waits_for_it(
+    held: asyncio.Event, lookupd: NsqLookupd
+) -> None:
+    await eventually(named_itself(lookupd), 10, what="etcd names the lookupd, not yet leading")
+    answer = asyncio.ensure_future(delete(lookupd.http_port, "nope"))
+    await asyncio.sleep(0.3)
+    assert not answer.done(), f"answered during the takeover: {answer.result()}"
+    held.set()
+    status, body = await asyncio.wait_for(answer, 10)
+    assert status == 404 and "TOPIC_NOT_FOUND" in body, (status, body)
+
+
+async def test_a_takeover_that_does_not_come_is_waited_for_a_bounded_time(
+    monkeypatch: pytest.MonkeyPatch, held: asyncio.Event, lookupd: NsqLookupd
+) -> None:
+    monkeypatch.setattr(lookupd_cluster, "TAKEOVER_WAIT_S", 0.5)
+    await eventually(named_itself(lookupd), 10, what="etcd names the lookupd, not yet leading")
+    try:
+        status, body = await asyncio.wait_for(delete(lookupd.http_port, "nope"), 5)
+        assert status == 503 and "MISSING_COORDINATOR" in body, (status, body)
+    finally:
+        held.set()
+    await eventually(lambda: lookupd.cluster is not None and lookupd.cluster.leading, 10)
+    assert await delete(lookupd.http_port, "nope") == (404, '{"message":"TOPIC_NOT_FOUND"}')
