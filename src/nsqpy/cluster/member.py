@@ -33,10 +33,11 @@ from urllib.parse import quote
 
 import aiohttp
 
+from nsqpy.cluster.absent import TooManyLookups, TopicLookup
 from nsqpy.cluster.etcd import TXN_CHUNK, Compare, Etcd, EtcdUnavailable, Lease, PutOp
 from nsqpy.cluster.keys import check_segment
 from nsqpy.cluster.leaving import leave
-from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
+from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
 from nsqpy.cluster.tls import ClusterTls, coordinator_url
 from nsqpy.cluster.view import ClusterView
 from nsqpy.errors import ConfigError
@@ -157,6 +158,7 @@ class Member:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._lookup = TopicLookup(etcd, self.keys)  # (``_in_etcd``)
         self.registered = asyncio.Event()
         # The report last written (None: none under the current lease), its revision, and
         # when (the loop's clock): a report is written again only when it changed.
@@ -492,13 +494,14 @@ class Member:
         partitions (asked only when this node's view lacks them)."""
         if self.known_partitions(topic) >= max(partitions, 1):
             return
-        try:
-            kv = await self.etcd.get(self.keys.topic_meta(topic))
+        try:  # (once at a time per topic, each answer kept a second, a bounded rate)
+            count = await self._lookup.partitions(topic)
         except EtcdUnavailable as exc:  # (the command is answered, never left waiting)
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"etcd unavailable: {exc}") from exc
-        if kv is None:
+        except TooManyLookups as exc:
+            raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} unknown here: {exc}")
+        if not count:
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"topic {topic} does not exist")
-        count = TopicMeta.from_json(kv.value).partition_num
         if count < partitions:
             raise TopicUnavailable(
                 "E_TOPIC_NOT_EXIST", f"topic {topic} has no partition {partitions - 1} (of {count})"
