@@ -13,7 +13,8 @@ other ``nsqpy.spark`` pure modules; never pyspark.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from nsqpy.errors import ConfigError, NsqError
@@ -30,6 +31,8 @@ from nsqpy.spark.options import (
 )
 
 log = logging.getLogger("nsqpy.spark")
+
+REPEAT_S = 60.0  # an nsqd a stream cannot reach is named again at most this often
 
 
 class TopicNotFound(NsqError):
@@ -73,7 +76,40 @@ class OffsetRange:
         return max(0, self.end - max(self.start, 0))
 
 
-def discover(opts: SourceOptions, *, batch: bool) -> dict[PartitionKey, PartitionInfo]:
+class DownNodes:
+    """The nsqd a stream could not reach: each is logged when it first fails, again at
+    most every ``REPEAT_S`` while it stays down (for how long, how many tries), and once
+    when it answers again. A stream looks at its nodes at every trigger: without this, a
+    line per trigger for each node down, for as long as it is down."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._down: dict[str, tuple[float, float, int]] = {}  # since, last logged, tries
+
+    def failed(self, address: str, exc: Exception) -> None:
+        now = self.clock()
+        seen = self._down.get(address)
+        if seen is None:
+            self._down[address] = (now, now, 1)
+            log.warning("nsq source: %s did not answer (%s); its partitions wait", address, exc)
+            return
+        since, logged, tries = seen
+        if now - logged < REPEAT_S:
+            self._down[address] = (since, logged, tries + 1)
+            return
+        self._down[address] = (since, now, tries + 1)
+        log.warning("nsq source: %s still does not answer after %.0f s and %d tries (%s); "
+                    "its partitions wait", address, now - since, tries + 1, exc)  # fmt: skip
+
+    def answered(self, address: str) -> None:
+        seen = self._down.pop(address, None)
+        if seen is not None:
+            log.info("nsq source: %s answers again after %.0f s", address, self.clock() - seen[0])
+
+
+def discover(
+    opts: SourceOptions, *, batch: bool, down: DownNodes | None = None
+) -> dict[PartitionKey, PartitionInfo]:
     """Every partition of the topics read, on every nsqd that has them, with watermarks.
 
     A batch read fails with TopicNotFound for a topic no nsqd has; a stream waits for it.
@@ -94,8 +130,10 @@ def discover(opts: SourceOptions, *, batch: bool) -> dict[PartitionKey, Partitio
                     raise
                 # a stream goes on without it: its partitions keep their offsets until a
                 # node answers for them again (in a cluster, a new leader within seconds)
-                log.warning("nsq source: %s did not answer (%s); its partitions wait", address, exc)
+                (down or DownNodes()).failed(address, exc)
                 continue
+            if down is not None:
+                down.answered(address)
             if marks is None:
                 continue
             found = True
@@ -190,9 +228,10 @@ class StreamPlanner:
         self.opts = opts
         self.infos: dict[PartitionKey, PartitionInfo] = {}
         self.target: dict[PartitionKey, int] | None = None
+        self.down = DownNodes()
 
     def refresh(self) -> dict[PartitionKey, PartitionInfo]:
-        self.infos = discover(self.opts, batch=False)
+        self.infos = discover(self.opts, batch=False, down=self.down)
         return self.infos
 
     def initial(self) -> OffsetDict:
