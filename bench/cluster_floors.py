@@ -81,14 +81,13 @@ class Leader(asyncio.Protocol):
         self.answered = min((link.acked for link in self.links), default=0)
 
     def data_received(self, data: bytes) -> None:
+        if self.links:
+            for link in self.links:  # (the bytes as they come, part of a request too: a
+                link.transport.write(data)  # relay; the followers count whole ones)
+            return
         whole, self.held = divmod(self.held + len(data), self.size)
-        if not whole:
-            return
-        if not self.links:
+        if whole:
             self.transport.write(OK * whole)
-            return
-        for link in self.links:
-            link.transport.write(data)  # (the bytes as they came: a relay)
 
     def acked(self) -> None:
         done = min(link.acked for link in self.links)

@@ -118,7 +118,7 @@ class Coordinator:
         self.clock = clock
         self._lease: Lease | None = None
         self._lock_revision = 0  # create_revision of our coordinator key; 0: not leading
-        self._took_over = asyncio.Event()  # set while ``_lock_revision`` is ours (``takeover``)
+        self._attempt: asyncio.Future[None] | None = None  # a ``_campaign`` under way
         self._missing: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._create_lock = asyncio.Lock()
@@ -141,26 +141,17 @@ class Coordinator:
     def leading(self) -> bool:
         return self._lock_revision > 0 and self._lease is not None and not self._lease.lost.is_set()
 
-    def _set_lock(self, revision: int) -> None:
-        self._lock_revision = revision
-        if revision:
-            self._took_over.set()
-        else:
-            self._took_over.clear()
-
     async def takeover(self, timeout: float) -> bool:
-        """Whether this lookupd coordinates; when etcd already names it (the lock is its
-        own) but it does not yet lead (``_campaign`` reads the lock's revision back before
-        it does), after waiting up to ``timeout`` for that. A request it took in between
-        would otherwise be forwarded to the coordinator etcd names: itself."""
+        """Whether this lookupd coordinates; while a campaign of its own is under way and
+        etcd already names it (the lock is its own, read back before it leads), after
+        waiting up to ``timeout`` for that campaign. A request taken in between would
+        otherwise be forwarded to the coordinator etcd names: itself."""
         if self.leading:
             return True
-        named = self.view.coordinator
-        if named is None or named.id != self.me.id:
+        named, attempt = self.view.coordinator, self._attempt
+        if named is None or named.id != self.me.id or attempt is None:
             return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._took_over.wait()
+        await asyncio.wait([attempt], timeout=timeout)
         return self.leading
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -175,7 +166,7 @@ class Coordinator:
             self.view.listeners.remove(self._wake.set)
         task, self._task = self._task, None
         lease, self._lease = self._lease, None
-        self._set_lock(0)
+        self._lock_revision = 0
         await leave(task, lease)
 
     async def _run(self) -> None:
@@ -201,11 +192,19 @@ class Coordinator:
             return
         if self._lock_revision:
             log.error("coordinator: lease lost; no longer coordinating")
-        self._set_lock(0)
+        self._lock_revision = 0
         self._lease = await self.etcd.lease(self.settings.lease_ttl_s)
         await self.etcd.put(self.keys.lookupd(self.me.id), self.me.to_json(), self._lease)
 
     async def _campaign(self) -> None:
+        attempt = self._attempt = asyncio.get_running_loop().create_future()
+        try:
+            await self._take_lock()
+        finally:
+            self._attempt = None
+            attempt.set_result(None)
+
+    async def _take_lock(self) -> None:
         assert self._lease is not None
         key = self.keys.coordinator
         info = CoordinatorInfo(self.me.id, self.http_address, self.rpc_address)
@@ -213,7 +212,7 @@ class Coordinator:
             kv = await self.etcd.get(key)
             if kv is None or kv.lease != self._lease.id:
                 return  # gone at once (lease lost meanwhile): campaign again next round
-            self._set_lock(kv.create_revision)
+            self._lock_revision = kv.create_revision
             self._missing = {}
             self.elected_at = self.rebalanced_at = self.clock()
             self._compact_mark = (self.elected_at, self.view.snapshot().revision)
@@ -221,7 +220,7 @@ class Coordinator:
             return
         kv = await self.etcd.get(key)
         if kv is not None and self._lease is not None and kv.lease == self._lease.id:
-            self._set_lock(kv.create_revision)  # ours already (a retried create)
+            self._lock_revision = kv.create_revision  # ours already (a retried create)
 
     def _fence(self) -> Compare:
         if not self.leading:
@@ -235,7 +234,7 @@ class Coordinator:
         if not ok:
             kv = await self.etcd.get(self.keys.coordinator)
             if kv is None or kv.create_revision != self._lock_revision:
-                self._set_lock(0)
+                self._lock_revision = 0
                 raise NotCoordinator("the coordinator lock was lost")
         return ok
 

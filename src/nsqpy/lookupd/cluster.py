@@ -108,8 +108,9 @@ class LookupdCluster:
 
     async def coordinates(self) -> bool:
         """Whether this lookupd coordinates, to act on a write rather than forward it:
-        when etcd names it but its takeover is not done, once it is (at most
-        ``TAKEOVER_WAIT_S``, then forwarded and answered 503 MISSING_COORDINATOR)."""
+        when etcd names it while its campaign is under way, once that is done (at most
+        ``TAKEOVER_WAIT_S``; a write it then does not coordinate is answered 503
+        MISSING_COORDINATOR, never forwarded to itself)."""
         if self.coordinator is None:
             return False
         return await self.coordinator.takeover(TAKEOVER_WAIT_S)
@@ -119,6 +120,8 @@ class LookupdCluster:
         assert self.view is not None
         target = self.view.coordinator
         if target is None or request.headers.get(FORWARDED_HEADER):
+            raise HttpError(503, "MISSING_COORDINATOR")
+        if self.me is not None and target.id == self.me.id:  # (its takeover did not come)
             raise HttpError(503, "MISSING_COORDINATOR")
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15))

@@ -77,7 +77,7 @@ def test_killed_coordinator_is_replaced_and_creates_work_through_either_lookupd(
     killed_at = time.monotonic()
     # etcd names the new coordinator as soon as it holds the lock, a moment before it
     # leads: a creation sent to it then waits for its takeover (not 503 MISSING_COORDINATOR)
-    cluster.wait_for(lambda: cluster.coordinator_index() == other, 10, "the other coordinates")
+    cluster.wait_for(lambda: cluster.coordinator_index() == other, 10, "etcd names the other")
     took = time.monotonic() - killed_at
     print(f"\ncoordinator killed: lookupd {other} coordinates after {took:.2f}s (lease 2s)")
     assert create(
