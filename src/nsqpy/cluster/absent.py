@@ -5,27 +5,28 @@ can arrive before the watch does) asks etcd whether the topic exists. Clients ca
 such commands as fast as they like, for one name (a consumer retrying a topic that does
 not exist) or for ever new ones, and etcd is the cluster's: every lease and every
 election depends on it answering. So ``TopicLookup`` asks etcd about one topic once at a
-time (commands that come meanwhile share the answer), keeps each answer ``REMEMBER_S``
-(the view brings a topic created since within milliseconds, and a topic the view has is
-never looked up here), and asks at most ``GETS_PER_S`` times a second in all; beyond, a
-topic the view lacks is answered as missing without asking. Imports asyncio and the etcd
-client; the caller turns a missing topic into its error.
+time (commands that come meanwhile share the answer), keeps an answer that the topic does
+not exist ``REMEMBER_S`` (a topic created meanwhile is found once the view brings it, or
+when that time is up; an answer that it exists is never kept: the view brings it, or it
+was deleted), and asks at most ``GETS_PER_S`` times in any second; beyond, a topic the
+view lacks is answered as missing without asking. Imports asyncio and the etcd client;
+the caller turns a missing topic into its error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from nsqpy.cluster.etcd import Etcd
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import TopicMeta
 
-REMEMBER_S = 1.0  # an answer of etcd's about a topic is used again for this long
-REMEMBERED = 1024  # answers kept at most (the oldest go first)
-GETS_PER_S = 100  # etcd is asked at most this many times a second, all topics together
+REMEMBER_S = 1.0  # etcd's answer that a topic does not exist is used again this long
+REMEMBERED = 1024  # such answers kept at most (the oldest go first)
+GETS_PER_S = 100  # etcd is asked at most this many times in any second, all topics together
 
 
 class TooManyLookups(Exception):
@@ -37,26 +38,25 @@ class TopicLookup:
 
     def __init__(self, etcd: Etcd, keys: Keys, clock: Callable[[], float] = time.monotonic):
         self.etcd, self.keys, self.clock = etcd, keys, clock
-        self._answers: OrderedDict[str, tuple[int, float]] = OrderedDict()  # (count, until)
+        self._absent: OrderedDict[str, float] = OrderedDict()  # topic -> remembered until
         self._asking: dict[str, asyncio.Future[int]] = {}
-        self._second = 0.0  # when the current second of ``GETS_PER_S`` began
-        self._asked = 0  # gets in it
+        self._asked: deque[float] = deque()  # when etcd was asked, within the last second
         self.gets = 0  # etcd was asked, in all
 
     async def partitions(self, topic: str) -> int:
         """The topic's partition count in etcd (0: no such topic). Raises TooManyLookups,
         or what the etcd client raises (EtcdUnavailable)."""
         now = self.clock()
-        known = self._answers.get(topic)
-        if known is not None and known[1] > now:
-            return known[0]
+        if self._absent.get(topic, now) > now:
+            return 0
         asking = self._asking.get(topic)
         if asking is None:
-            if now - self._second >= 1.0:
-                self._second, self._asked = now, 0
-            if self._asked >= GETS_PER_S:
-                raise TooManyLookups(f"etcd was asked about {GETS_PER_S} topics this second")
-            self._asked += 1
+            asked = self._asked
+            while asked and now - asked[0] >= 1.0:
+                asked.popleft()
+            if len(asked) >= GETS_PER_S:
+                raise TooManyLookups(f"etcd was asked about {len(asked)} topics in a second")
+            asked.append(now)
             self.gets += 1
             # (a task of its own: a command cancelled while it waits leaves it to the rest)
             asking = self._asking[topic] = asyncio.ensure_future(self._get(topic))
@@ -65,12 +65,14 @@ class TopicLookup:
 
     async def _get(self, topic: str) -> int:
         kv = await self.etcd.get(self.keys.topic_meta(topic))
-        count = 0 if kv is None else TopicMeta.from_json(kv.value).partition_num
-        self._answers[topic] = (count, self.clock() + REMEMBER_S)
-        self._answers.move_to_end(topic)
-        while len(self._answers) > REMEMBERED:
-            self._answers.popitem(last=False)
-        return count
+        if kv is not None:
+            self._absent.pop(topic, None)
+            return TopicMeta.from_json(kv.value).partition_num
+        self._absent[topic] = self.clock() + REMEMBER_S
+        self._absent.move_to_end(topic)
+        while len(self._absent) > REMEMBERED:
+            self._absent.popitem(last=False)
+        return 0
 
     def _done(self, topic: str, done: asyncio.Future[int]) -> None:
         self._asking.pop(topic, None)

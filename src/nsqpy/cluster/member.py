@@ -494,7 +494,7 @@ class Member:
         partitions (asked only when this node's view lacks them)."""
         if self.known_partitions(topic) >= max(partitions, 1):
             return
-        try:  # (once at a time per topic, each answer kept a second, a bounded rate)
+        try:  # (once at a time per topic, a missing one remembered, at a bounded rate)
             count = await self._lookup.partitions(topic)
         except EtcdUnavailable as exc:  # (the command is answered, never left waiting)
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"etcd unavailable: {exc}") from exc

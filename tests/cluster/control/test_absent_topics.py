@@ -3,8 +3,10 @@ bounded cost (``nsqpy.cluster.absent``): an in-process nsqd of a cluster on the 
 real etcd, its etcd client's reads counted.
 
 - one topic etcd lacks, named by hundreds of commands at once, is asked about once;
-- topics under ever new names are asked about at most ``GETS_PER_S`` times a second; the
-  rest are answered ``E_TOPIC_NOT_EXIST`` without asking, as every one of them is.
+- topics under ever new names are asked about at most ``GETS_PER_S`` times in a second;
+  the rest are answered ``E_TOPIC_NOT_EXIST`` without asking, as every one of them is;
+- an answer that a topic does not exist is used again for ``REMEMBER_S``, one that it
+  exists never (``TopicLookup`` itself, on the same etcd).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import struct
 import pytest
 
 from nsqpy.cluster import absent
+from nsqpy.cluster.etcd import Etcd
+from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.model import TopicMeta
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.testing.wire import AsyncWire
 
@@ -66,8 +71,34 @@ async def test_etcd_is_asked_about_topics_it_lacks_at_a_bounded_rate(
     monkeypatch.setattr(absent, "GETS_PER_S", 10)
     member = cluster_of(server).member
     assert member is not None
-    monkeypatch.setattr(member._lookup, "clock", lambda: 1000.0)  # (all in one second)
+    now = [1000.0]
+    monkeypatch.setattr(member._lookup, "clock", lambda: now[0])  # (all in one second)
     asked = count_gets(server, monkeypatch)
     answers = await publish_to(server.tcp_port, [f"nowhere{i}" for i in range(100)])
     assert set(answers) == {(1, b"E_TOPIC_NOT_EXIST")}
     assert len([key for key in asked if "nowhere" in key]) == 10
+    now[0] += 0.999  # (still within the second of the first ten)
+    await publish_to(server.tcp_port, [f"later{i}" for i in range(20)])
+    assert not [key for key in asked if "later" in key]
+    now[0] += 0.001  # (a second after them: ten more)
+    answers = await publish_to(server.tcp_port, [f"then{i}" for i in range(100)])
+    assert set(answers) == {(1, b"E_TOPIC_NOT_EXIST")}
+    assert len([key for key in asked if "then" in key]) == 10
+
+
+async def test_only_the_answer_that_a_topic_is_missing_is_used_again(
+    etcd: Etcd, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    lookup = absent.TopicLookup(etcd, keys, clock=lambda: now[0])
+    assert await lookup.partitions("made") == 0
+    meta = TopicMeta(partition_num=3, replicator=1)
+    await etcd.put(keys.topic_meta("made"), meta.to_json())
+    now[0] += absent.REMEMBER_S - 0.01
+    assert await lookup.partitions("made") == 0  # (remembered: not asked)
+    assert lookup.gets == 1
+    now[0] += 0.01
+    assert await lookup.partitions("made") == 3  # (asked again once the time is up)
+    await etcd.delete(keys.topic_meta("made"))
+    assert await lookup.partitions("made") == 0  # (that it existed was not kept)
+    assert lookup.gets == 3
