@@ -45,7 +45,7 @@ def test_a_node_down_is_logged_once_then_every_minute_then_when_back(
         planner.refresh()
         planner.refresh()
         assert len(lines(caplog)) == 2, lines(caplog)
-        assert f"{address} still does not answer after 80 s and 21 tries" in lines(caplog)[1]
+        assert f"{address} still does not answer after 80 s and 21 looks" in lines(caplog)[1]
         port = address.rsplit(":", 1)[1]
         daemon = start_nsqd(tmp_path / "data", f"--http-address=127.0.0.1:{port}")
         assert planner.refresh()
@@ -53,3 +53,22 @@ def test_a_node_down_is_logged_once_then_every_minute_then_when_back(
         assert lines(caplog)[2:] == [f"nsq source: {address} answers again after 80 s"]
     finally:
         daemon.stop()
+
+
+def test_a_node_no_longer_asked_is_forgotten(caplog: pytest.LogCaptureFixture) -> None:
+    """(lookupd lists another leader: the dead one is not asked any more) A node that is
+    asked again later starts over: no "still" line with the time it was not asked."""
+    now = [0.0]
+    down = plan.DownNodes(lambda: now[0])
+    caplog.set_level(logging.INFO, "nsqpy.spark")
+    failure = ConnectionRefusedError("refused")
+    for _ in range(5):
+        down.look({"a:4151": failure, "b:4151": None})
+        now[0] += 1
+    down.look({"b:4151": None})
+    now[0] += plan.REPEAT_S * 10
+    down.look({"a:4151": failure})
+    assert [line.split(" (")[0] for line in lines(caplog)] == [
+        "nsq source: a:4151 did not answer",
+        "nsq source: a:4151 did not answer",
+    ]

@@ -78,33 +78,38 @@ class OffsetRange:
 
 class DownNodes:
     """The nsqd a stream could not reach: each is logged when it first fails, again at
-    most every ``REPEAT_S`` while it stays down (for how long, how many tries), and once
-    when it answers again. A stream looks at its nodes at every trigger: without this, a
-    line per trigger for each node down, for as long as it is down."""
+    most every ``REPEAT_S`` while it stays down (for how long, after how many looks), and
+    once when it answers again. A stream looks at its nodes at every trigger: without
+    this, a line per trigger for each node down, for as long as it is down. A node no
+    longer asked (lookupd lists another leader) is forgotten."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._down: dict[str, tuple[float, float, int]] = {}  # since, last logged, tries
+        self._down: dict[str, tuple[float, float, int]] = {}  # since, last logged, looks
 
-    def failed(self, address: str, exc: Exception) -> None:
+    def look(self, outcome: Mapping[str, Exception | None]) -> None:
+        """One look at the nodes: each address asked, and what failed (None: answered for
+        every topic asked of it)."""
         now = self.clock()
-        seen = self._down.get(address)
-        if seen is None:
-            self._down[address] = (now, now, 1)
-            log.warning("nsq source: %s did not answer (%s); its partitions wait", address, exc)
-            return
-        since, logged, tries = seen
-        if now - logged < REPEAT_S:
-            self._down[address] = (since, logged, tries + 1)
-            return
-        self._down[address] = (since, now, tries + 1)
-        log.warning("nsq source: %s still does not answer after %.0f s and %d tries (%s); "
-                    "its partitions wait", address, now - since, tries + 1, exc)  # fmt: skip
-
-    def answered(self, address: str) -> None:
-        seen = self._down.pop(address, None)
-        if seen is not None:
-            log.info("nsq source: %s answers again after %.0f s", address, self.clock() - seen[0])
+        for address in [a for a in self._down if a not in outcome]:
+            del self._down[address]
+        for address, exc in outcome.items():
+            seen = self._down.get(address)
+            if exc is None:
+                if seen is not None:
+                    del self._down[address]
+                    log.info("nsq source: %s answers again after %.0f s", address, now - seen[0])
+            elif seen is None:
+                self._down[address] = (now, now, 1)
+                log.warning("nsq source: %s did not answer (%s); its partitions wait",
+                            address, exc)  # fmt: skip
+            elif now - seen[1] < REPEAT_S:
+                self._down[address] = (seen[0], seen[1], seen[2] + 1)
+            else:
+                self._down[address] = (seen[0], now, seen[2] + 1)
+                log.warning("nsq source: %s still does not answer after %.0f s and %d looks "
+                            "(%s); its partitions wait", address, now - seen[0], seen[2] + 1,
+                            exc)  # fmt: skip
 
 
 def discover(
@@ -112,12 +117,14 @@ def discover(
 ) -> dict[PartitionKey, PartitionInfo]:
     """Every partition of the topics read, on every nsqd that has them, with watermarks.
 
-    A batch read fails with TopicNotFound for a topic no nsqd has; a stream waits for it.
+    A batch read fails with TopicNotFound for a topic no nsqd has; a stream waits for it,
+    and goes on without a node that does not answer (``down`` logs it).
     Two addresses answering as the same node (one nsqd given twice) is a configuration
     error: its partitions would be read twice. In an nsqpy cluster every partition is
     read from its leader (lookupd lists the leaders), keyed by the cluster, not the node.
     """
     out: dict[PartitionKey, PartitionInfo] = {}
+    outcome: dict[str, Exception | None] = {}
     for topic in opts.topics:
         addresses = list(opts.nsqd) or lookup_nsqd(opts.lookupd, topic, opts.timeout)
         found = False
@@ -130,10 +137,9 @@ def discover(
                     raise
                 # a stream goes on without it: its partitions keep their offsets until a
                 # node answers for them again (in a cluster, a new leader within seconds)
-                (down or DownNodes()).failed(address, exc)
+                outcome[address] = exc
                 continue
-            if down is not None:
-                down.answered(address)
+            outcome.setdefault(address, None)
             if marks is None:
                 continue
             found = True
@@ -150,6 +156,7 @@ def discover(
         if batch and not found:
             where = ",".join(addresses) or f"any nsqd known to {','.join(opts.lookupd)}"
             raise TopicNotFound(f"topic {topic} not found on {where}")
+    (down or DownNodes()).look(outcome)
     return out
 
 
