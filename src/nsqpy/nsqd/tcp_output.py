@@ -363,6 +363,12 @@ class BufferedConnection(asyncio.Protocol):
             self._look(self.look_at)  # (not yet; further than ever: the clock went back)
             return
         self._looked = now_ns
+        if max(self.last_heartbeat, self._read_since, self._stalled_since) > now_ns:
+            # the clock went back: what was stamped after ``now_ns`` counts from now (else
+            # no heartbeat until the clock is back where it was, and clients time out)
+            self.last_heartbeat = min(self.last_heartbeat, now_ns)
+            self._read_since = min(self._read_since, now_ns)
+            self._stalled_since = min(self._stalled_since, now_ns)
         pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
         reading = not (self._held or self._throttled)
         why = expired(
