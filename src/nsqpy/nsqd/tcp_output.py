@@ -359,14 +359,16 @@ class BufferedConnection(asyncio.Protocol):
         if self.closing:
             self._closing_deadline(now_ns)
             return
-        if now_ns < self.look_at and self.look_at - now_ns <= MAX_LOOK_NS:
+        went_back = now_ns < self._looked  # (the clock stepped back since the last look)
+        if not went_back and now_ns < self.look_at and self.look_at - now_ns <= MAX_LOOK_NS:
             self._look(self.look_at)  # (not yet; further than ever: the clock went back)
             return
         self._looked = now_ns
-        if max(self.last_heartbeat, self._read_since, self._stalled_since) > now_ns:
-            # the clock went back: what was stamped after ``now_ns`` counts from now (else
-            # no heartbeat until the clock is back where it was, and clients time out)
-            self.last_heartbeat = min(self.last_heartbeat, now_ns)
+        if went_back:
+            # What was stamped on the old time counts from now, and a heartbeat goes at
+            # once: how long ago the last one went is unknown (waiting for the clock to be
+            # back where it was, or even one more interval, could time the client out).
+            self.last_heartbeat = now_ns - max(self.heartbeat_ns, 0)
             self._read_since = min(self._read_since, now_ns)
             self._stalled_since = min(self._stalled_since, now_ns)
         pre_auth_ns = 0 if self.client.authed else self._pre_auth_ns
@@ -408,6 +410,7 @@ class BufferedConnection(asyncio.Protocol):
         interval = self.heartbeat_ns if self.heartbeat_ns > 0 else pre_auth_ns
         if self.transport is None or interval <= 0 or not self._closing_since:
             return
+        self._closing_since = min(self._closing_since, now_ns)  # (the clock went back)
         if now_ns - self._closing_since > interval:
             log.info("[%s] closing: output not read for %dms", self.client.remote_address,
                      interval // 1_000_000)  # fmt: skip
