@@ -43,11 +43,15 @@ class TopicLookup:
         self._asked: deque[float] = deque()  # when etcd was asked, within the last second
         self.gets = 0  # etcd was asked, in all
 
-    async def partitions(self, topic: str) -> int:
-        """The topic's partition count in etcd (0: no such topic). Raises TooManyLookups,
-        or what the etcd client raises (EtcdUnavailable)."""
+    async def partitions(self, topic: str, known: bool = False) -> int:
+        """The topic's partition count in etcd (0: no such topic). ``known``: the caller's
+        view has the topic (with fewer partitions than it wants): an answer that it does
+        not exist is out of date then. Raises TooManyLookups, or what the etcd client
+        raises (EtcdUnavailable)."""
         now = self.clock()
-        if self._absent.get(topic, now) > now:
+        if known:
+            self._absent.pop(topic, None)
+        elif self._absent.get(topic, now) > now:
             return 0
         asking = self._asking.get(topic)
         if asking is None:

@@ -492,10 +492,11 @@ class Member:
     async def _in_etcd(self, topic: str, partitions: int) -> None:
         """TopicUnavailable unless etcd has ``topic`` with at least ``partitions``
         partitions (asked only when this node's view lacks them)."""
-        if self.known_partitions(topic) >= max(partitions, 1):
+        known = self.known_partitions(topic)
+        if known >= max(partitions, 1):
             return
         try:  # (once at a time per topic, a missing one remembered, at a bounded rate)
-            count = await self._lookup.partitions(topic)
+            count = await self._lookup.partitions(topic, known=known > 0)
         except EtcdUnavailable as exc:  # (the command is answered, never left waiting)
             raise TopicUnavailable("E_TOPIC_NOT_EXIST", f"etcd unavailable: {exc}") from exc
         except TooManyLookups as exc:

@@ -71,13 +71,13 @@ async def test_etcd_is_asked_about_topics_it_lacks_at_a_bounded_rate(
     monkeypatch.setattr(absent, "GETS_PER_S", 10)
     member = cluster_of(server).member
     assert member is not None
-    now = [1000.0]
+    now = [1000.5]
     monkeypatch.setattr(member._lookup, "clock", lambda: now[0])  # (all in one second)
     asked = count_gets(server, monkeypatch)
     answers = await publish_to(server.tcp_port, [f"nowhere{i}" for i in range(100)])
     assert set(answers) == {(1, b"E_TOPIC_NOT_EXIST")}
     assert len([key for key in asked if "nowhere" in key]) == 10
-    now[0] += 0.999  # (still within the second of the first ten)
+    now[0] += 0.999  # (a new second by the calendar, within a second of the first ten)
     await publish_to(server.tcp_port, [f"later{i}" for i in range(20)])
     assert not [key for key in asked if "later" in key]
     now[0] += 0.001  # (a second after them: ten more)
@@ -102,3 +102,6 @@ async def test_only_the_answer_that_a_topic_is_missing_is_used_again(
     await etcd.delete(keys.topic_meta("made"))
     assert await lookup.partitions("made") == 0  # (that it existed was not kept)
     assert lookup.gets == 3
+    await etcd.put(keys.topic_meta("made"), meta.to_json())  # (made again, its absence
+    assert await lookup.partitions("made", known=True) == 3  # remembered: the view has it)
+    assert lookup.gets == 4
