@@ -104,7 +104,9 @@ def test_a_deflate_bomb_of_commands_does_not_hold_other_clients(start_nsqd: Star
         latencies.append(timed_pub(probe, "probe"))
     sock.close()
     sender.join(5.0)
-    assert max(latencies) < 0.5, max(latencies)
+    # (inflating all of it at once would hold the probe for tens of seconds; a bound near
+    # one turn of the loop would time how busy the machine is, not the bomb)
+    assert max(latencies) < 2.0, max(latencies)
     assert nsqd.rss_bytes() - rss < RSS_BOUND
 
 

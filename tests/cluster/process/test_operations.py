@@ -114,7 +114,9 @@ def test_a_replica_move_and_a_lead_move_while_producing(
     assert set(final["isr"]) == {spare, follower} and not final["catchup"]
     check_nothing_lost(shared, producer, consumer)
     print(f"\nlead move: longest time without an acknowledged publish {gap:.3f}s")
-    assert gap < 1.0, f"a planned lead move stopped writes for {gap:.2f}s"
+    # shorter than the cluster's 2 s lease: a planned move never waits for a lease to run
+    # out as a failover does (a tighter bound would time the machine, not the move)
+    assert gap < 2.0, f"a planned lead move stopped writes for {gap:.2f}s"
 
 
 def test_move_arguments_are_checked(shared: LocalCluster, topic_name: str) -> None:
