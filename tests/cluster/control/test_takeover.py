@@ -48,18 +48,23 @@ def held(monkeypatch: pytest.MonkeyPatch, keys: Keys) -> asyncio.Event:
     return gate
 
 
-@pytest.fixture
-async def lookupd(etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqLookupd]:
-    daemon = NsqLookupd(
+def cluster_lookupd(etcd: EtcdCluster, keys: Keys, tcp: int = 0, http: int = 0) -> NsqLookupd:
+    """An nsqlookupd of this test's cluster on the session's etcd, 2 s leases (not started)."""
+    return NsqLookupd(
         NsqLookupdOptions(
-            tcp_address="127.0.0.1:0",
-            http_address="127.0.0.1:0",
+            tcp_address=f"127.0.0.1:{tcp}",
+            http_address=f"127.0.0.1:{http}",
             broadcast_address="127.0.0.1",
-            etcd_endpoints=",".join(etcd_single.endpoints),
+            etcd_endpoints=",".join(etcd.endpoints),
             cluster_id=keys.cluster_id,
             etcd_lease_ttl_ms=2000,
         )
     )
+
+
+@pytest.fixture
+async def lookupd(etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqLookupd]:
+    daemon = cluster_lookupd(etcd_single, keys)
     await daemon.start()
     try:
         yield daemon
@@ -137,16 +142,7 @@ async def test_a_lock_key_in_its_name_on_another_lease_is_answered_at_once(
     old = await etcd.lease(60)
     left = CoordinatorInfo(lookupd_id("127.0.0.1", tcp, http), f"127.0.0.1:{http}", "")
     assert await etcd.create(keys.coordinator, left.to_json(), old)
-    daemon = NsqLookupd(
-        NsqLookupdOptions(
-            tcp_address=f"127.0.0.1:{tcp}",
-            http_address=f"127.0.0.1:{http}",
-            broadcast_address="127.0.0.1",
-            etcd_endpoints=",".join(etcd_single.endpoints),
-            cluster_id=keys.cluster_id,
-            etcd_lease_ttl_ms=2000,
-        )
-    )
+    daemon = cluster_lookupd(etcd_single, keys, tcp, http)
     await daemon.start()
     try:
         await eventually(named_itself(daemon), 10, what="etcd names the lookupd")
