@@ -159,7 +159,9 @@ def test_a_leader_whose_lease_runs_out_leads_nothing_at_once(own_cluster: OwnClu
         )  # fmt: skip
         after = time.monotonic() - paused
         print(f"\netcd frozen: the leader stepped down after {after:.2f}s (lease 2s)")
-        assert after < 3.5, "within its lease (2 s) and a report, not an etcd deadline later"
+        # within its lease (2 s) and a report, on a busy machine too; before the fix it
+        # stepped down only when a call pending since the pause gave up (5 s)
+        assert after < 4.5, "within its lease (2 s) and a report, not an etcd deadline later"
     finally:
         cluster.etcd.resume(0)
 
