@@ -271,7 +271,6 @@ class Coordinator:
                     self._balanced_revision = snap.revision
         written = await self._write_changes(changes)
         await self._forget_drained(snap)
-        self.changes_applied += written
         await self._compact(snap, now)
         return written
 
@@ -355,6 +354,7 @@ class Coordinator:
     def _written(self, change: Change) -> None:
         new = change.new
         was = change.old
+        self.changes_applied += 1
         if was is not None:  # (the partition as the decision read it)
             self.elections += new.leader != was.leader
             self.isr_shrinks += bool(set(was.isr) - set(new.isr))
