@@ -184,7 +184,16 @@ async def test_the_rebalancer_weighs_an_even_cluster_again_only_after_a_change(
     settings = replace(SETTINGS, rebalance_interval_ns=50_000_000)
     coordinator, view = await lookupd(etcd, keys, 0, settings)
     try:
-        await eventually(lambda: coordinator.rebalance_looks >= 1, timeout=5)
+        # weighed once the view has the coordinator's own last write (its lock): a first look
+        # before the watch brought it sees the revision move and rightly looks again
+        await eventually(
+            lambda: (
+                view.coordinator is not None
+                and coordinator.rebalance_looks >= 1
+                and coordinator._balanced_revision == view.snapshot().revision
+            ),
+            timeout=5,
+        )
         at = coordinator.rebalance_looks
         await asyncio.sleep(0.6)  # a dozen intervals, six ticks: nothing changed
         assert coordinator.rebalance_looks == at

@@ -346,7 +346,7 @@ def test_the_lookupds_are_called_over_mutual_tls(own_cluster: OwnCluster, tmp_pa
     assert rpc_calls(cluster, coordinator) > after_create  # (the other lookupd handed it on)
     # Every lookupd is asked for a new topic's channels by the nsqd that take it up, over
     # the same mutual TLS (the one that does not coordinate too).
-    assert rpc_calls(cluster, other) > 0
+    cluster.wait_for(lambda: rpc_calls(cluster, other) > 0, 10, "the other lookupd asked")
 
 
 def test_youzans_publish_forms_are_forwarded_and_answered_as_the_leader_answers(

@@ -6,6 +6,7 @@ lookupds creating one topic at the same moment."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -261,8 +262,13 @@ def test_create_racing_on_both_lookupds_creates_one_topic(
         assert sorted(answers, key=lambda a: a[0]) == [
             (200, None), (400, {"message": "TOPIC_ALREADY_EXIST"})]  # fmt: skip
     coordinator = shared.lookupds[shared.coordinator_index()]
-    created = [line for line in coordinator.log_lines if f"topic {topic_name} created" in line]
-    assert len(created) == 1, created
+
+    def created() -> list[str]:  # (the log is read by a thread of its own: it may lag)
+        return [line for line in coordinator.log_lines if f"topic {topic_name} created" in line]
+
+    shared.wait_for(lambda: bool(created()), 10, "the create logged")
+    time.sleep(0.5)  # a second line, which would have been written before its answer
+    assert len(created()) == 1, created()
     meta = shared.lookupd_json(f"/lookup?topic={topic_name}&metainfo=true")["meta"]
     winner = 0 if answers[0] == (200, None) else 1
     assert (meta["partition_num"], meta["replica"]) == (3, replicators[winner])
