@@ -161,11 +161,18 @@ class LocalCluster:
     # -- waiting -----------------------------------------------------------------------
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        """Every running nsqd registered and a coordinator elected."""
+        """Every running nsqd registered and a coordinator elected that sees them all (it
+        places what is created; its view follows a watch of its own)."""
         want = {self.node_id(i) for i, n in enumerate(self.nodes) if self.running(n)}
+
+        def ready() -> bool:
+            if not (want <= set(self.live_nodes()) and self.coordinator()):
+                return False
+            return want <= set(self.live_nodes(self.coordinator_index()))
+
         try:
             self.wait_for(
-                lambda: want <= set(self.live_nodes()) and bool(self.coordinator()),
+                ready,
                 timeout,
                 f"nodes {sorted(want)} registered and a coordinator",
             )
@@ -270,8 +277,9 @@ class LocalCluster:
 
     # -- the cluster as lookupd sees it ------------------------------------------------
 
-    def live_nodes(self) -> list[str]:
-        stats = self.lookupd_json("/cluster/stats")
+    def live_nodes(self, i: int | None = None) -> list[str]:
+        """The nsqd lookupd ``i`` (None: the first one running) sees registered."""
+        stats = self.lookupd_json("/cluster/stats", i)
         return [n["id"] for n in stats["node_stat_list"]]
 
     def coordinator(self) -> str:

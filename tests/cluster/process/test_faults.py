@@ -64,7 +64,11 @@ def test_killed_nsqd_leaves_lookup_and_its_partitions_get_new_leaders(
         assert stats_partitions(cluster, i, topic)[p]["leader_epoch"] == after[p]["leader_epoch"]
     for p in set(before) - set(led):  # partitions another node led keep their leader
         assert after[p]["id"] == before[p]["id"]
-    assert producer_ids(cluster, topic, 1) == {info["id"] for info in after.values()}
+    cluster.wait_for(  # (lookupd 1's view follows a watch of its own)
+        lambda: producer_ids(cluster, topic, 1) == {info["id"] for info in after.values()},
+        10,
+        "lookupd 1 lists the new leaders",
+    )
 
 
 def test_killed_coordinator_is_replaced_and_creates_work_through_either_lookupd(

@@ -30,6 +30,8 @@ def test_pub_of_an_unknown_topic_creates_it_led_by_the_node_it_reached(
         client = wire(shared, i)
         client.send(pub(topic, b"first"))
         assert client.read_frame() == (0, b"OK")
+        # (the node waited for its own view; lookupd 0's follows a watch of its own)
+        shared.wait_for(lambda t=topic: 0 in leaders(shared, t), 10, "lookupd 0 lists it")  # type: ignore[misc]
         assert leaders(shared, topic)[0] == i
         meta = shared.lookupd_json(f"/lookup?topic={topic}&metainfo=true")["meta"]
         assert meta["partition_num"] == 1, "the cluster default"

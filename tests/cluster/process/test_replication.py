@@ -656,8 +656,15 @@ def test_a_replica_that_stays_dead_is_made_again_on_another_node(
     assert waiting.read_frame() == (0, b"OK"), "answered once a second replica had it"
     waiting.close()
     acked.insert(100, b"waiting")
-    info = cluster.partitions(topic)[0]
-    assert sorted(cluster.node_index(n) for n in info["isr"]) == sorted([leader, third])
+    # (the leader took writes on its own watch's ISR; lookupd 0's view follows its own)
+    cluster.wait_for(
+        lambda: (
+            sorted(cluster.node_index(n) for n in cluster.partitions(topic)[0]["isr"])
+            == sorted([leader, third])
+        ),
+        10,
+        "the third node in the ISR lookupd 0 shows",
+    )
     client.close()
     end = stats_partitions(cluster, leader, topic)[0]["high_watermark"]
     cluster.wait_for(
