@@ -388,26 +388,28 @@ class NsqdServer:
         self, conn: V2Connection, topic: Topic, bodies: list[bytes], failed: type[ProtocolError]
     ) -> bool:
         """A connection's publish that was its whole input (``V2Connection._publish_lane``):
-        appended, acknowledged and committed at once, as ``commit_now`` would commit it.
-        False, with nothing done, when the commit must wait or group (another append waits
-        for this turn's commit, the last commit answered several connections,
-        ``--sync-always``), or the topic has settings (a depth bound, tracing) or cannot
-        take it: the ordinary path then runs and answers."""
-        if (
-            self._commit_scheduled
-            or self._group > 1
-            or self.opts.sync_always
-            or topic.deleted
-            or topic.name in self.broker.features.settings.topics
-        ):
+        appended and acknowledged as the ordinary path would, without its parsing and
+        dispatching, and committed as ``commit_now`` would commit it: at once, or at the end
+        of the loop turn when the commit must wait or group (another append waits for this
+        turn's commit, the last commit answered several connections, ``--sync-always``).
+        False, with nothing done, when the topic has settings (a depth bound, tracing) or
+        cannot take it here: the ordinary path then runs and answers."""
+        if topic.deleted or topic.name in self.broker.features.settings.topics:
             return False
-        part = topic.partition_for()
+        grouped = self._commit_scheduled or self._group > 1 or self.opts.sync_always
+        try:
+            part = topic.partition_for()
+        except NotLeader:  # (a cluster's topic led elsewhere meanwhile: forwarded)
+            return False
         if not part.writable:
             return False
         ack = self._queue_ack(part, self.broker.append_plain(topic, part, bodies), failed)
         conn.respond_after(ack, OK_FRAME)
         self._touched.add(conn)
-        self._commit()
+        if grouped:
+            self._schedule_commit()
+        else:
+            self._commit()
         return True
 
     def expect_ack(

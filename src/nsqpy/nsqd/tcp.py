@@ -178,7 +178,7 @@ class V2Connection(BufferedConnection):
         # of several), None when none
         self._cursor_moved: int | None = None
         self.auth = ConnectionAuth(self, ctx.auth) if ctx.auth is not None else None
-        self._lane = ctx.publish_now if ctx.auth is None and ctx.cluster is None else None
+        self._lane = ctx.publish_now if ctx.auth is None else None
         self._pre_auth_left = pre_auth_budget(ctx.limits) if self.auth is not None else -1
         if self.auth is not None:  # the read deadline until AUTH (``heartbeat``)
             self._pre_auth_ns = ctx.opts.client_timeout_ms * 500_000
@@ -228,10 +228,12 @@ class V2Connection(BufferedConnection):
         """A publisher's round trip in a few steps: when ``data`` is exactly one ``PUB`` or
         ``MPUB`` to an existing topic and the connection has nothing else going (no input
         buffered, no reply or output waiting, not held, not throttled, TLS as required),
-        the server appends and commits it at once (``publish_now``: the same append,
-        acknowledgement and commit the ordinary path makes, without parsing, dispatching
-        and scheduling). False, with nothing done, for anything else: the ordinary path
-        runs (and answers whatever is wrong). Not used with AUTH or in a cluster."""
+        the server appends and commits it (``publish_now``: the same append,
+        acknowledgement and commit the ordinary path makes, without parsing and
+        dispatching). False, with nothing done, for anything else: the ordinary path
+        runs (and answers whatever is wrong). Not used with AUTH; in a cluster, only for a
+        topic this node leads a partition of (the commit then waits for the ISR as any
+        publish's does)."""
         if (
             type(data) is not bytes
             or self._held
@@ -246,9 +248,12 @@ class V2Connection(BufferedConnection):
             return False
         is_mpub, name, bodies = taken
         topic = self.broker.get_topic(name)
-        if topic is None or not self._lane(
-            self, topic, bodies, MpubFailed if is_mpub else PubFailed
-        ):  # type: ignore[misc]
+        gate = self.ctx.cluster
+        if topic is None or (
+            gate is not None and not is_ephemeral(name) and gate.where(name) != HERE
+        ):
+            return False
+        if not self._lane(self, topic, bodies, MpubFailed if is_mpub else PubFailed):  # type: ignore[misc]
             return False
         counts = self.client.pub_counts
         counts[name] = counts.get(name, 0) + len(bodies)
