@@ -6,12 +6,17 @@ step aside whenever the ordinary path has something to decide."""
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.nsqd.tcp import V2Connection
+from nsqpy.storage import log as log_module
 from nsqpy.testing import (
+    AsyncWire,
     FakeClock,
     eventually,
     mpub,
@@ -111,22 +116,81 @@ async def test_the_lane_answers_and_stores_what_the_ordinary_path_does(
         await nsqd.stop()
 
 
-async def test_the_lane_joins_a_commit_already_due(nsqd: NsqdServer) -> None:
-    """While this turn's commit is already scheduled (another connection's append waits
-    for it), the lane appends and leaves the writing to that commit, as the ordinary path
-    does: nothing is written or answered before it runs, then the publish is answered and
-    stored."""
-    first = await publisher(nsqd.tcp_port)
-    await first.send(pub("t", b"0"))
-    assert await first.read_frame() == (0, b"OK")
+async def lane_connection(nsqd: NsqdServer) -> tuple[AsyncWire, V2Connection]:
+    """A publisher that published once to ``t`` (answered), and its server side."""
     before = set(nsqd.connections)
     wire = await publisher(nsqd.tcp_port)
     conn = await server_side(nsqd, before)
-    nsqd._schedule_commit()  # what an append of another connection in this turn leaves
+    await wire.send(pub("t", b"0"))
+    assert await wire.read_frame() == (0, b"OK")
+    return wire, conn
+
+
+async def test_the_lane_commits_at_once_while_publishers_are_few(nsqd: NsqdServer) -> None:
+    """As ``commit_now`` at the end of a read: with at most one connection answered by the
+    last commit, the lane writes at once, also when this turn's commit was already
+    scheduled by something else (a delivery, another touch), which it takes over."""
+    wire, conn = await lane_connection(nsqd)
+    log = nsqd.broker.topics["t"].partitions[0].log
+    nsqd._schedule_commit()  # (what a touch of another connection in this turn leaves)
+    assert nsqd.publish_now(conn, nsqd.broker.topics["t"], [b"1"], Exception)  # type: ignore[arg-type]
+    assert log.flushed_offset == 2 and not nsqd.broker.has_dirty()
+    assert not nsqd._commit_scheduled  # (the scheduled commit was taken over, not left)
+    assert await wire.read_frame() == (0, b"OK")
+
+
+async def test_the_lane_groups_its_commit_when_several_publish(nsqd: NsqdServer) -> None:
+    """With several connections answered by the last commit, the lane appends and leaves
+    the writing to the turn's commit, grouped with theirs (the ordinary path's
+    ``commit_now`` does not commit then either): nothing is written or answered before it
+    runs, then the publish is answered and stored."""
+    wire, conn = await lane_connection(nsqd)
     topic = nsqd.broker.topics["t"]
-    written = topic.partitions[0].log.flushed_offset
+    log = topic.partitions[0].log
+    nsqd._group = 2  # what the last commit leaves when it answered two connections
     assert nsqd.publish_now(conn, topic, [b"1"], Exception)  # type: ignore[arg-type]
-    assert nsqd.broker.has_dirty() and topic.partitions[0].log.flushed_offset == written
+    assert nsqd.broker.has_dirty() and log.flushed_offset == 1 and nsqd._commit_scheduled
     assert await wire.read_frame() == (0, b"OK")  # once the turn's commit wrote it
-    assert topic.depth == 2 and not nsqd.broker.has_dirty()
-    assert topic.partitions[0].log.flushed_offset == written + 1
+    assert topic.depth == 2 and log.flushed_offset == 2 and not nsqd.broker.has_dirty()
+
+
+async def test_under_sync_always_the_lane_answers_after_the_fsync(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--sync-always: a publish the lane takes is answered only once the fsync covering it
+    is done, as the ordinary path's."""
+    held = threading.Event()
+    calls: list[int] = []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if not held.wait(30):
+            raise TimeoutError("never let through")
+
+    nsqd = NsqdServer(nsqd_options(tmp_path, sync_always=True), clock=clock)
+    await nsqd.start()
+    try:
+        held.set()
+        wire, conn = await lane_connection(nsqd)
+        held.clear()
+        monkeypatch.setattr(log_module, "fsync_segment", fsync)
+        taken = [0]
+        inner = conn._lane
+        assert inner is not None
+
+        def counting(*args: object) -> bool:
+            took = inner(*args)  # type: ignore[arg-type]
+            taken[0] += took
+            return took
+
+        conn._lane = counting  # type: ignore[assignment]
+        await wire.send(pub("t", b"1"))
+        await eventually(lambda: bool(calls))  # the fsync runs (held, in a worker thread)
+        assert taken == [1]
+        with pytest.raises(TimeoutError):
+            await wire.read_frame(timeout=0.3)
+        held.set()
+        assert await wire.read_frame() == (0, b"OK")
+    finally:
+        held.set()
+        await nsqd.stop()

@@ -42,7 +42,7 @@ from nsqpy.broker.health import cursor_key, fsync_key
 from nsqpy.broker.partition import Partition
 from nsqpy.broker.topic import Topic
 from nsqpy.daemon import BackgroundTasks
-from nsqpy.errors import NotLeader, ProtocolError
+from nsqpy.errors import NotLeader, NotWritable, ProtocolError
 from nsqpy.flags import LOG_LEVELS
 from nsqpy.flags.cluster import require_cluster_extra
 from nsqpy.metrics.nsqd_metrics import NodeFigures
@@ -389,27 +389,30 @@ class NsqdServer:
     ) -> bool:
         """A connection's publish that was its whole input (``V2Connection._publish_lane``):
         appended and acknowledged as the ordinary path would, without its parsing and
-        dispatching, and committed as ``commit_now`` would commit it: at once, or at the end
-        of the loop turn when the commit must wait or group (another append waits for this
-        turn's commit, the last commit answered several connections, ``--sync-always``).
-        False, with nothing done, when the topic has settings (a depth bound, tracing) or
-        cannot take it here: the ordinary path then runs and answers."""
+        dispatching, and committed as ``commit_now`` commits at the end of a read: at once
+        while publishers are few (the last commit answered at most one connection), else at
+        the end of the loop turn, grouped, as under ``--sync-always``. NotWritable when the
+        partition in turn cannot take it (a cluster's ISR too small), as the ordinary path
+        answers. False, with nothing done, when the topic has settings (a depth bound,
+        tracing) or is not led here: the ordinary path then runs and answers."""
         if topic.deleted or topic.name in self.broker.features.settings.topics:
             return False
-        grouped = self._commit_scheduled or self._group > 1 or self.opts.sync_always
         try:
             part = topic.partition_for()
         except NotLeader:  # (a cluster's topic led elsewhere meanwhile: forwarded)
             return False
-        if not part.writable:
-            return False
+        if not part.writable:  # (answered here: the ordinary path would take the next in turn)
+            raise NotWritable()
         ack = self._queue_ack(part, self.broker.append_plain(topic, part, bodies), failed)
         conn.respond_after(ack, OK_FRAME)
         self._touched.add(conn)
-        if grouped:
+        if self._group > 1 or self.opts.sync_always:
             self._schedule_commit()
-        else:
-            self._commit()
+            return True
+        if self._commit_scheduled:  # (another touch this turn: committed now, as commit_now)
+            assert self._commit_handle is not None
+            self._commit_handle.cancel()
+        self._commit()
         return True
 
     def expect_ack(

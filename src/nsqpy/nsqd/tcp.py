@@ -56,6 +56,7 @@ from nsqpy.errors import (
     MpubFailed,
     NotLeader,
     NotLeaderForSub,
+    NotWritable,
     ProtocolError,
     PubFailed,
     ReqFailed,
@@ -253,8 +254,14 @@ class V2Connection(BufferedConnection):
             gate is not None and not is_ephemeral(name) and gate.where(name) != HERE
         ):
             return False
-        if not self._lane(self, topic, bodies, MpubFailed if is_mpub else PubFailed):  # type: ignore[misc]
-            return False
+        try:
+            if not self._lane(self, topic, bodies, MpubFailed if is_mpub else PubFailed):  # type: ignore[misc]
+                return False
+        except NotWritable as err:  # (what ``_publish`` answers for the partition in turn)
+            self.send_error(err)
+            self._read_from(self.last_recv)
+            self.ctx.touch(self)
+            return True
         counts = self.client.pub_counts
         counts[name] = counts.get(name, 0) + len(bodies)
         self._read_from(self.last_recv)

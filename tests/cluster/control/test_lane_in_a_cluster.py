@@ -8,9 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
+
 from nsqpy.cluster.etcd import Etcd, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import Replicas, TopicMeta
+from nsqpy.errors import ProtocolError
 from nsqpy.nsqd.gate import ELSEWHERE, HERE
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.nsqd.tcp import V2Connection
@@ -43,7 +46,11 @@ async def counted_publisher(server: NsqdServer, taken: list[int]) -> AsyncWire:
     assert inner is not None, "a cluster's connection has the lane"
 
     def counting(*args: object, _inner: Callable[..., bool] = inner) -> bool:
-        took = _inner(*args)
+        try:
+            took = _inner(*args)
+        except ProtocolError:  # (answered by the lane: taken too)
+            taken[0] += 1
+            raise
         taken[0] += took
         return took
 
@@ -88,20 +95,86 @@ async def test_a_publish_to_a_topic_led_here_takes_the_lane_and_still_waits_for_
     # the member leaves the ISR (as the coordinator drops a dead follower): what this node
     # holds is every ISR member's now, and the publish is answered
     await etcd.put(keys.replicas("t", 0), Replicas(me, (me,), epoch=3).to_json())
-    assert await asyncio.wait_for(wire.read_frame(), 10) == (0, b"OK")
+    assert await wire.read_frame(timeout=10) == (0, b"OK")
 
 
-async def test_a_publish_to_a_topic_led_elsewhere_steps_aside_to_be_forwarded(
-    server: NsqdServer, etcd: Etcd, keys: Keys
+async def test_a_publish_the_gate_does_not_place_here_steps_aside(
+    server: NsqdServer, etcd: Etcd, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The lane asks the gate as the ordinary path does: a topic it does not place here
+    (its view lacks it, or another node leads it) is left to the ordinary path, though the
+    node still holds a partition of it that it leads."""
     cluster = cluster_of(server)
-    await place(etcd, keys, "away", Replicas(GHOST, (GHOST,)))
-    await eventually(lambda: cluster.where("away") == ELSEWHERE, 10, what="led elsewhere")
-    cluster.forwarder.patience = 0.5  # (the leader named is never reachable)
+    me = cluster.node_id
+    await place(etcd, keys, "t", Replicas(me, (me,)))
+    await eventually(lambda: cluster.where("t") == HERE, 10, what="led here")
     taken = [0]
     wire = await counted_publisher(server, taken)
-    await wire.send(pub("away", b"x"))
-    ftype, data = await asyncio.wait_for(wire.read_frame(), 10)
+    for body in (b"a", b"b"):  # (the first: a name the connection had not sent)
+        await wire.send(pub("t", body))
+        assert await wire.read_frame() == (0, b"OK")
+    assert taken == [1]
+    monkeypatch.setattr(cluster, "where", lambda topic, partition=-1: ELSEWHERE)
+    cluster.forwarder.patience = 0.5  # (the leader named is this node, which refuses too)
+    await wire.send(pub("t", b"c"))
+    ftype, data = await wire.read_frame(timeout=10)
     assert (ftype, data.split(b" ")[0]) == (1, b"E_FAILED_ON_NOT_LEADER"), data
-    assert taken == [0]
-    assert server.broker.get_topic("away") is None or not server.broker.get_topic("away").partitions
+    assert taken == [1]
+    topic = server.broker.get_topic("t")
+    assert topic is not None and topic.depth == 2
+
+
+async def test_a_partition_in_turn_that_is_not_writable_is_refused_as_the_ordinary_path_does(
+    server: NsqdServer, etcd: Etcd, keys: Keys
+) -> None:
+    """Of two partitions led here, one not writable (its ISR too small, as its replica
+    state marks it): publishes in turn get E_FAILED_ON_NOT_WRITABLE for it and OK for the
+    other, by the lane as by the ordinary path (the lane answers for the partition in turn;
+    it does not leave it to the ordinary path, which would take the next one)."""
+    cluster = cluster_of(server)
+    me = cluster.node_id
+    meta = TopicMeta(partition_num=2, replicator=1)
+    await etcd.txn(
+        [],
+        [PutOp(keys.topic_meta("t"), meta.to_json())]
+        + [PutOp(keys.replicas("t", p), Replicas(me, (me,)).to_json()) for p in (0, 1)],
+    )
+    await eventually(
+        lambda: (
+            (t := server.broker.get_topic("t")) is not None
+            and all(p.leading for p in t.partitions)
+            and len(t.partitions) == 2
+        ),
+        10,
+        what="both led here",
+    )
+    topic = server.broker.get_topic("t")
+    assert topic is not None
+
+    async def answers(lane: bool) -> list[tuple[int, bytes]]:
+        taken = [0]
+        wire = await counted_publisher(server, taken)
+        for body in (b"first", b"second"):  # (an even number of turns: both runs alike)
+            await wire.send(pub("t", body))  # (the first: a name the connection had not sent)
+            assert await wire.read_frame() == (0, b"OK")
+        if not lane:
+            conn = next(
+                c
+                for c in server.connections
+                if c._lane is not None and c._lane.__name__ == "counting"
+            )
+            conn._lane = None
+        topic.partitions[0].writable = False
+        taken[0] = 0
+        got = []
+        for _ in range(4):
+            await wire.send(pub("t", b"x"))
+            got.append(await wire.read_frame())
+        topic.partitions[0].writable = True
+        assert taken == [4 if lane else 0]
+        await wire.close()
+        return got
+
+    by_lane = await answers(lane=True)
+    assert sorted(by_lane) == [(0, b"OK")] * 2 + [(1, b"E_FAILED_ON_NOT_WRITABLE")] * 2
+    assert by_lane == await answers(lane=False)
