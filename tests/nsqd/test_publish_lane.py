@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from nsqpy.storage import log as log_module
 from nsqpy.testing import (
     AsyncWire,
     FakeClock,
+    count_lane,
     eventually,
     mpub,
     nsqd_options,
@@ -67,18 +67,9 @@ async def transcript(nsqd: NsqdServer, topic: str, lane: bool) -> tuple[list[obj
         before = set(nsqd.connections)
         wire = await publisher(nsqd.tcp_port)
         conn = await server_side(nsqd, before)
-        inner = conn._lane
+        counted = count_lane(conn)
         if not lane:
             conn._lane = None
-        elif inner is not None:
-
-            def counted(*args: object, _inner: Callable[..., bool] = inner) -> bool:
-                nonlocal taken
-                took = _inner(*args)
-                taken += took
-                return took
-
-            conn._lane = counted
         for data, answers in connection:
             await wire.send(data)
             if answers < 0:
@@ -87,6 +78,7 @@ async def transcript(nsqd: NsqdServer, topic: str, lane: bool) -> tuple[list[obj
                 continue
             frames.extend([await wire.read_frame() for _ in range(answers)])
         await wire.close()
+        taken += counted[0]
     return [repr(f).replace(topic, "T") for f in frames], taken
 
 
@@ -174,16 +166,7 @@ async def test_under_sync_always_the_lane_answers_after_the_fsync(
         wire, conn = await lane_connection(nsqd)
         held.clear()
         monkeypatch.setattr(log_module, "fsync_segment", fsync)
-        taken = [0]
-        inner = conn._lane
-        assert inner is not None
-
-        def counting(*args: object) -> bool:
-            took = inner(*args)  # type: ignore[arg-type]
-            taken[0] += took
-            return took
-
-        conn._lane = counting  # type: ignore[assignment]
+        taken = count_lane(conn)
         await wire.send(pub("t", b"1"))
         await eventually(lambda: bool(calls))  # the fsync runs (held, in a worker thread)
         assert taken == [1]

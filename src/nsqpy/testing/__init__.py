@@ -53,7 +53,7 @@ from nsqpy.testing.http import (
     serve_http,
     topic_stats,
 )
-from nsqpy.testing.inprocess import FrameSink, NsqdServers, nsqd_options
+from nsqpy.testing.inprocess import FrameSink, NsqdServers, count_lane, nsqd_options
 from nsqpy.testing.polling import eventually, wait_for
 from nsqpy.testing.processes import (
     DaemonProcess,
@@ -92,6 +92,7 @@ __all__ = [
     "channel_stats",
     "close_test_connections",
     "consume",
+    "count_lane",
     "cursor_path",
     "dpub",
     "eventually",

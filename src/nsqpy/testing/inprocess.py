@@ -1,6 +1,7 @@
 """Daemons and a broker in-process: ``nsqd_options`` (loopback, ephemeral ports, data under
 a temp dir), ``NsqdServers`` (start, stop and restart ``NsqdServer`` on one data path and
-clock) and ``FrameSink`` (a client connection as the broker sees it, without a socket).
+clock), ``FrameSink`` (a client connection as the broker sees it, without a socket) and
+``count_lane`` (how many publishes a connection's publish lane took).
 """
 
 from __future__ import annotations
@@ -8,12 +9,35 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nsqpy.errors import ProtocolError
 from nsqpy.options import NsqdOptions
 from nsqpy.testing.clock import FakeClock
 from nsqpy.testing.wire import AsyncWire
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.server import NsqdServer
+    from nsqpy.nsqd.tcp import V2Connection
+
+
+def count_lane(conn: V2Connection) -> list[int]:
+    """Wrap the publish lane of ``conn`` (a server-side connection that has one): the list
+    returned holds how many publishes it took since, an answer it gave itself (a refusal it
+    raised) included."""
+    inner = conn._lane
+    assert inner is not None, "the connection has a publish lane"
+    taken = [0]
+
+    def counting(*args: object) -> bool:
+        try:
+            took = bool(inner(*args))  # type: ignore[arg-type]
+        except ProtocolError:
+            taken[0] += 1
+            raise
+        taken[0] += took
+        return took
+
+    conn._lane = counting  # type: ignore[assignment]
+    return taken
 
 
 def nsqd_options(tmp_path: Path, **overrides: object) -> NsqdOptions:

@@ -6,18 +6,16 @@ member has it; one to a topic led elsewhere steps aside, and the ordinary path f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
 from nsqpy.cluster.etcd import Etcd, PutOp
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import Replicas, TopicMeta
-from nsqpy.errors import ProtocolError
 from nsqpy.nsqd.gate import ELSEWHERE, HERE
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.nsqd.tcp import V2Connection
-from nsqpy.testing import eventually, mpub, pub
+from nsqpy.testing import count_lane, eventually, mpub, pub
 from nsqpy.testing.wire import AsyncWire
 
 from .test_member_gate import cluster_of
@@ -35,27 +33,14 @@ async def place(etcd: Etcd, keys: Keys, topic: str, replicas: Replicas) -> None:
     )
 
 
-async def counted_publisher(server: NsqdServer, taken: list[int]) -> AsyncWire:
-    """A connection whose server side counts the publishes its lane took into ``taken``."""
+async def counted_publisher(server: NsqdServer) -> tuple[AsyncWire, V2Connection, list[int]]:
+    """A connection, its server side, and how many publishes its lane took (``count_lane``)."""
     before = set(server.connections)
     wire = await AsyncWire.connect(server.tcp_port)
     await eventually(lambda: len(server.connections - before) == 1)
     (conn,) = server.connections - before
     assert isinstance(conn, V2Connection)
-    inner = conn._lane
-    assert inner is not None, "a cluster's connection has the lane"
-
-    def counting(*args: object, _inner: Callable[..., bool] = inner) -> bool:
-        try:
-            took = _inner(*args)
-        except ProtocolError:  # (answered by the lane: taken too)
-            taken[0] += 1
-            raise
-        taken[0] += took
-        return took
-
-    conn._lane = counting  # type: ignore[assignment]
-    return wire
+    return wire, conn, count_lane(conn)
 
 
 async def test_a_publish_to_a_topic_led_here_takes_the_lane_and_still_waits_for_the_isr(
@@ -66,8 +51,7 @@ async def test_a_publish_to_a_topic_led_here_takes_the_lane_and_still_waits_for_
     me = cluster.node_id
     await place(etcd, keys, "t", Replicas(me, (me,)))
     await eventually(lambda: cluster.where("t") == HERE, 10, what="led here")
-    taken = [0]
-    wire = await counted_publisher(server, taken)
+    wire, _, taken = await counted_publisher(server)
     await wire.send(pub("t", b"a"))  # (a name the connection has not sent yet: ordinary)
     assert await wire.read_frame() == (0, b"OK")
     await wire.send(pub("t", b"b"))
@@ -108,8 +92,7 @@ async def test_a_publish_the_gate_does_not_place_here_steps_aside(
     me = cluster.node_id
     await place(etcd, keys, "t", Replicas(me, (me,)))
     await eventually(lambda: cluster.where("t") == HERE, 10, what="led here")
-    taken = [0]
-    wire = await counted_publisher(server, taken)
+    wire, _, taken = await counted_publisher(server)
     for body in (b"a", b"b"):  # (the first: a name the connection had not sent)
         await wire.send(pub("t", body))
         assert await wire.read_frame() == (0, b"OK")
@@ -152,17 +135,11 @@ async def test_a_partition_in_turn_that_is_not_writable_is_refused_as_the_ordina
     assert topic is not None
 
     async def answers(lane: bool) -> list[tuple[int, bytes]]:
-        taken = [0]
-        wire = await counted_publisher(server, taken)
+        wire, conn, taken = await counted_publisher(server)
         for body in (b"first", b"second"):  # (an even number of turns: both runs alike)
             await wire.send(pub("t", body))  # (the first: a name the connection had not sent)
             assert await wire.read_frame() == (0, b"OK")
         if not lane:
-            conn = next(
-                c
-                for c in server.connections
-                if c._lane is not None and c._lane.__name__ == "counting"
-            )
             conn._lane = None
         topic.partitions[0].writable = False
         taken[0] = 0
