@@ -11,13 +11,14 @@ never the system's. TLS 1.2 at least.
 ``serve(handler, host, port, tls, what, log)`` listens as ``asyncio.start_server`` does;
 with TLS, each connection is handed to ``handler`` only after its handshake, and a refused
 handshake (plain TCP, a certificate of another CA, none, a silent peer past the deadline)
-is one log line naming the peer and the reason, then the socket is closed. The handshake
-runs in asyncio's own ``SSLProtocol`` over whatever transport the loop gives: uvloop's TLS
-server reports no refused handshake at all, and its ``start_tls`` does not complete a
-server handshake. ``serve_protocol`` is the same for any protocol (nsqlookupd's TCP
+is one log line naming the peer and the reason, then the socket is closed. Each accepted
+connection gets its own TLS protocol, made here with a waiter that the handshake's outcome
+ends (uvloop's TLS server, given ``ssl=``, reports no refused handshake at all): uvloop's
+compiled ``SSLProtocol`` on uvloop, as the daemons run, else asyncio's (the same arguments,
+the same waiter). ``serve_protocol`` is the same for any protocol (nsqlookupd's TCP
 protocol, its HTTP API on ``--rpc-address``). ``dial(host, port, tls)`` opens a connection,
 over TLS when ``tls`` says so; ``coordinator_url`` is where the coordinator is called.
-Imports ssl, asyncio and the cluster model.
+Imports ssl, asyncio, uvloop and the cluster model.
 """
 
 from __future__ import annotations
@@ -114,9 +115,11 @@ async def serve_protocol(
     if tls is None:
         return await loop.create_server(factory, host, port, **server_args)
 
+    secured_class = _secured_class(loop)
+
     def connection() -> asyncio.BaseProtocol:
         waiter = loop.create_future()
-        secured = _Secured(
+        secured = secured_class(
             loop, factory(), tls.server, waiter, server_side=True,
             ssl_handshake_timeout=tls.handshake_timeout,
         )  # fmt: skip
@@ -132,15 +135,46 @@ class _Secured(sslproto.SSLProtocol):
     peer = "a peer"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple):
-            self.peer = f"{peer[0]}:{peer[1]}"
+        self.peer = _peer_of(transport, self.peer)
         super().connection_made(transport)
+
+
+def _peer_of(transport: asyncio.BaseTransport, default: str) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else default
+
+
+try:
+    import uvloop
+    import uvloop.loop
+except ImportError:  # pragma: no cover (uvloop is a dependency)
+    uvloop = None  # type: ignore[assignment]
+else:
+    _UvSSLProtocol: Any = getattr(uvloop.loop, "SSLProtocol")  # noqa: B009 (no stub names it)
+
+    class _UvSecured(_UvSSLProtocol):  # type: ignore[misc]
+        """uvloop's TLS protocol (compiled: a link's records cost less than in
+        asyncio's), knowing its peer for the log line of a refusal."""
+
+        peer = "a peer"
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.peer = _peer_of(transport, self.peer)
+            super().connection_made(transport)
+
+
+def _secured_class(loop: asyncio.AbstractEventLoop) -> Callable[..., asyncio.BaseProtocol]:
+    """The TLS protocol class for ``loop``: uvloop's own when the loop is uvloop's (as
+    the daemons' is), else asyncio's. Both take the same arguments and end the waiter
+    with the handshake's failure."""
+    if uvloop is not None and isinstance(loop, uvloop.Loop):
+        return _UvSecured
+    return _Secured
 
 
 def _refused(
     done: asyncio.Future[None],
-    secured: _Secured,
+    secured: Any,
     what: str,
     log: logging.Logger,
     on_secured: Callable[[], None] | None,
