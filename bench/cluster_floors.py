@@ -16,7 +16,15 @@ doing real work per hop cannot do better on this machine. Two measures, A B A B:
   - latency: requests sent when due at ``--rate`` a second for ``--seconds`` (open loop,
     as ``cluster_latency.py``): p50, p99, p99.9, and the ratio of the p99s (best round);
   - one in flight (closed loop, as an ordered partition's delivery: the next goes only
-    once the last is answered): round trips a second, and their ratio.
+    once the last is answered): round trips a second, and their ratio;
+  - batches, when NSQ's ``bench_writer`` is found (``--go-tools`` or ``$NSQ_GO_TOOLS``): it
+    publishes MPUB of 200 messages of 200 B for ``--runfor``, as against
+    ``cluster_publish.py``'s leader, to a second set of relays that take its frames whole
+    and write each batch to a file (one ``os.pwrite``, the file wrapping at 256 MiB so that
+    the page cache stays warm), the leader answering at once or once both followers wrote
+    it and sent an ACK: messages a second, their ratio, and the CPU each relay spent per
+    batch (from ``/proc``). What a replicated publish of batches costs at the least here,
+    beside a single node's ``bench_writer`` figure.
 
     .venv/bin/python bench/cluster_floors.py [--rate 2000] [--seconds 5] [--rounds 2]
 """
@@ -28,14 +36,23 @@ import asyncio
 import os
 import select
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
+
 OK = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"  # an NSQ response frame, as nsqd sends it
 ACK = b"A" * 8
+LOG_WRAP = 256 << 20  # a batch relay's file: written from its start again past this
+SIZE = struct.Struct(">I")
 
 
 def run_loop(main: object) -> None:
@@ -102,6 +119,7 @@ class FollowerLink(asyncio.Protocol):
     def __init__(self) -> None:
         self.acked, self.held = 0, 0
         self.client: Leader | None = None
+        self.on_ack: Callable[[], None] | None = None  # (a batch relay's)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -113,11 +131,119 @@ class FollowerLink(asyncio.Protocol):
         self.acked += whole
         if whole and self.client is not None:
             self.client.acked()
+        if whole and self.on_ack is not None:
+            self.on_ack()
+
+
+class LogFile:
+    """Where a batch relay writes each batch: one ``pwrite``, the offset wrapping."""
+
+    def __init__(self, directory: str) -> None:
+        self.fd = os.open(os.path.join(directory, "log"), os.O_RDWR | os.O_CREAT)
+        self.pos = 0
+
+    def write(self, data: bytes) -> None:
+        os.pwrite(self.fd, data, self.pos)
+        self.pos = (self.pos + len(data)) % LOG_WRAP
+
+
+class BatchFollower(asyncio.Protocol):
+    """Length-prefixed batches from the leader: each written to the file, an ACK each."""
+
+    def __init__(self, log: LogFile) -> None:
+        self.log, self.buf = log, bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = acks = 0
+        while len(buf) - pos >= SIZE.size:
+            (n,) = SIZE.unpack_from(buf, pos)
+            end = pos + SIZE.size + n
+            if len(buf) < end:
+                break
+            self.log.write(bytes(buf[pos + SIZE.size : end]))
+            acks, pos = acks + 1, end
+        del buf[:pos]
+        if acks:
+            self.transport.write(ACK * acks)
+
+
+class BatchLeader(asyncio.Protocol):
+    """A ``bench_writer`` connection: the magic, an IDENTIFY (answered OK), then MPUBs, each
+    taken whole and written to the file, then answered at once (``acks`` None) or sent to
+    the followers and answered once each ACKed it (``Acks``)."""
+
+    def __init__(self, log: LogFile, acks: Acks | None) -> None:
+        self.log, self.acks = log, acks
+        self.buf, self.magic = bytearray(), 4
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos, oks = min(self.magic, len(buf)), 0
+        self.magic -= pos
+        while True:
+            line_end = buf.find(b"\n", pos)
+            if line_end < 0 or len(buf) < line_end + 1 + SIZE.size:
+                break
+            body = line_end + 1 + SIZE.size
+            end = body + SIZE.unpack_from(buf, line_end + 1)[0]
+            if len(buf) < end:
+                break
+            if buf.startswith(b"MPUB ", pos):
+                batch = bytes(buf[body:end])
+                self.log.write(batch)
+                if self.acks is not None:
+                    self.acks.send(self, batch)
+                else:
+                    oks += 1
+            else:  # (the IDENTIFY)
+                oks += 1
+            pos = end
+        del buf[:pos]
+        if oks:
+            self.transport.write(OK * oks)
+
+
+class Acks:
+    """A batch leader's links to its followers: batches go out in order, and each is
+    answered on the connection it came from once every follower ACKed it."""
+
+    def __init__(self) -> None:
+        self.links: list[FollowerLink] = []
+        self.waiting: deque[BatchLeader] = deque()
+        self.answered = 0
+
+    def send(self, client: BatchLeader, batch: bytes) -> None:
+        self.waiting.append(client)
+        head = SIZE.pack(len(batch))
+        for link in self.links:
+            link.transport.writelines([head, batch])
+
+    def acked(self) -> None:
+        done = min(link.acked for link in self.links)
+        while self.answered < done:
+            self.answered += 1
+            self.waiting.popleft().transport.write(OK)
 
 
 async def serve(role: str, size: int, ports: list[int]) -> None:
     """A relay process: prints its listening port(s), then serves until stdin closes."""
     loop = asyncio.get_running_loop()
+    if role.startswith("batch-"):
+        await serve_batches(role, ports)
+        return
     if role == "follower":
         server = await loop.create_server(lambda: Follower(size), "127.0.0.1", 0)
         print(server.sockets[0].getsockname()[1], flush=True)
@@ -131,6 +257,28 @@ async def serve(role: str, size: int, ports: list[int]) -> None:
         print(plain.sockets[0].getsockname()[1], replicated.sockets[0].getsockname()[1],
               flush=True)  # fmt: skip
     await loop.run_in_executor(None, sys.stdin.read)  # (the parent closes it: stop)
+
+
+async def serve_batches(role: str, ports: list[int]) -> None:
+    """A batch relay, its file in a directory of its own; prints its port(s) as ``serve``."""
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory(prefix="cluster-floors-") as directory:
+        log = LogFile(directory)
+        if role == "batch-follower":
+            server = await loop.create_server(lambda: BatchFollower(log), "127.0.0.1", 0)
+            print(server.sockets[0].getsockname()[1], flush=True)
+        else:
+            acks = Acks()
+            for port in ports:
+                _, link = await loop.create_connection(FollowerLink, "127.0.0.1", port)
+                link.on_ack = acks.acked
+                acks.links.append(link)
+            plain = await loop.create_server(lambda: BatchLeader(log, None), "127.0.0.1", 0)
+            replicated = await loop.create_server(lambda: BatchLeader(log, acks), "127.0.0.1", 0)
+            print(plain.sockets[0].getsockname()[1], replicated.sockets[0].getsockname()[1],
+                  flush=True)  # fmt: skip
+        await loop.run_in_executor(None, sys.stdin.read)  # (the parent closes it: stop)
+        os.close(log.fd)
 
 
 def connect(port: int) -> socket.socket:
@@ -206,13 +354,55 @@ def start(*args: str) -> tuple[subprocess.Popen[str], list[int]]:
     return proc, [int(p) for p in proc.stdout.readline().split()]
 
 
+def batches(writer: Path, rounds: int, runfor: str, procs: list[subprocess.Popen[str]]) -> None:
+    """bench_writer against the batch relays (started here, stopped with ``procs``), plain
+    and replicated in turn: messages a second and CPU per batch of each relay."""
+    from cluster_publish import ops
+
+    relays, follower_ports = [], []
+    for _ in range(2):
+        proc, ports = start("--serve", "batch-follower")
+        relays.append(proc)
+        follower_ports += ports
+    proc, (plain, replicated) = start(
+        "--serve", "batch-leader", "--followers", *[str(p) for p in follower_ports]
+    )
+    relays.insert(0, proc)
+    procs += relays
+    best: dict[str, float] = {}
+    for n in range(rounds):
+        for kind, port in {"plain": plain, "replicated": replicated}.items():
+            before = [cpu_seconds(relay.pid) for relay in relays]
+            out = subprocess.run(
+                [str(writer), f"--nsqd-tcp-address=127.0.0.1:{port}", "--topic=floor",
+                 f"--runfor={runfor}", "--size=200", "--batch-size=200"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            rate = ops(out.stdout + out.stderr)
+            count = rate * float(runfor.rstrip("s")) / 200
+            cpu = [
+                (cpu_seconds(r.pid) - b) * 1e6 / count for r, b in zip(relays, before, strict=True)
+            ]
+            shown = f"leader {cpu[0]:.0f}"
+            if kind == "replicated":
+                shown += f", followers {cpu[1]:.0f} and {cpu[2]:.0f}"
+            print(f"round {n + 1} {kind:<10}: batches {rate:,.0f} msgs/s (bench_writer), "
+                  f"CPU per batch: {shown} µs")  # fmt: skip
+            best[kind] = max(best.get(kind, 0.0), rate)
+    print(f"batches, replicated / plain: {best['replicated'] / best['plain']:.2f}x "
+          f"({best['replicated']:,.0f} / {best['plain']:,.0f} msgs/s, best round of each)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--size", type=int, default=230, help="a PUB of 200 B is 230 bytes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--serve", choices=["leader", "follower"], help=argparse.SUPPRESS)
+    parser.add_argument("--runfor", default="5s", help="bench_writer's duration (batches)")
+    parser.add_argument("--go-tools", default=str(TOOLS), help=GO_TOOLS_HELP)
+    roles = ["leader", "follower", "batch-leader", "batch-follower"]
+    parser.add_argument("--serve", choices=roles, help=argparse.SUPPRESS)
     parser.add_argument("--followers", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -257,6 +447,11 @@ def main() -> None:
               f"({best_replicated:.3f} ms / {best_plain:.3f} ms, best round of each)")  # fmt: skip
         ratio = max(trips["replicated"]) / max(trips["plain"])
         print(f"one in flight, replicated / plain: {ratio:.2f}x (best round of each)")
+        writer = Path(args.go_tools) / "bench_writer"
+        if writer.exists():
+            batches(writer, args.rounds, args.runfor, procs)
+        else:
+            print(f"batches: skipped, no bench_writer in {args.go_tools} ({GO_TOOLS_HELP})")
     finally:
         for proc in procs:
             if proc.stdin is not None:
