@@ -27,6 +27,7 @@ doing real work per hop cannot do better on this machine. Two measures, A B A B:
     beside a single node's ``bench_writer`` figure.
 
     .venv/bin/python bench/cluster_floors.py [--rate 2000] [--seconds 5] [--rounds 2]
+        [--runfor 5] [--go-tools DIR]
 """
 
 from __future__ import annotations
@@ -45,9 +46,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
 
 OK = b"\x00\x00\x00\x06\x00\x00\x00\x00OK"  # an NSQ response frame, as nsqd sends it
 ACK = b"A" * 8
@@ -346,40 +344,45 @@ def quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start(*args: str) -> tuple[subprocess.Popen[str], list[int]]:
+def start(
+    *args: str, procs: list[subprocess.Popen[str]]
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """A relay process (put in ``procs`` at once, for the caller to stop) and its port(s)."""
     proc = subprocess.Popen(
         [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
+    procs.append(proc)
     assert proc.stdout is not None
     return proc, [int(p) for p in proc.stdout.readline().split()]
 
 
-def batches(writer: Path, rounds: int, runfor: str, procs: list[subprocess.Popen[str]]) -> None:
-    """bench_writer against the batch relays (started here, stopped with ``procs``), plain
-    and replicated in turn: messages a second and CPU per batch of each relay."""
+def batches(writer: Path, rounds: int, runfor: float, procs: list[subprocess.Popen[str]]) -> None:
+    """bench_writer against the batch relays (started here, each put in ``procs`` at once
+    so that the caller stops it), plain and replicated in turn: messages a second and CPU
+    per batch of each relay."""
     from cluster_publish import ops
+    from vs_go import cpu_seconds
 
     relays, follower_ports = [], []
     for _ in range(2):
-        proc, ports = start("--serve", "batch-follower")
+        proc, ports = start("--serve", "batch-follower", procs=procs)
         relays.append(proc)
         follower_ports += ports
     proc, (plain, replicated) = start(
-        "--serve", "batch-leader", "--followers", *[str(p) for p in follower_ports]
+        "--serve", "batch-leader", "--followers", *[str(p) for p in follower_ports], procs=procs
     )
     relays.insert(0, proc)
-    procs += relays
     best: dict[str, float] = {}
     for n in range(rounds):
         for kind, port in {"plain": plain, "replicated": replicated}.items():
             before = [cpu_seconds(relay.pid) for relay in relays]
             out = subprocess.run(
                 [str(writer), f"--nsqd-tcp-address=127.0.0.1:{port}", "--topic=floor",
-                 f"--runfor={runfor}", "--size=200", "--batch-size=200"],
-                capture_output=True, text=True, timeout=120,
+                 f"--runfor={runfor}s", "--size=200", "--batch-size=200"],
+                capture_output=True, text=True, timeout=runfor + 60,
             )  # fmt: skip
             rate = ops(out.stdout + out.stderr)
-            count = rate * float(runfor.rstrip("s")) / 200
+            count = rate * runfor / 200
             cpu = [
                 (cpu_seconds(r.pid) - b) * 1e6 / count for r, b in zip(relays, before, strict=True)
             ]
@@ -399,8 +402,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--size", type=int, default=230, help="a PUB of 200 B is 230 bytes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--runfor", default="5s", help="bench_writer's duration (batches)")
-    parser.add_argument("--go-tools", default=str(TOOLS), help=GO_TOOLS_HELP)
+    parser.add_argument("--runfor", type=float, default=5, help="bench_writer's seconds")
+    parser.add_argument(
+        "--go-tools",
+        default=os.environ.get("NSQ_GO_TOOLS"),
+        help="a folder of NSQ 1.3.0's Go programs, with bench_writer (default $NSQ_GO_TOOLS)",
+    )
     roles = ["leader", "follower", "batch-leader", "batch-follower"]
     parser.add_argument("--serve", choices=roles, help=argparse.SUPPRESS)
     parser.add_argument("--followers", type=int, nargs="*", default=[], help=argparse.SUPPRESS)
@@ -409,6 +416,7 @@ def main() -> None:
         run_loop(serve(args.serve, args.size, args.followers))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from nsqpy.testing.benchinfo import run_header
 
     print(run_header(), flush=True)
@@ -418,14 +426,12 @@ def main() -> None:
     try:
         follower_ports = []
         for _ in range(2):
-            proc, ports = start("--serve", "follower", "--size", str(args.size))
-            procs.append(proc)
+            _, ports = start("--serve", "follower", "--size", str(args.size), procs=procs)
             follower_ports += ports
-        proc, (plain, replicated) = start(
+        _, (plain, replicated) = start(
             "--serve", "leader", "--size", str(args.size), "--followers",
-            *[str(p) for p in follower_ports],
+            *[str(p) for p in follower_ports], procs=procs,
         )  # fmt: skip
-        procs.append(proc)
         kinds = {"plain": plain, "replicated": replicated}
         open_loop(plain, args.size, args.rate, 1)  # (warm up)
         open_loop(replicated, args.size, args.rate, 1)
@@ -447,11 +453,11 @@ def main() -> None:
               f"({best_replicated:.3f} ms / {best_plain:.3f} ms, best round of each)")  # fmt: skip
         ratio = max(trips["replicated"]) / max(trips["plain"])
         print(f"one in flight, replicated / plain: {ratio:.2f}x (best round of each)")
-        writer = Path(args.go_tools) / "bench_writer"
-        if writer.exists():
+        writer = Path(args.go_tools or "") / "bench_writer"
+        if args.go_tools and writer.exists():
             batches(writer, args.rounds, args.runfor, procs)
         else:
-            print(f"batches: skipped, no bench_writer in {args.go_tools} ({GO_TOOLS_HELP})")
+            print(f"batches: skipped, no bench_writer in --go-tools ({args.go_tools})")
     finally:
         for proc in procs:
             if proc.stdin is not None:

@@ -1,12 +1,16 @@
 """``nsqpy.cluster.tls.serve`` on both event loops a daemon can run on: a peer with the
-cluster's certificate is served, an outsider is refused at the handshake with one log line,
-and on uvloop (the daemons' loop) the link runs uvloop's compiled TLS, not asyncio's."""
+cluster's certificate is served; an outsider (plain TCP, no certificate, another CA's, a
+peer silent past the handshake's deadline) is refused at the handshake with one log line
+naming it and the reason; on uvloop (the daemons' loop) the link runs uvloop's compiled
+TLS, not asyncio's."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +20,7 @@ import pytest
 import uvloop
 
 from nsqpy.cluster.tls import ClusterTls, dial, serve
-from nsqpy.testing.certs import make_certs
+from nsqpy.testing.certs import CertFiles, make_certs
 
 RUNNERS: dict[str, Callable[[Coroutine[Any, Any, None]], None]] = {
     "asyncio": asyncio.run,
@@ -24,8 +28,7 @@ RUNNERS: dict[str, Callable[[Coroutine[Any, Any, None]], None]] = {
 }
 
 
-def cluster_tls(directory: Path) -> ClusterTls:
-    files = make_certs(directory)
+def cluster_tls(files: CertFiles) -> ClusterTls:
     opts = SimpleNamespace(
         cluster_tls_root_ca_file=files.ca,
         cluster_tls_cert=files.server_cert,
@@ -36,21 +39,50 @@ def cluster_tls(directory: Path) -> ClusterTls:
     return tls
 
 
-def plain_hello(port: int) -> bytes:
-    """What a peer speaking plain TCP reads back (in a thread: the loop serves meanwhile)."""
+def read_all(sock: socket.socket) -> bytes:
+    got = b""
+    while piece := sock.recv(100):
+        got += piece
+    return got
+
+
+def outsider(kind: str, port: int, ours: CertFiles, theirs: CertFiles) -> str:
+    """What an outsider of ``kind`` reads back, or how its handshake failed (run in a
+    thread: the loop serves meanwhile)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"  V2PING\n")
-        got = b""
-        while piece := sock.recv(100):
-            got += piece
-        return got
+        if kind == "plain":
+            sock.sendall(b"  V2PING\n")
+            return "read " + repr(read_all(sock))
+        if kind == "silent":
+            return "read " + repr(read_all(sock))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(ours.ca)
+        if kind == "other-ca":
+            context.load_cert_chain(theirs.client_cert, theirs.client_key)
+        try:
+            with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"ping")
+                return "read " + repr(read_all(tls))
+        except (ssl.SSLError, OSError) as exc:
+            return f"refused: {exc}"
 
 
+# the reason each outsider's log line gives
+REASONS = {
+    "plain": ("WRONG_VERSION_NUMBER", "wrong version"),
+    "no-cert": ("CERTIFICATE",),
+    "other-ca": ("CERTIFICATE_VERIFY_FAILED",),
+    "silent": ("taking longer than",),
+}
+
+
+@pytest.mark.parametrize("kind", list(REASONS))
 @pytest.mark.parametrize("loop_kind", list(RUNNERS))
 def test_serve_takes_the_cluster_and_refuses_outsiders_on_either_loop(
-    loop_kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    loop_kind: str, kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tls = cluster_tls(tmp_path)
+    ours, theirs = make_certs(tmp_path / "ours"), make_certs(tmp_path / "theirs")
+    tls = dataclasses.replace(cluster_tls(ours), handshake_timeout=1)
     log = logging.getLogger("nsqpy.test.tls_serve")
     transports: list[str] = []
 
@@ -68,7 +100,8 @@ def test_serve_takes_the_cluster_and_refuses_outsiders_on_either_loop(
             writer.write(b"ping")
             assert await asyncio.wait_for(reader.readexactly(4), 10) == b"ping"
             writer.close()
-            assert await asyncio.wait_for(asyncio.to_thread(plain_hello, port), 20) == b""
+            seen = await asyncio.wait_for(asyncio.to_thread(outsider, kind, port, ours, theirs), 20)
+            assert seen.startswith("refused") or seen == "read b''", seen  # nothing served
         finally:
             server.close()
             await server.wait_closed()
@@ -79,6 +112,6 @@ def test_serve_takes_the_cluster_and_refuses_outsiders_on_either_loop(
     assert len(refused) == 1, refused
     assert refused[0].startswith("test: refused 127.0.0.1:"), refused
     assert "TLS handshake failed" in refused[0]
-    assert "WRONG_VERSION_NUMBER" in refused[0] or "wrong version" in refused[0]
+    assert any(reason in refused[0] for reason in REASONS[kind]), refused
     expected = "uvloop.loop" if loop_kind == "uvloop" else "asyncio.sslproto"
     assert transports == [expected]

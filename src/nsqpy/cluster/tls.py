@@ -29,7 +29,10 @@ import ssl
 from asyncio import sslproto
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import uvloop
+import uvloop.loop
 
 from nsqpy.cluster.model import CoordinatorInfo
 from nsqpy.errors import ConfigError
@@ -144,37 +147,36 @@ def _peer_of(transport: asyncio.BaseTransport, default: str) -> str:
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else default
 
 
-try:
-    import uvloop
-    import uvloop.loop
-except ImportError:  # pragma: no cover (uvloop is a dependency)
-    uvloop = None  # type: ignore[assignment]
-else:
-    _UvSSLProtocol: Any = getattr(uvloop.loop, "SSLProtocol")  # noqa: B009 (no stub names it)
-
-    class _UvSecured(_UvSSLProtocol):  # type: ignore[misc]
-        """uvloop's TLS protocol (compiled: a link's records cost less than in
-        asyncio's), knowing its peer for the log line of a refusal."""
-
-        peer = "a peer"
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.peer = _peer_of(transport, self.peer)
-            super().connection_made(transport)
+_UvSSLProtocol: Any = getattr(uvloop.loop, "SSLProtocol")  # noqa: B009 (no stub names it)
 
 
-def _secured_class(loop: asyncio.AbstractEventLoop) -> Callable[..., asyncio.BaseProtocol]:
+class _UvSecured(_UvSSLProtocol):  # type: ignore[misc]
+    """uvloop's TLS protocol (compiled: a link's records cost less than in asyncio's),
+    knowing its peer for the log line of a refusal."""
+
+    peer = "a peer"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.peer = _peer_of(transport, self.peer)
+        super().connection_made(transport)
+
+
+class _Peered(Protocol):
+    peer: str
+
+
+def _secured_class(loop: asyncio.AbstractEventLoop) -> type[_Secured]:
     """The TLS protocol class for ``loop``: uvloop's own when the loop is uvloop's (as
     the daemons' is), else asyncio's. Both take the same arguments and end the waiter
     with the handshake's failure."""
-    if uvloop is not None and isinstance(loop, uvloop.Loop):
+    if isinstance(loop, uvloop.Loop):
         return _UvSecured
     return _Secured
 
 
 def _refused(
     done: asyncio.Future[None],
-    secured: Any,
+    secured: _Peered,
     what: str,
     log: logging.Logger,
     on_secured: Callable[[], None] | None,
