@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -166,15 +165,18 @@ async def test_in_flight_timeout_requeues_and_touch_extends(
         s = await subscriber(server.tcp_port, "to", "c")
         _, _, msg_id, _ = await read_message(s)
         clock.advance_ms(800)
-        await s.send(b"TOUCH " + msg_id + b"\n")
-        await asyncio.sleep(0.05)
+        await s.send(b"TOUCH " + msg_id + b"\n")  # (no answer: the time moves once nsqd read it)
+        (conn,) = [c for c in server.connections if c.client.channel is not None]
+        await eventually(lambda: conn.last_recv == clock(), 5, what="nsqd read the TOUCH")
         clock.advance_ms(800)  # 1600 ms after delivery, 800 after the touch: still in flight
         with pytest.raises(TimeoutError):
             await s.read_frame(timeout=0.2)
+        channel = server.broker.topics["to"].channels["c"]
+        assert channel.timeout_count == 0  # (redelivered, it would wait in the output buffer)
         clock.advance_ms(300)
         _, attempts, again, _ = await read_message(s)
         assert (again, attempts) == (msg_id, 2)
-        assert server.broker.topics["to"].channels["c"].timeout_count == 1
+        assert channel.timeout_count == 1
     finally:
         await server.stop()
 
@@ -345,8 +347,7 @@ async def test_a_burst_of_fins_in_one_packet_answers_each_refusal_in_order(
     channel = nsqd.broker.topics["burst"].channels["c"]
     assert (channel.finish_count, channel.in_flight_count) == (3, 1)
     await s.send(b"FIN " + ids[3] + b"\n")  # the owner still can, the connection is fine
-    await asyncio.sleep(0.05)
-    assert (channel.finish_count, channel.in_flight_count) == (4, 0)
+    await eventually(lambda: (channel.finish_count, channel.in_flight_count) == (4, 0), 5)
 
 
 async def test_finished_messages_do_not_pile_up_in_the_timeout_heap(
@@ -372,7 +373,8 @@ async def test_finished_messages_do_not_pile_up_in_the_timeout_heap(
     half = nsqd.opts.msg_timeout_ms // 2
     clock.advance_ms(half)  # (in two steps, answering heartbeats between them)
     await s.send(b"NOP\n")
-    await asyncio.sleep(0.05)
+    (conn,) = [c for c in nsqd.connections if c.client.channel is not None]
+    await eventually(lambda: conn.last_recv == clock(), 5, what="nsqd read the NOP")
     clock.advance_ms(half + 1)
     ftype, data = await s.read_frame()
     while data == b"_heartbeat_":

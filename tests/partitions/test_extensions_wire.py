@@ -5,7 +5,6 @@ extended frames to ``extend_support`` clients only.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 
@@ -301,9 +300,8 @@ async def test_requeued_with_a_delay_a_message_keeps_to_its_tag(
         assert (blue.body, other.body) == (b"b", b"p")
         await tagged.send(b"REQ " + blue.id + b" 1000\n")
         await plain.send(b"REQ " + other.id + b" 1000\n")
-        await tagged.send(b"NOP\n")
-        await plain.send(b"NOP\n")
-        await asyncio.sleep(0.05)
+        channel = nsqd.broker.topics["later"].channels["c"]  # (the time moves once both are in)
+        await eventually(lambda c=channel: c.deferred_count == 2, 5, what="both REQs taken")  # type: ignore[misc]
         clock.advance_ms(1001)
 
 

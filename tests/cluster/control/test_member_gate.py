@@ -94,7 +94,8 @@ async def test_a_fin_on_an_ordered_channel_sends_the_cursors_at_once(
         before = len(asked)
         await consumer.send(b"FIN " + message.id + b"\n")
         await consumer.send(b"NOP\n")
-        await asyncio.sleep(0.2)
+        channel = server.broker.topics[topic].channels["c"]  # (asked in the turn taking it)
+        await eventually(lambda c=channel: c.finish_count == 1, 5, what="nsqd took the FIN")  # type: ignore[misc]
         if ordered:
             assert asked[before:] == [("ordered", 0)], "the FIN asks, for its partition"
     assert asked == [("ordered", -1), ("ordered", 0)], (

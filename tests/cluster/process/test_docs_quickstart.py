@@ -24,6 +24,7 @@ DOC = Path(__file__).resolve().parents[3] / "docs" / "quickstart.md"
 SECTION = "## A three-node cluster on one machine"
 LOOKUP = "'http://127.0.0.1:4161/lookup?topic=events&metainfo=true'"
 PLACED = '\'len(doc["partitions"]) == 3 and all(len(p["isr"]) == 3 for p in doc["partitions"].values())\''
+FAILED_OVER = '\'doc["partitions"]["0"]["leader_epoch"] > 1 and all(n.split(":")[2] != "5150" for n in doc["partitions"]["0"]["isr"])\''
 
 
 def section_blocks() -> list[str]:
@@ -46,7 +47,10 @@ def test_the_quickstart_cluster_survives_its_leaders_sigkill(tmp_path: Path) -> 
             script += [f"( {block} ) > {tmp_path}/published 2>&1 &", "PUBLISHER=$!", "sleep 3"]
             seen.add("publish")
             continue
-        if block.startswith("kill -9"):
+        if block.startswith("kill -9"):  # (the page's few seconds: here, until /lookup shows it)
+            wait = f"python3 {tmp_path}/wait.py {LOOKUP} 30 {FAILED_OVER} > {tmp_path}/failed_over;"
+            block, waits = re.subn(r"\bsleep [\d.]+;", wait, block)
+            assert waits == 1, block
             script.append(
                 block.replace("partitions events", f"partitions events > {tmp_path}/after")
             )
