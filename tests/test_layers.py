@@ -12,7 +12,8 @@ and ``importlib.import_module``/``__import__`` calls with a literal name.
   bare ``nsqpy`` package (its version constants); never a server, a socket or aiohttp.
 - cluster: the standard library (network included), ``nsqpy.errors``, ``protocol``,
   ``storage``, ``options``, ``flags``, ``durations``, ``httpapi``, the bare ``nsqpy``, and
-  ``aiohttp``, ``aetcd`` (and the ``grpc`` it runs on); never ``broker``, ``nsqd``,
+  ``aiohttp``, ``aetcd`` (and the ``grpc`` it runs on), ``uvloop`` (its TLS protocol, on
+  the daemons' loop); never ``broker``, ``nsqd``,
   ``lookupd``, ``nsqadmin`` or ``testing``.
 """
 
@@ -41,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": BOTTOM
     | {
         "nsqpy.cluster", "nsqpy.protocol", "nsqpy.storage", "nsqpy.options", "nsqpy.flags",
-        "nsqpy.durations", "nsqpy.httpapi", "aiohttp", "aetcd", "grpc", "crc32c",
+        "nsqpy.durations", "nsqpy.httpapi", "aiohttp", "aetcd", "grpc", "crc32c", "uvloop",
     },
 }  # fmt: skip
 EXACT: dict[str, set[str]] = {
