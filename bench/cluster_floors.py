@@ -62,16 +62,22 @@ def run_loop(main: object) -> None:
         asyncio.run(main)  # type: ignore[arg-type]
 
 
-class Follower(asyncio.Protocol):
-    """An ACK for every whole request received, in one write per read."""
+class Relay(asyncio.Protocol):
+    """A relay's connection: its transport kept, Nagle off (each write goes at once)."""
 
-    def __init__(self, size: int) -> None:
-        self.size, self.held = size, 0
+    transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class Follower(Relay):
+    """An ACK for every whole request received, in one write per read."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.held = size, 0
 
     def data_received(self, data: bytes) -> None:
         whole, self.held = divmod(self.held + len(data), self.size)
@@ -79,7 +85,7 @@ class Follower(asyncio.Protocol):
             self.transport.write(ACK * whole)
 
 
-class Leader(asyncio.Protocol):
+class Leader(Relay):
     """A client's connection: OK at once (``links`` empty), or once every link ACKed."""
 
     def __init__(self, size: int, links: list[FollowerLink]) -> None:
@@ -87,9 +93,7 @@ class Leader(asyncio.Protocol):
         self.answered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().connection_made(transport)
         for link in self.links:
             link.client = self
         # (the links outlive a client's connection: what they ACKed before is not its)
@@ -111,18 +115,13 @@ class Leader(asyncio.Protocol):
             self.answered = done
 
 
-class FollowerLink(asyncio.Protocol):
+class FollowerLink(Relay):
     """The leader's connection to one follower: counts the ACKs."""
 
     def __init__(self) -> None:
         self.acked, self.held = 0, 0
         self.client: Leader | None = None
         self.on_ack: Callable[[], None] | None = None  # (a batch relay's)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
         whole, self.held = divmod(self.held + len(data), len(ACK))
@@ -145,16 +144,11 @@ class LogFile:
         self.pos = (self.pos + len(data)) % LOG_WRAP
 
 
-class BatchFollower(asyncio.Protocol):
+class BatchFollower(Relay):
     """Length-prefixed batches from the leader: each written to the file, an ACK each."""
 
     def __init__(self, log: LogFile) -> None:
         self.log, self.buf = log, bytearray()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
@@ -172,7 +166,7 @@ class BatchFollower(asyncio.Protocol):
             self.transport.write(ACK * acks)
 
 
-class BatchLeader(asyncio.Protocol):
+class BatchLeader(Relay):
     """A ``bench_writer`` connection: the magic, an IDENTIFY (answered OK), then MPUBs, each
     taken whole and written to the file, then answered at once (``acks`` None) or sent to
     the followers and answered once each ACKed it (``Acks``)."""
@@ -180,11 +174,6 @@ class BatchLeader(asyncio.Protocol):
     def __init__(self, log: LogFile, acks: Acks | None) -> None:
         self.log, self.acks = log, acks
         self.buf, self.magic = bytearray(), 4
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf
