@@ -12,7 +12,7 @@ from nsqpy.client import Consumer, Message, Producer
 from nsqpy.errors import BadTopic
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.options import NsqdOptions
-from nsqpy.testing import eventually
+from nsqpy.testing import FakeClock, eventually
 
 
 def opts(path: Path, port: int = 0) -> NsqdOptions:
@@ -111,28 +111,45 @@ async def test_requeue_counts_attempts_then_gives_up(nsqds: list[NsqdServer]) ->
     assert given_up == [4]
 
 
-async def test_auto_touch_keeps_a_slow_message_in_flight(nsqds: list[NsqdServer]) -> None:
+async def test_auto_touch_keeps_a_slow_message_in_flight(tmp_path: Path, clock: FakeClock) -> None:
+    """nsqd's clock moves only when the test says, 0.8 s at a time once nsqd read what the
+    consumer sent last (its TOUCH), 2.4 s in all: more than the 1 s msg_timeout, so only
+    the touches keep the message in flight (a real clock left half a timeout of margin
+    between touches, which a loaded machine's pause could eat)."""
     from nsqpy.client import IdentifyOptions
 
+    server = NsqdServer(opts(tmp_path), clock=clock)
+    await server.start()
     seen: list[int] = []
+    done = asyncio.Event()
 
     async def slow(msg: Message) -> None:
         seen.append(msg.attempts)
-        await asyncio.sleep(2.5)  # longer than msg_timeout: only TOUCH keeps it ours
+        await done.wait()  # longer than msg_timeout (nsqd's): only TOUCH keeps it ours
 
-    async with Producer(addr(nsqds[0])) as producer:
-        await producer.pub("slow", b"x")
-    consumer = Consumer(
-        "slow",
-        "c",
-        slow,
-        nsqd_tcp_addresses=[addr(nsqds[0])],
-        auto_touch=True,
-        identify=IdentifyOptions(msg_timeout=1.0),
-    )
-    async with consumer:
-        await eventually(lambda: consumer.stats.finished == 1)
-    assert seen == [1]
+    try:
+        async with Producer(addr(server)) as producer:
+            await producer.pub("slow", b"x")
+        consumer = Consumer(
+            "slow",
+            "c",
+            slow,
+            nsqd_tcp_addresses=[addr(server)],
+            auto_touch=True,
+            identify=IdentifyOptions(msg_timeout=1.0),
+        )
+        async with consumer:
+            await eventually(lambda: seen)
+            (conn,) = [c for c in server.connections if c.client.channel is not None]
+            for _ in range(3):
+                await eventually(lambda: conn.last_recv == clock(), what="nsqd read a TOUCH")
+                clock.advance_ms(800)  # 800 ms after it: within the touched timeout
+            done.set()
+            await eventually(lambda: consumer.stats.finished == 1)
+        assert seen == [1]
+        assert server.broker.topics["slow"].channels["c"].timeout_count == 0
+    finally:
+        await server.stop()
 
 
 async def test_producer_reconnects_after_nsqd_restarts(tmp_path: Path) -> None:

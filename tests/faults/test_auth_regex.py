@@ -8,7 +8,6 @@ does) what it cannot run in linear time, such as a look-ahead.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -34,14 +33,14 @@ def test_a_backtracking_topic_regex_does_not_hold_other_clients(
     timed_pub(probe, "probe")
     evil = authed_client(nsqd.tcp_port, "evil", timeout=3.0)
 
+    # Each answer comes within the clients' 3 s timeout (read_frame fails after it), where
+    # a backtracking engine would take hours: no bound timed on the machine is needed.
     evil.send(pub(EVIL_TOPIC, b"x"))
-    assert timed_pub(probe, "probe") < 1.0  # answered while EVIL_TOPIC is checked
-    started = time.monotonic()
+    timed_pub(probe, "probe")  # answered while EVIL_TOPIC is checked
     refused = b'E_UNAUTHORIZED AUTH failed for PUB on "%s" ""' % EVIL_TOPIC.encode()
     assert evil.read_frame() == (1, refused)
-    assert time.monotonic() - started < 1.0
     assert evil.closed()
-    assert timed_pub(probe, "probe") < 1.0
+    timed_pub(probe, "probe")
 
 
 def test_patterns_go_refuses_are_refused(start_nsqd: StartNsqd, auth_stub: AuthStub) -> None:

@@ -277,7 +277,9 @@ def test_every_event_of_a_busy_traced_topic_is_kept_in_few_rows(tmp_path: Path) 
     channel = broker.subscribe(client, "busy", "c")
     topic = broker.topics["busy"]
     broker.features.set_trace(topic, None, True)
+    tracer = broker.features.tracer
     sent = 0
+    started = time.monotonic()
     for _ in range(60):
         broker.publish(topic, [b"x"] * 100)
         flushed, _ = broker.flush()
@@ -286,11 +288,13 @@ def test_every_event_of_a_busy_traced_topic_is_kept_in_few_rows(tmp_path: Path) 
         assert channel.finish_ids(client, ids, broker.clock()) == []
         sent += 100
         time.sleep(0.005)  # (the writer wakes every 100 ms meanwhile)
-    tracer = broker.features.tracer
+    wakes = (time.monotonic() - started) / tracer.flush_s + 1
     assert tracer.sync(10)
     assert tracer.store.count() == 3 * sent
     rows = tracer.store._db.execute("SELECT COUNT(*) FROM trace_batch").fetchone()[0]
-    assert rows <= 3 * 60 + 10  # a burst per publish, pump and FIN run (and a few split)
+    # a burst per publish, pump and FIN run, and a few split: a wake of the writer taking a
+    # burst open splits it at most in three (a busy machine's loop took longer: more wakes)
+    assert rows <= 3 * 60 + 2 * wakes, (rows, wakes)
     for offset in (0, 2999, sent - 1):
         got = tracer.by_message("busy", encode_message_id(0, offset).decode())
         assert [e.event for e in got] == ["published", "delivered", "finished"]

@@ -26,17 +26,25 @@ ERROR_CODES = {
 ERROR_FRAME = re.compile(rb"(E_[A-Z_]+)( .*)?", re.DOTALL)
 
 
-def check_replies(sock: socket.socket, timeout: float = 0.05) -> int:
-    """Read what the daemon answers until it closes or goes quiet; every frame must be a
+def check_replies(sock: socket.socket, timeout: float = 10.0) -> int:
+    """Read what the daemon answers until it closes: ``sock`` is shut for writing first, and
+    nsqd answers what it read, then closes (not "until it goes quiet": a busy machine
+    answered after the pause and left answers unread and unchecked). Every frame must be a
     well-formed V2 frame and every error frame one of NSQ's E_* codes. Returns how many."""
     decoder = FrameDecoder()
     frames: list[tuple[int, bytes]] = []
     sock.settimeout(timeout)
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # closed by the daemon already
     while True:
         try:
             data = sock.recv(65536)
-        except (TimeoutError, ConnectionError):
+        except ConnectionError:
             break
+        except TimeoutError:
+            raise AssertionError(f"nsqd did not close within {timeout}s of our end") from None
         if not data:
             break
         frames += decoder.feed(data)

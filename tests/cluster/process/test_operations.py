@@ -270,9 +270,15 @@ def test_the_rebalancer_spreads_the_busy_partitions_of_an_evenly_counted_cluster
             return bool(doc["balanced"] and doc["stable"] and not doc["moving_partitions"]
                         and len(leaders) == 2 and max(shares) < 1.5)  # fmt: skip
 
+        def reported() -> bool:
+            leaders = {cluster.partitions(topic)[p]["id"] for p in hot}
+            return all(node_stats(n)["load"]["msgs_per_sec"] > 0 for n in leaders)
+
         # (a moved partition's new holder reports its rate after a whole second: until then
-        # the stats can look balanced for a moment, and the rebalancer goes on after)
-        cluster.wait_for(spread, 90, "the busy partitions on two nodes, balanced")
+        # the stats can look balanced for a moment, and the rebalancer goes on after; the
+        # quiet period starts once both hot leaders report a rate and it is spread then)
+        cluster.wait_for(lambda: reported() and spread(), 90,
+                         "the busy partitions on two nodes, both rates in, balanced")  # fmt: skip
         placed = cluster.partitions(topic)
         time.sleep(3)  # and it stays so: nothing moves back and forth
         assert spread() and cluster.partitions(topic) == placed
