@@ -152,6 +152,7 @@ def topic_stats(
         doc["partition_num"] = topic.partition_count
         if cluster:
             doc["retention_ms"] = topic.retention_ms
+            doc["sync_every"] = topic.sync_every
         doc["partitions"] = _topic_partitions(topic, cluster, info)
     if topic.ordered:
         doc["ordered"] = True

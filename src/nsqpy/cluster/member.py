@@ -85,6 +85,11 @@ class PartitionHost(Protocol):
         """Keep the topic's confirmed records ``days`` (0: the node's own setting)."""
         ...
 
+    def set_sync_every(self, topic: str, messages: int) -> None:
+        """fsync the topic's logs every ``messages`` messages (its ``syncdisk``; 0: the
+        node's own setting)."""
+        ...
+
     def release_partition(self, topic: str, number: int) -> None: ...
 
 
@@ -374,6 +379,7 @@ class Member:
             meta = snap.topics.get(topic)
             if meta is not None:  # (leader and followers alike)
                 self.host.set_retention(topic, meta.retention_days)
+                self.host.set_sync_every(topic, meta.syncdisk)
         for hook in self.on_applied:
             hook(snap)
 

@@ -149,6 +149,11 @@ class BrokerPartitions:
         if found is not None:
             found.set_retention(days * 86_400_000 if days else None)
 
+    def set_sync_every(self, topic: str, messages: int) -> None:
+        found = self.broker.topics.get(topic)
+        if found is not None:
+            found.set_sync_every(messages or None)
+
     def grow_topic(self, topic: str, partition_count: int) -> None:
         found = self.broker.topics.get(topic)
         if found is not None and found.partition_count < partition_count:

@@ -33,6 +33,9 @@ class Host:
     def set_retention(self, topic: str, days: int) -> None:
         pass
 
+    def set_sync_every(self, topic: str, messages: int) -> None:
+        pass
+
     def release_partition(self, topic: str, number: int) -> None:
         del self.held[(topic, number)]
 

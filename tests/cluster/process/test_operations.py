@@ -291,21 +291,27 @@ def test_the_rebalancer_spreads_the_busy_partitions_of_an_evenly_counted_cluster
     check_nothing_lost(cluster, producers[0], consumer, others=tuple(producers[1:]))
 
 
-def test_a_topics_retention_reaches_every_replica_and_a_delete_removes_them_all(
+def test_a_topics_retention_and_syncdisk_reach_every_replica_and_a_delete_removes_them_all(
     shared: LocalCluster, topic_name: str
 ) -> None:
     topic = topic_name
-    assert create(shared, topic, partition_num=1, replicator=3, retention=2) == (200, None)
+    made = create(shared, topic, partition_num=1, replicator=3, retention=2, syncdisk=1)
+    assert made == (200, None)
     shared.wait_for(lambda: settled(shared, topic, 1, 3), 20, "in sync")
     day = 86_400_000
 
-    def retention(i: int) -> int:
+    def settings(i: int) -> tuple[int, int]:
+        """(retention_ms, sync_every) nsqd ``i`` applies to the topic."""
         doc = shared.nsqd_json(i, f"/stats?format=json&topic={topic}")
-        return int(doc["topics"][0]["retention_ms"]) if doc["topics"] else -1
+        found = doc["topics"][0] if doc["topics"] else {}
+        return int(found.get("retention_ms", -1)), int(found.get("sync_every", -1))
 
-    shared.wait_for(lambda: [retention(i) for i in range(3)] == [2 * day] * 3, 10, "2 days")
+    shared.wait_for(lambda: [settings(i) for i in range(3)] == [(2 * day, 1)] * 3, 10, "set")
     post_ok(shared, f"/topic/meta/update?topic={topic}&retention=5")
-    shared.wait_for(lambda: [retention(i) for i in range(3)] == [5 * day] * 3, 10, "5 days")
+    shared.wait_for(lambda: [settings(i) for i in range(3)] == [(5 * day, 1)] * 3, 10, "5 days")
+    post_ok(shared, f"/topic/meta/update?topic={topic}&syncdisk=0")  # (the nodes' own count)
+    node = 2500  # (the nodes' --sync-every: nsqd's default)
+    shared.wait_for(lambda: [settings(i) for i in range(3)] == [(5 * day, node)] * 3, 10, "0")
     post_ok(shared, f"/topic/delete?topic={topic}")
     shared.wait_for(
         lambda: all(not stats_partitions(shared, i, topic) for i in range(3)), 10, "deleted"
