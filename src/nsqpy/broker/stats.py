@@ -80,6 +80,7 @@ def _roles(part: Partition, info: PartitionInfo | None) -> dict[str, object]:
         "role": part.role,
         "leader_epoch": part.leader_epoch,
         "committed_offset": part.committed_offset,
+        "durable_offset": part.log.durable_offset,  # (fsynced on this node)
     }
     if info is not None:
         entry.update(info(part.name, part.number))

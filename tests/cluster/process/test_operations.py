@@ -307,6 +307,16 @@ def test_a_topics_retention_and_syncdisk_reach_every_replica_and_a_delete_remove
         return int(found.get("retention_ms", -1)), int(found.get("sync_every", -1))
 
     shared.wait_for(lambda: [settings(i) for i in range(3)] == [(2 * day, 1)] * 3, 10, "set")
+    leader = shared.node_index(shared.partitions(topic)[0]["id"])
+    for _ in range(3):
+        assert http_pub(shared.nsqd_http(leader), topic, 0, b"kept") == 200
+
+    def durable(i: int) -> tuple[int, int]:
+        """(durable_offset, high_watermark) of partition 0 on nsqd ``i``."""
+        part = stats_partitions(shared, i, topic).get(0, {})
+        return part.get("durable_offset", -1), part.get("high_watermark", -1)
+
+    shared.wait_for(lambda: [durable(i) for i in range(3)] == [(3, 3)] * 3, 10, "fsynced")
     post_ok(shared, f"/topic/meta/update?topic={topic}&retention=5")
     shared.wait_for(lambda: [settings(i) for i in range(3)] == [(5 * day, 1)] * 3, 10, "5 days")
     post_ok(shared, f"/topic/meta/update?topic={topic}&syncdisk=0")  # (the nodes' own count)
