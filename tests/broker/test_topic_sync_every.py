@@ -1,11 +1,10 @@
 """A topic's own fsync count (a cluster topic's ``syncdisk``): ``Topic.set_sync_every``
 replaces the node's ``--sync-every`` count in the logs of the partitions held now and of
-those opened later, keeps the node's time bound, never weakens ``always``, and None goes
-back to the node's setting."""
+those opened later, keeps the node's time bound, never weakens ``always``, leaves the
+channel cursors' pace, and None goes back to the node's setting."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from nsqpy.broker.partition import LogSettings
@@ -24,7 +23,7 @@ def due_after_one(topic: Topic, number: int) -> bool:
     part.publish([b"m"], timestamp=1)
     assert isinstance(part.log, PartitionLog)
     part.log.flush()
-    due = part.log.sync_due(time.time_ns())
+    due = part.log.sync_due(0)  # (a time before any write: only the count can make it due)
     part.log.sync()
     return due
 
@@ -40,7 +39,7 @@ def test_syncdisk_replaces_the_nodes_count_in_every_partition(tmp_path: Path) ->
         for part in topic.partitions:
             assert isinstance(part.log, PartitionLog)
             assert part.log.policy == SyncPolicy(every_messages=1, every_ms=2000)
-            assert part.sync == part.log.policy  # (cursor files made from now on)
+            assert part.sync.every_messages == 2500  # (channel cursors keep the node's pace)
         topic.set_sync_every(None)  # (syncdisk 0: the node's setting again)
         assert topic.sync_every == 2500
         assert not due_after_one(topic, 1)
@@ -55,6 +54,7 @@ def test_partitions_opened_later_take_the_topics_count(tmp_path: Path) -> None:
         (added,) = topic.expand(2, hold=True)
         assert isinstance(added.log, PartitionLog)
         assert added.log.policy.every_messages == 3
+        assert added.sync.every_messages == 2500
     finally:
         topic.close()
 

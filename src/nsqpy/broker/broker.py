@@ -111,6 +111,8 @@ class Broker:
         self.on_partition_released: list[Callable[[Topic, Partition], None]] = []
         # a partition led here is followed now (its waiting publishers get NotLeader)
         self.on_stepped_down: list[Callable[[Topic, Partition], None]] = []
+        # a partition followed here is led now (what it took as a follower is its log's)
+        self.on_stepped_up: list[Callable[[Topic, Partition], None]] = []
         self.sync_policy = SyncPolicy(
             every_messages=opts.sync_every,
             every_ms=opts.sync_timeout_ms,
@@ -417,6 +419,8 @@ class Broker:
             now = self.clock()
             for channel in topic.channels.values():
                 channel.pump(now)
+            for hook in self.on_stepped_up:
+                hook(topic, part)
         elif was[0] == LEADER and not part.leading:
             self._stepped_down(topic, number)
             for hook in self.on_stepped_down:

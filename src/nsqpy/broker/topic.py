@@ -88,7 +88,7 @@ class Topic:
         self.channels: dict[str, Channel] = {}
         self._settings = settings
         self._node_retention_ms = settings.retention_ms
-        self._node_sync = settings.sync
+        self._log_sync = settings.sync  # (its logs': the node's, or the topic's count)
         self._count = partitions
         self._starts = list(buffer_starts) + [None] * partitions  # by number
         self._ephemeral_start = ephemeral_start
@@ -183,30 +183,31 @@ class Topic:
     def set_sync_every(self, messages: int | None) -> None:
         """fsync each partition's log after ``messages`` unsynced messages (None: the
         node's ``--sync-every``), in every partition held now and later (a cluster topic's
-        ``syncdisk``); the node's time bound stays, and under ``--sync-always`` every
-        write is synced whatever the topic says."""
-        base = self._node_sync
-        policy = base
-        if messages is not None and not base.always:
-            policy = dataclasses.replace(base, every_messages=messages)
-        if policy == self._settings.sync:
+        ``syncdisk``); the node's time bound stays, under ``--sync-always`` every write is
+        synced whatever the topic says, and channel cursors keep the node's pace."""
+        node = self._settings.sync
+        policy = node
+        if messages is not None and not node.always:
+            policy = dataclasses.replace(node, every_messages=messages)
+        if policy == self._log_sync:
             return
-        self._settings = dataclasses.replace(self._settings, sync=policy)
+        self._log_sync = policy
         for part in self.partitions:
-            part.sync = policy  # (the cursor files of channels made from now on)
             if isinstance(part.log, PartitionLog):
                 part.log.policy = policy
 
     @property
     def sync_every(self) -> int:
         """Unsynced messages after which a partition's log is fsynced (0: by time only)."""
-        return self._settings.sync.every_messages
+        return self._log_sync.every_messages
 
     def _open_partition(self, number: int, leading: bool) -> Partition:
         part = Partition(
             self.name, number, self.directory, self._settings, self._starts[number],
             self._ephemeral_start, leading=leading,
         )  # fmt: skip
+        if isinstance(part.log, PartitionLog):
+            part.log.policy = self._log_sync
         self._by_number[number] = part
         self.partitions = sorted(self._by_number.values(), key=lambda p: p.number)
         self._roles_changed()

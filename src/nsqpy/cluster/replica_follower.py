@@ -46,6 +46,7 @@ from nsqpy.protocol.replication import (
 )
 
 REPEAT_LOG = 30.0  # seconds before the same replication failure is logged again
+SYNC_SLACK_S = 0.001  # past the log's time bound when waking for its fsync (it is due then)
 
 Progress = Callable[[int, int, int], None]  # end, durable, committed
 CursorSink = Callable[[Cursors], None]  # the leader's channel cursors, after their records
@@ -112,6 +113,7 @@ class FollowerFetch:
         self._task: asyncio.Task[None] | None = None
         self._acked = (-1, -1)  # (end, durable) last acknowledged on the link
         self._sync_owed = False  # an fsync is due (``_take``), and its ACK after it
+        self._timed = False  # ``_stream`` waits no longer than the log's time bound
 
     @property
     def committed_offset(self) -> int:
@@ -179,10 +181,12 @@ class FollowerFetch:
                     self.leader_epoch_seen = err.frame.leader_epoch or None
                     self._parked = True
                     self.logger.warning("replication of %s: %s; waiting", self._where, err)
+                    await self._sync_left()
                     continue
                 self._log_failure(f"replication of {self._where}: {err}")
             except (OSError, TimeoutError, ReplicationProtocolError, StorageError) as err:
                 self._log_failure(f"replication of {self._where} from {self.leader}: {err!r}")
+            await self._sync_left()
             # A session counts as progress only when the log grew in it: one that fails
             # at once every time (a full disk) backs off like a failed dial.
             progressed = self.sessions > before and self.plog.high_watermark > had
@@ -195,6 +199,16 @@ class FollowerFetch:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._changed.wait()
+
+    async def _sync_left(self) -> None:
+        """(a session ended) What it took and has not fsynced is synced now, not left for
+        the next session's time bound, which a lost leader may never bring."""
+        if self.plog.sync_due_in(self.wall_ns()) is None:
+            return
+        try:
+            await asyncio.to_thread(self.plog.sync)
+        except OSError as err:  # (tried again when the next session's bound is up)
+            self._log_failure(f"replication of {self._where}: fsync failed: {err!r}")
 
     def _log_failure(self, text: str) -> None:
         """One line per failure, but the same failure again only every ``REPEAT_LOG``
@@ -271,17 +285,32 @@ class FollowerFetch:
         """Take the leader's frames (``_take``) until the link ends. A multiplexed link's
         frames are taken as its connection reads them (``Stream.handle``: an APPEND is
         acknowledged in the read that brought it, with no task woken); this coroutine then
-        does only what waits: an fsync the log's policy says is due (in a thread, the ACK
-        of the durable end after it) and a drain of a connection that holds unsent bytes."""
-        self._acked, self._sync_owed = (-1, -1), False
+        does only what waits: an fsync the log's policy says is due, by count or by time
+        even when nothing more comes (in a thread, the ACK of the durable end after it),
+        and a drain of a connection that holds unsent bytes."""
+        self._acked, self._sync_owed, self._timed = (-1, -1), False, False
         # (a stream's liveness is its connection's: an idle one hears nothing at all)
         silence = None if link.multiplexed else self.timeout
         if isinstance(link, Stream):
             link.handle(lambda frames: self._take(link, epoch, frames))
         while True:
-            frames = await link.recv(silence)  # (a handled stream's: none, when poked)
+            # What was written waits for an fsync by the log's time bound even when the
+            # leader sends nothing more (an idle stream hears nothing at all): the wait
+            # ends then, and the fsync and its ACK follow.
+            due = self.plog.sync_due_in(self.wall_ns())
+            timed = due is not None and (silence is None or due < silence)
+            wait = due + SYNC_SLACK_S if due is not None and timed else silence
+            self._timed = timed
+            try:  # (a handled stream's recv: no frame, when poked)
+                frames = await link.recv(wait)
+            except TimeoutError:
+                if not timed:
+                    raise
+                frames = []
             if frames:
                 self._take(link, epoch, frames)
+            elif timed and self.plog.sync_due(self.wall_ns()):
+                self._sync_owed = True
             if self._sync_owed:
                 self._sync_owed = False
                 await link.drain()
@@ -294,8 +323,9 @@ class FollowerFetch:
         """Frames of the leader that came together: every APPEND into the log under one
         flush, the CURSORS after the records they cover (``on_cursors``), then the ACK of
         the end, unless an fsync is due under the ``always`` policy (its ACK follows the
-        fsync: ``_stream``). The link is poked when an fsync is due or its connection holds
-        unsent bytes."""
+        fsync: ``_stream``). The link is poked when an fsync is due, when its connection
+        holds unsent bytes, or when the log's time bound starts counting (``_stream``
+        waits for it)."""
         log = self.plog
         heartbeat = False
         cursors: list[Cursors] = []
@@ -317,7 +347,8 @@ class FollowerFetch:
             if self.on_cursors is not None:  # (after the records they cover)
                 self.on_cursors(cursors[-1])
             link.send_soon(answers[-1:])  # (with other partitions' of this turn)
-        sync = log.sync_due(self.wall_ns())
+        now = self.wall_ns()
+        sync = log.sync_due(now)
         if not sync or not log.policy.always:
             # What is written is acknowledged before an fsync on the log's schedule:
             # the leader commits on ends (but under ``always``, where it waits for
@@ -326,6 +357,8 @@ class FollowerFetch:
         if sync or link.congested():
             self._sync_owed |= sync
             link.poke()
+        elif not self._timed and log.sync_due_in(now) is not None:
+            link.poke()  # (its wait takes the log's time bound from now on: ``_stream``)
         self._progress()
 
     def _progress(self) -> None:

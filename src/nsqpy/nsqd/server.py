@@ -170,6 +170,7 @@ class NsqdServer:
         self.broker.on_topic_deleted.append(self._topic_deleted)
         self.broker.on_partition_released.append(self._partition_released)
         self.broker.on_stepped_down.append(self._stepped_down)
+        self.broker.on_stepped_up.append(self._stepped_up)
         # With --etcd-endpoints: this node's part in a cluster (nsqd.cluster; imported only
         # then: the etcd client and gRPC cost a single node ~15 MB of memory for nothing).
         self.cluster: NsqdCluster | None = None
@@ -543,6 +544,14 @@ class NsqdServer:
         acks = self._acks.pop(part, None)
         while acks:
             acks.popleft().resolve(NotLeader())
+
+    def _stepped_up(self, topic: Topic, part: Partition) -> None:
+        """A partition followed here is led now (cluster): what it took as a follower and
+        has not fsynced yet is synced on the log's schedule from here on, as if published
+        here (the follower's own schedule ended with its link)."""
+        del topic
+        if not part.ephemeral:
+            self._unsynced.add(part)
 
     def _stepped_down(self, topic: Topic, part: Partition) -> None:
         """A partition led here is followed now (cluster): publishes still waiting for the

@@ -615,6 +615,14 @@ class PartitionLog:
             return True
         return bool(p.every_ms and now_ns - self._unsynced_since >= p.every_ms * 1_000_000)
 
+    def sync_due_in(self, now_ns: int) -> float | None:
+        """Seconds from ``now_ns`` until the policy's time bound makes an fsync due (0:
+        it is); None when everything flushed is durable or the policy has no time bound."""
+        if self._segments[-1].end - self._durable <= 0 or not self.policy.every_ms:
+            return None
+        since = self._unsynced_since or now_ns
+        return max(0.0, (since + self.policy.every_ms * 1_000_000 - now_ns) / 1e9)
+
     def sync(self) -> int:
         """fsync everything flushed so far; safe from a worker thread. Returns durable_offset."""
         with self._lock:

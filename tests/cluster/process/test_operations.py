@@ -322,6 +322,11 @@ def test_a_topics_retention_and_syncdisk_reach_every_replica_and_a_delete_remove
     post_ok(shared, f"/topic/meta/update?topic={topic}&syncdisk=0")  # (the nodes' own count)
     node = 2500  # (the nodes' --sync-every: nsqd's default)
     shared.wait_for(lambda: [settings(i) for i in range(3)] == [(5 * day, node)] * 3, 10, "0")
+    # three more, far below the count, and nothing after them: every replica fsyncs them by
+    # the nodes' --sync-timeout (2 s), the followers too, whose streams then hear nothing
+    for _ in range(3):
+        assert http_pub(shared.nsqd_http(leader), topic, 0, b"kept") == 200
+    shared.wait_for(lambda: [durable(i) for i in range(3)] == [(6, 6)] * 3, 10, "by time")
     post_ok(shared, f"/topic/delete?topic={topic}")
     shared.wait_for(
         lambda: all(not stats_partitions(shared, i, topic) for i in range(3)), 10, "deleted"

@@ -36,6 +36,7 @@ from nsqpy.protocol.replication import (
     encode_error,
     encode_hello,
 )
+from nsqpy.storage.policy import SyncPolicy
 from nsqpy.testing.polling import eventually
 
 from .conftest import TOPIC, Cluster, assert_same, lead
@@ -107,6 +108,14 @@ async def test_idle_streams_send_nothing_and_pings_keep_every_follower_heard(
             5,
             what="every commit told",
         )
+        await eventually(  # (and the followers' fsyncs by the time bound, and their ACKs)
+            lambda: all(
+                cluster.states[p].peers["F1"].durable == f.plog.flushed_offset
+                for p, f in enumerate(followers)
+            ),
+            10,
+            what="every follower's fsync told",
+        )
         chunks.clear()
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -117,6 +126,57 @@ async def test_idle_streams_send_nothing_and_pings_keep_every_follower_heard(
         for p in range(PARTITIONS):
             assert cluster.states[p].lagging(["F1"]) == []
         assert all(f.state == "streaming" for f in followers)
+    finally:
+        await pool.close()
+
+
+async def test_a_follower_fsyncs_by_the_time_bound_when_its_stream_goes_quiet(
+    cluster: Cluster,
+) -> None:
+    """A follower whose policy syncs by time only (0.2 s) fsyncs what it took once the
+    bound is up, and acknowledges the durable end, though the leader sends nothing more
+    (an idle stream hears nothing at all, not even heartbeats), twice over: the records it
+    caught up with, then a later one that came while it waited for nothing."""
+    leader = cluster.leader_log()
+    lead(leader, 1, 4)
+    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
+    try:
+        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
+        cluster.set_isr(0, ["L", "F1"])
+        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=200))
+        f = cluster.follower(mine, pool=pool)
+        assert f.pool is pool
+        peer = cluster.states[0].peers
+        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+        await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
+        await eventually(lambda: peer["F1"].durable == 40, 5, what="told")  # (its ACK)
+        lead(leader, 1, 1)  # (ten more, in the same epoch, after a quiet time)
+        assert cluster.feed is not None
+        cluster.feed.notify(TOPIC, 0)
+        await eventually(lambda: mine.flushed_offset == 50, 5, what="taken again")
+        await eventually(lambda: mine.durable_offset == 50, 5, what="fsynced again")
+        await eventually(lambda: peer["F1"].durable == 50, 5, what="told again")
+    finally:
+        await pool.close()
+
+
+async def test_a_follower_fsyncs_what_it_took_when_its_leader_goes(cluster: Cluster) -> None:
+    """The leader's end closes while the follower holds records not fsynced, under a time
+    bound far away (a minute): they are synced as the session ends, not left until a
+    next session that a lost leader may never bring."""
+    leader = cluster.leader_log()
+    lead(leader, 1, 4)
+    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
+    try:
+        feed = await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
+        cluster.set_isr(0, ["L", "F1"])
+        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=60_000))
+        cluster.follower(mine, pool=pool)
+        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+        assert mine.durable_offset == 0
+        await feed.close()
+        cluster.feed = None
+        await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
     finally:
         await pool.close()
 
