@@ -15,6 +15,7 @@ from nsqpy.storage import (
     PartitionLog,
     RawBatch,
     StaleEpoch,
+    SyncPolicy,
 )
 from nsqpy.storage import reservation as reservation_module
 from nsqpy.storage.encode import encode_bodies
@@ -425,3 +426,21 @@ def test_a_damaged_epoch_history_is_said_in_one_line_and_the_log_opens(
     assert len(lines) == 1 and "damaged" in lines[0] and str(tmp_path / "p") in lines[0]
     assert again.last_epoch == 2 and again.high_watermark == 7
     again.close()
+
+
+def test_a_jump_leaves_what_was_not_fsynced_before_it_owed(tmp_path: Path) -> None:
+    """A jump (a follower's leader skipped offsets) over records written and not fsynced
+    keeps them owed: the fsync by the time bound still comes, and covers them; a jump from
+    a durable end keeps the log durable (the gap needs no fsync)."""
+    log = PartitionLog(tmp_path / "p", segment_bytes=SEGMENT, sync=SyncPolicy(0, 60_000))
+    try:
+        lead(log, 1, [3])
+        log.advance_to(10)
+        assert (log.high_watermark, log.durable_offset) == (10, 0)
+        assert log.sync_due_in(0) is not None  # (an fsync still owed, by the time bound)
+        assert log.sync() == 10
+        log.advance_to(20)
+        assert (log.high_watermark, log.durable_offset) == (20, 20)
+        assert log.sync_due_in(0) is None
+    finally:
+        log.close()

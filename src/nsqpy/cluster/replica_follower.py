@@ -105,7 +105,8 @@ class FollowerFetch:
         self.logger = logger or logging.getLogger("nsqpy.cluster.replica")
         self.state = "waiting"
         self.sessions = 0
-        self._last_failure: tuple[str, float] = ("", 0.0)  # what was logged last, and when
+        # per kind of failure (a session's, an fsync's): what was logged last, and when
+        self._last_failure: dict[str, tuple[str, float]] = {}
         self.leader_epoch_seen: int | None = None
         self._parked = leader is None
         self._changed = asyncio.Event()
@@ -147,6 +148,9 @@ class FollowerFetch:
             self._link.abort()  # the next read, which hands frames to ``_take``
         if self.plog.pending():
             self.plog.flush()
+        if self.plog.durable_offset < self.plog.flushed_offset:
+            # (fsynced in a worker thread, not left for a next session that may not come)
+            asyncio.get_running_loop().run_in_executor(None, self._sync_quietly)
         self.state = "stopped"
 
     async def stop(self) -> None:
@@ -203,21 +207,26 @@ class FollowerFetch:
     async def _sync_left(self) -> None:
         """(a session ended) What it took and has not fsynced is synced now, not left for
         the next session's time bound, which a lost leader may never bring."""
-        if self.plog.sync_due_in(self.wall_ns()) is None:
-            return
-        try:
-            await asyncio.to_thread(self.plog.sync)
-        except OSError as err:  # (tried again when the next session's bound is up)
-            self._log_failure(f"replication of {self._where}: fsync failed: {err!r}")
+        if self.plog.durable_offset < self.plog.flushed_offset:
+            await asyncio.to_thread(self._sync_quietly)
 
-    def _log_failure(self, text: str) -> None:
-        """One line per failure, but the same failure again only every ``REPEAT_LOG``
-        seconds (a full disk fails every retry for as long as it lasts)."""
+    def _sync_quietly(self) -> None:
+        """(a worker thread) fsync the log; a failure is a line of log (tried again on
+        the next session's schedule)."""
+        try:
+            self.plog.sync()
+        except OSError as err:
+            self._log_failure(f"replication of {self._where}: fsync failed: {err!r}", "fsync")
+
+    def _log_failure(self, text: str, kind: str = "session") -> None:
+        """One line per failure, but the same failure of a ``kind`` again only every
+        ``REPEAT_LOG`` seconds (a full disk fails every retry for as long as it lasts, and
+        the fsync after each failed session too)."""
         now = self.clock()
-        last_text, last_at = self._last_failure
+        last_text, last_at = self._last_failure.get(kind, ("", 0.0))
         if text != last_text or now - last_at >= REPEAT_LOG:
             self.logger.info("%s", text)
-            self._last_failure = (text, now)
+            self._last_failure[kind] = (text, now)
 
     async def _session(self, address: str, epoch: int) -> None:
         self.state = "connecting"
@@ -299,12 +308,14 @@ class FollowerFetch:
             # ends then, and the fsync and its ACK follow.
             due = self.plog.sync_due_in(self.wall_ns())
             timed = due is not None and (silence is None or due < silence)
-            wait = due + SYNC_SLACK_S if due is not None and timed else silence
             self._timed = timed
             try:  # (a handled stream's recv: no frame, when poked)
-                frames = await link.recv(wait)
+                async with asyncio.timeout(
+                    due + SYNC_SLACK_S if due is not None and timed else None
+                ) as window:
+                    frames = await link.recv(None if timed else silence)
             except TimeoutError:
-                if not timed:
+                if not window.expired():  # (the link's silence, or what its reader raised)
                     raise
                 frames = []
             if frames:

@@ -333,7 +333,9 @@ class PartitionLog:
         self._roll(offset)
         self._forget_reads()
         self._gaps = None
-        self._next = self._durable = offset
+        if self._durable >= self._next:  # (else what is unsynced below stays owed)
+            self._durable = offset
+        self._next = offset
         res = self._reservation
         res.handed = max(res.handed, offset)
         res.write(max(offset, res.reserved))
@@ -620,8 +622,10 @@ class PartitionLog:
         it is); None when everything flushed is durable or the policy has no time bound."""
         if self._segments[-1].end - self._durable <= 0 or not self.policy.every_ms:
             return None
+        every_ns = self.policy.every_ms * 1_000_000
         since = self._unsynced_since or now_ns
-        return max(0.0, (since + self.policy.every_ms * 1_000_000 - now_ns) / 1e9)
+        # (never past the bound from now: a wall clock set back looks again that soon)
+        return min(every_ns, max(0, since + every_ns - now_ns)) / 1e9
 
     def sync(self) -> int:
         """fsync everything flushed so far; safe from a worker thread. Returns durable_offset."""

@@ -4,6 +4,7 @@ a real LeaderFeed on loopback, FollowerFetch instances sharing a MuxPool, real l
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import struct
 from collections.abc import Callable, Iterable
@@ -177,6 +178,65 @@ async def test_a_follower_fsyncs_what_it_took_when_its_leader_goes(cluster: Clus
         await feed.close()
         cluster.feed = None
         await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
+    finally:
+        await pool.close()
+
+
+async def test_a_halted_follower_fsyncs_what_it_took(cluster: Cluster) -> None:
+    """A follower halted (the node leads the partition now, or follows another leader)
+    with records not fsynced, under a time bound a minute away, fsyncs them in a worker
+    thread: halting cancels its session before that session's end could."""
+    leader = cluster.leader_log()
+    lead(leader, 1, 4)
+    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
+    try:
+        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
+        cluster.set_isr(0, ["L", "F1"])
+        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=60_000))
+        f = cluster.follower(mine, pool=pool)
+        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+        assert mine.durable_offset == 0
+        f.halt()
+        await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
+    finally:
+        await pool.close()
+
+
+async def test_a_timeout_raised_taking_a_frame_ends_the_session_at_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TimeoutError raised while a frame is taken (a disk's ETIMEDOUT) ends the
+    follower's session: it is not taken for the end of the wait for the log's fsync time
+    bound, a wait that would then go round without waiting, on a loop that runs nothing
+    else, until that bound."""
+    leader = cluster.leader_log()
+    lead(leader, 1, 4)
+    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
+    try:
+        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
+        cluster.set_isr(0, ["L", "F1"])
+        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=2_000))
+        f = cluster.follower(mine, pool=pool, backoff=0.5, max_backoff=0.5)
+        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+        waits = 0
+        recv = Stream.recv
+
+        async def counted(self: Stream, timeout: float | None = None) -> list[ReplicationFrame]:
+            nonlocal waits
+            waits += 1
+            return await recv(self, timeout)
+
+        def failing(data: Buffer, start_offset: int) -> int:
+            raise TimeoutError(errno.ETIMEDOUT, "the disk timed out")
+
+        monkeypatch.setattr(Stream, "recv", counted)
+        monkeypatch.setattr(mine, "append_raw", failing)
+        sessions = f.sessions
+        lead(leader, 1, 1)
+        assert cluster.feed is not None
+        cluster.feed.notify(TOPIC, 0)
+        await eventually(lambda: f.sessions > sessions, 10, what="a new session")
+        assert waits < 100  # (a wait per session and turn, not a spin until the bound)
     finally:
         await pool.close()
 
