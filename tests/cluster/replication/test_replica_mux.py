@@ -4,11 +4,13 @@ a real LeaderFeed on loopback, FollowerFetch instances sharing a MuxPool, real l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,7 @@ from nsqpy.protocol.replication import (
     encode_error,
     encode_hello,
 )
+from nsqpy.storage import PartitionLog
 from nsqpy.storage.policy import SyncPolicy
 from nsqpy.testing.polling import eventually
 
@@ -131,6 +134,34 @@ async def test_idle_streams_send_nothing_and_pings_keep_every_follower_heard(
         await pool.close()
 
 
+@contextlib.asynccontextmanager
+async def quiet_follower(
+    cluster: Cluster, every_ms: int, **options: Any
+) -> AsyncIterator[tuple[PartitionLog, PartitionLog, FollowerFetch]]:
+    """A leader's log of 40 records and a follower on a connection of its own, whose log
+    fsyncs by time only, every ``every_ms``: (the leader's log, the follower's, the
+    follower), once the follower took them all."""
+    leader = cluster.leader_log()
+    lead(leader, 1, 4)
+    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
+    try:
+        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
+        cluster.set_isr(0, ["L", "F1"])
+        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=every_ms))
+        f = cluster.follower(mine, pool=pool, **options)
+        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+        yield leader, mine, f
+    finally:
+        await pool.close()
+
+
+def ten_more(cluster: Cluster, leader: PartitionLog) -> None:
+    """Ten more records led, in the same epoch, and the feed told."""
+    lead(leader, 1, 1)
+    assert cluster.feed is not None
+    cluster.feed.notify(TOPIC, 0)
+
+
 async def test_a_follower_fsyncs_by_the_time_bound_when_its_stream_goes_quiet(
     cluster: Cluster,
 ) -> None:
@@ -138,68 +169,36 @@ async def test_a_follower_fsyncs_by_the_time_bound_when_its_stream_goes_quiet(
     bound is up, and acknowledges the durable end, though the leader sends nothing more
     (an idle stream hears nothing at all, not even heartbeats), twice over: the records it
     caught up with, then a later one that came while it waited for nothing."""
-    leader = cluster.leader_log()
-    lead(leader, 1, 4)
-    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
-    try:
-        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
-        cluster.set_isr(0, ["L", "F1"])
-        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=200))
-        f = cluster.follower(mine, pool=pool)
-        assert f.pool is pool
+    async with quiet_follower(cluster, 200) as (leader, mine, _):
         peer = cluster.states[0].peers
-        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
         await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
         await eventually(lambda: peer["F1"].durable == 40, 5, what="told")  # (its ACK)
-        lead(leader, 1, 1)  # (ten more, in the same epoch, after a quiet time)
-        assert cluster.feed is not None
-        cluster.feed.notify(TOPIC, 0)
+        ten_more(cluster, leader)  # (after a quiet time)
         await eventually(lambda: mine.flushed_offset == 50, 5, what="taken again")
         await eventually(lambda: mine.durable_offset == 50, 5, what="fsynced again")
         await eventually(lambda: peer["F1"].durable == 50, 5, what="told again")
-    finally:
-        await pool.close()
 
 
 async def test_a_follower_fsyncs_what_it_took_when_its_leader_goes(cluster: Cluster) -> None:
     """The leader's end closes while the follower holds records not fsynced, under a time
     bound far away (a minute): they are synced as the session ends, not left until a
     next session that a lost leader may never bring."""
-    leader = cluster.leader_log()
-    lead(leader, 1, 4)
-    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
-    try:
-        feed = await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
-        cluster.set_isr(0, ["L", "F1"])
-        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=60_000))
-        cluster.follower(mine, pool=pool)
-        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+    async with quiet_follower(cluster, 60_000) as (_, mine, _):
         assert mine.durable_offset == 0
-        await feed.close()
+        assert cluster.feed is not None
+        await cluster.feed.close()
         cluster.feed = None
         await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
-    finally:
-        await pool.close()
 
 
 async def test_a_halted_follower_fsyncs_what_it_took(cluster: Cluster) -> None:
     """A follower halted (the node leads the partition now, or follows another leader)
     with records not fsynced, under a time bound a minute away, fsyncs them in a worker
     thread: halting cancels its session before that session's end could."""
-    leader = cluster.leader_log()
-    lead(leader, 1, 4)
-    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
-    try:
-        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
-        cluster.set_isr(0, ["L", "F1"])
-        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=60_000))
-        f = cluster.follower(mine, pool=pool)
-        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+    async with quiet_follower(cluster, 60_000) as (_, mine, f):
         assert mine.durable_offset == 0
         f.halt()
         await eventually(lambda: mine.durable_offset == 40, 5, what="fsynced")
-    finally:
-        await pool.close()
 
 
 async def test_a_timeout_raised_taking_a_frame_ends_the_session_at_once(
@@ -209,15 +208,7 @@ async def test_a_timeout_raised_taking_a_frame_ends_the_session_at_once(
     follower's session: it is not taken for the end of the wait for the log's fsync time
     bound, a wait that would then go round without waiting, on a loop that runs nothing
     else, until that bound."""
-    leader = cluster.leader_log()
-    lead(leader, 1, 4)
-    pool = MuxPool(timeout=5.0, heartbeat_interval=1.0)
-    try:
-        await cluster.start_feed(timeout=5.0, heartbeat_interval=1.0)
-        cluster.set_isr(0, ["L", "F1"])
-        mine = cluster.log("f1", SyncPolicy(every_messages=0, every_ms=2_000))
-        f = cluster.follower(mine, pool=pool, backoff=0.5, max_backoff=0.5)
-        await eventually(lambda: mine.flushed_offset == 40, 5, what="taken")
+    async with quiet_follower(cluster, 2_000, backoff=0.5, max_backoff=0.5) as (leader, mine, f):
         waits = 0
         recv = Stream.recv
 
@@ -232,13 +223,9 @@ async def test_a_timeout_raised_taking_a_frame_ends_the_session_at_once(
         monkeypatch.setattr(Stream, "recv", counted)
         monkeypatch.setattr(mine, "append_raw", failing)
         sessions = f.sessions
-        lead(leader, 1, 1)
-        assert cluster.feed is not None
-        cluster.feed.notify(TOPIC, 0)
+        ten_more(cluster, leader)
         await eventually(lambda: f.sessions > sessions, 10, what="a new session")
         assert waits < 100  # (a wait per session and turn, not a spin until the bound)
-    finally:
-        await pool.close()
 
 
 async def test_a_silent_connection_is_closed_and_its_followers_fall_behind(
