@@ -35,6 +35,12 @@ def settled(cluster: LocalCluster, topic: str, count: int, replicas: int) -> boo
     )
 
 
+def rows_shown(page: Page, url: str) -> int:
+    """The partitions rows the topic page at ``url`` lists, loaded afresh."""
+    open_page(page, url)
+    return page.locator("#partitions tbody tr").count()
+
+
 def holders(info: dict[str, Any]) -> set[str]:
     return set(info["isr"]) | set(info["catchup"])
 
@@ -150,8 +156,10 @@ def test_browser_creates_expands_moves_and_drains(
         page.wait_for_selector("body[data-ready='1']")
         assert page.url.endswith(f"/topics/{topic}")
         cluster.wait_for(lambda: settled(cluster, topic, 2, 2), 20, "created")
-        open_page(page, f"{program.url}/topics/{topic}")
-        assert page.locator("#partitions tbody tr").count() == 2
+        # etcd has the partitions settled a moment before their leaders register the topic
+        # with both lookupds (the page lists what the registered nodes report): reload until
+        cluster.wait_for(lambda: rows_shown(page, f"{program.url}/topics/{topic}") == 2,
+                         20, "the page lists both partitions")  # fmt: skip
         page.screenshot(path=str(cluster_shots / "ops-created.png"), full_page=True)
 
         # expand to three partitions
