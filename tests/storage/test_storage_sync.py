@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,5 +60,61 @@ def test_sync_between_the_write_and_its_bookkeeping_fsyncs_what_it_counts(
         ((durable, fsyncs),) = seen
         # Whatever the concurrent sync calls durable, it has fsynced.
         assert durable == 0 or fsyncs == 1, (durable, fsyncs)
+    finally:
+        log.close()
+
+
+def test_open_fsyncs_what_a_killed_process_left_unsynced_before_calling_it_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed before its fsync leaves its last records in the page cache only; the
+    next open counts the files' contents as durable, so it fsyncs them first (every segment
+    holding records, the epochs file and the directory)."""
+    writer = PartitionLog(tmp_path / "killed", segment_bytes=4096)
+    try:
+        for _ in range(6):  # over several segments
+            writer.append_bodies([b"x" * 200] * 10)
+            writer.flush()
+        assert writer.durable_offset == 0  # flushed to the page cache, never fsynced
+        # the directory as the kill left it: copied, so the new files' data is unsynced too
+        shutil.copytree(tmp_path / "killed", tmp_path / "restarted")
+    finally:
+        writer.close()
+    synced: list[int] = []
+    real = log_module.fsync_segment
+
+    def spy(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fsync_segment", spy)
+    opened = PartitionLog(tmp_path / "restarted", segment_bytes=4096)
+    try:
+        with_records = [s for s in opened._segments if s.size > 0]
+        assert len(with_records) > 1
+        assert len(synced) == len(with_records)  # before open returned
+        assert opened.durable_offset == opened.high_watermark == 60
+        assert not any(s.unsynced for s in opened._segments)
+    finally:
+        opened.close()
+    # closed cleanly (fsynced, then settled): the next open has nothing to fsync
+    synced.clear()
+    PartitionLog(tmp_path / "restarted", segment_bytes=4096).close()
+    assert synced == []
+
+
+def test_a_truncated_log_is_fsynced_before_it_is_left_settled(tmp_path: Path) -> None:
+    """A truncation leaves the reservation as a clean close does (what was cut was never
+    read), which the next open takes as "nothing to fsync": so the truncation fsyncs what
+    stays first."""
+    log = PartitionLog(tmp_path, segment_bytes=4096)
+    try:
+        for _ in range(4):
+            log.append_bodies([b"y" * 200] * 10)
+            log.flush()
+        assert log.durable_offset == 0
+        log.truncate(25)
+        assert log.durable_offset == log.high_watermark == 25
+        assert not any(s.unsynced for s in log._segments)
     finally:
         log.close()

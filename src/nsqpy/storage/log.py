@@ -312,6 +312,13 @@ class PartitionLog:
                 )  # fmt: skip
             self.advance_to(floor)
         res.reserved = self._next
+        if bases and not res.settled:
+            # What the files hold counts as durable from here on; a process killed before
+            # its fsync may have left some of it in the page cache only: fsynced now
+            for seg in self._segments:
+                seg.unsynced = seg.unsynced or seg.size > 0
+            self._dir_dirty = self._epochs_unsynced = True
+            self.sync()
 
     @property
     def reserved(self) -> int:
@@ -807,6 +814,7 @@ class PartitionLog:
         self._durable = min(self._durable, self._next)
         self._epochs = trimmed(self._epochs, self._next)
         self._write_epochs()
+        self.sync()  # (the reservation below says the log is settled: see reservation.py)
         self._reservation.lower(self._next)  # (what was cut was never read: see module doc)
 
     def _cut_segment(self, seg: Segment, offset: int) -> None:
@@ -892,7 +900,7 @@ class PartitionLog:
             return
         self.flush()
         self.sync()
-        if self._reservation.reserved != self._next:
+        if self._reservation.reserved != self._next or not self._reservation.settled:
             try:
                 self._reservation.settle(self._next)
             except OSError as exc:  # the next open jumps to the old reservation: no harm

@@ -10,7 +10,9 @@ written atomically (temp file, fsync, rename, fsync of the directory):
   page cache), so in the same boot a log's recovered end is everything ever readable; after
   a reboot (a power loss) the log must go on at R.
 - H: offsets below it were handed out whatever the boot: where a deleted log ended (the
-  file outlives the log), or where a clean close left it.
+  file outlives the log), or where a clean close left it. R == H: the log was left settled
+  (closed, or truncated), everything in it fsynced; R > H: the process may have been killed
+  with records in the page cache only (``settled``).
 
 ``floor`` is where a log opened now must go on from. ``PartitionLog`` owns the policy
 (when to reserve, settle and jump); this module only the file and its arithmetic. Imports
@@ -55,6 +57,9 @@ class Reservation:
         self._step = RESERVE_MIN
         self._extended_at = 0  # clock when the reservation was last extended
         self.found_handed, found_reserved, found_boot = self._load()
+        # Whether the last run left the log settled (a clean close, a truncation: both fsync
+        # the log first); otherwise it may have been killed with records in the page cache
+        self.settled = bool(found_boot) and found_reserved == self.found_handed
         # The offset a log opened now must go on from (at least; its own end may be more).
         self.floor = max(self.found_handed, found_reserved if found_boot != boot_id() else 0)
 
@@ -89,6 +94,7 @@ class Reservation:
         line = f"handed {self.handed} reserved {reserved} boot {boot_id() or '-'}\n"
         write_atomic(self.path, line.encode())
         self.reserved = reserved
+        self.settled = reserved == self.handed
 
     def extend(self, end: int) -> None:
         """Reserve a block past ``end`` (everything pending), before any of it is read."""
