@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,8 @@ import pytest
 
 from nsqpy.storage import PartitionLog
 from nsqpy.storage import log as log_module
+from nsqpy.storage import reservation as reservation_module
+from nsqpy.storage.reservation import RESERVED_FILE
 from nsqpy.storage.segment import Segment
 
 
@@ -64,22 +68,9 @@ def test_sync_between_the_write_and_its_bookkeeping_fsyncs_what_it_counts(
         log.close()
 
 
-def test_open_fsyncs_what_a_killed_process_left_unsynced_before_calling_it_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A process killed before its fsync leaves its last records in the page cache only; the
-    next open counts the files' contents as durable, so it fsyncs them first (every segment
-    holding records, the epochs file and the directory)."""
-    writer = PartitionLog(tmp_path / "killed", segment_bytes=4096)
-    try:
-        for _ in range(6):  # over several segments
-            writer.append_bodies([b"x" * 200] * 10)
-            writer.flush()
-        assert writer.durable_offset == 0  # flushed to the page cache, never fsynced
-        # the directory as the kill left it: copied, so the new files' data is unsynced too
-        shutil.copytree(tmp_path / "killed", tmp_path / "restarted")
-    finally:
-        writer.close()
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors of every segment fsync from here on (each fsync really done)."""
     synced: list[int] = []
     real = log_module.fsync_segment
 
@@ -88,19 +79,138 @@ def test_open_fsyncs_what_a_killed_process_left_unsynced_before_calling_it_durab
         real(fd)
 
     monkeypatch.setattr(log_module, "fsync_segment", spy)
-    opened = PartitionLog(tmp_path / "restarted", segment_bytes=4096)
+    return synced
+
+
+def killed(tmp_path: Path, batches: int = 6, size: int = 200, **kw: Any) -> Path:
+    """A log directory as a process killed before its fsync left it: written and flushed,
+    never fsynced, then copied (so the copy's data is in the page cache only too)."""
+    writer = PartitionLog(tmp_path / "killed", segment_bytes=4096)
+    try:
+        for _ in range(batches):  # (a segment ends after a batch past its size)
+            writer.append_bodies([b"x" * size] * 10)
+            writer.flush()
+        if "advance_to" in kw:
+            writer.advance_to(kw["advance_to"])
+        assert writer.durable_offset == 0  # flushed to the page cache, never fsynced
+        shutil.copytree(tmp_path / "killed", tmp_path / "restarted")
+    finally:
+        writer.close()
+    return tmp_path / "restarted"
+
+
+def test_open_fsyncs_what_a_killed_process_left_unsynced_before_calling_it_durable(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """A process killed before its fsync leaves its last records in the page cache only; the
+    next open counts the files' contents as durable, so it fsyncs them first (every segment
+    holding records, the epochs file and the directory)."""
+    path = killed(tmp_path)
+    fsyncs.clear()  # (the writer's own close fsynced the original)
+    opened = PartitionLog(path, segment_bytes=4096)
     try:
         with_records = [s for s in opened._segments if s.size > 0]
         assert len(with_records) > 1
-        assert len(synced) == len(with_records)  # before open returned
+        assert len(fsyncs) == len(with_records)  # before open returned
         assert opened.durable_offset == opened.high_watermark == 60
         assert not any(s.unsynced for s in opened._segments)
     finally:
         opened.close()
     # closed cleanly (fsynced, then settled): the next open has nothing to fsync
-    synced.clear()
-    PartitionLog(tmp_path / "restarted", segment_bytes=4096).close()
-    assert synced == []
+    fsyncs.clear()
+    PartitionLog(path, segment_bytes=4096).close()
+    assert fsyncs == []
+
+
+def test_open_fsyncs_after_a_kill_where_the_boot_is_not_known(
+    tmp_path: Path, fsyncs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a boot id the open jumps to the reservation (a reboot cannot be ruled out),
+    which rewrites the file before the open is done: the fsync is decided before that."""
+    monkeypatch.setattr(reservation_module, "boot_id", lambda: "")
+    path = killed(tmp_path)
+    fsyncs.clear()  # (the writer's own close fsynced the original)
+    opened = PartitionLog(path, segment_bytes=4096)
+    try:
+        assert opened.skipped > 0  # jumped
+        assert len(fsyncs) >= sum(1 for s in opened._segments if s.size > 0) > 1
+        assert not any(s.unsynced for s in opened._segments)
+    finally:
+        opened.close()
+
+
+def test_a_jump_over_unsynced_records_leaves_the_log_unsettled(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """A follower's jump to its leader's offset past the reservation: the records below it
+    are still owed their fsync, so the reservation stays above what was handed out and an
+    open after a kill fsyncs them."""
+    path = killed(tmp_path, advance_to=1 << 20)
+    fsyncs.clear()  # (the writer's own close fsynced the original)
+    opened = PartitionLog(path, segment_bytes=4096)
+    try:
+        assert len(fsyncs) >= sum(1 for s in opened._segments if s.size > 0) > 1
+        assert opened.durable_offset == opened.high_watermark == 1 << 20
+    finally:
+        opened.close()
+
+
+def test_an_open_after_a_kill_in_another_boot_has_nothing_to_fsync(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    """After a reboot the page cache is gone: what the files hold is all there is."""
+    path = killed(tmp_path)
+    fsyncs.clear()  # (the writer's own close fsynced the original)
+    line = (path / RESERVED_FILE).read_text().split()
+    line[5] = "an-earlier-boot"
+    (path / RESERVED_FILE).write_text(" ".join(line) + "\n")
+    PartitionLog(path, segment_bytes=4096).close()
+    assert fsyncs == []
+
+
+def test_the_open_fsyncs_a_killed_log_of_many_segments_under_a_small_descriptor_limit(
+    tmp_path: Path,
+) -> None:
+    """One descriptor at a time: 300 segments open under a limit of 128 open files."""
+    path = killed(tmp_path, batches=300, size=400)
+    assert len(list(path.glob("*.log"))) >= 300
+    script = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))\n"
+        "from nsqpy.storage import PartitionLog\n"
+        "log = PartitionLog(sys.argv[1], segment_bytes=4096)\n"
+        "print(log.durable_offset, log.high_watermark)\n"
+        "log.close()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["3000", "3000"]
+
+
+def test_a_deleted_log_is_left_settled_only_once_its_files_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill while a topic is deleted can leave its files (the topic still listed): until
+    they are gone the reservation must not say that they were fsynced."""
+    log = PartitionLog(tmp_path, segment_bytes=4096)
+    log.append_bodies([b"z" * 200] * 10)
+    log.flush()
+    seen: list[str] = []
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if not seen:
+            seen.append((tmp_path / RESERVED_FILE).read_text())
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    log.destroy()
+    fields = seen[0].split()
+    assert int(fields[3]) > int(fields[1]) == 10  # R above H while files remain
+    fields = (tmp_path / RESERVED_FILE).read_text().split()
+    assert fields[1] == fields[3] == "10"  # settled at the end once they are gone
 
 
 def test_a_truncated_log_is_fsynced_before_it_is_left_settled(tmp_path: Path) -> None:

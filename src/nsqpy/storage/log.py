@@ -287,6 +287,7 @@ class PartitionLog:
         self._tail_epochs = recovery.tail_epochs
         self._dir_dirty |= recovery.dir_changed
         res = self._reservation = Reservation(self.directory, self._clock, self._logger)
+        left_unsynced = bool(bases) and res.left_unsynced  # (before anything rewrites it)
         floor = max(start_offset, res.floor)
         if not self._segments:  # a new log: its reservation first, then its first segment
             res.handed = floor
@@ -312,13 +313,23 @@ class PartitionLog:
                 )  # fmt: skip
             self.advance_to(floor)
         res.reserved = self._next
-        if bases and not res.settled:
-            # What the files hold counts as durable from here on; a process killed before
-            # its fsync may have left some of it in the page cache only: fsynced now
-            for seg in self._segments:
-                seg.unsynced = seg.unsynced or seg.size > 0
-            self._dir_dirty = self._epochs_unsynced = True
-            self.sync()
+        if left_unsynced:
+            self._sync_found()
+
+    def _sync_found(self) -> None:
+        """fsync what a process killed before its fsync may have left in the page cache only
+        (what the files hold counts as durable from the open on): each segment holding
+        records, one descriptor at a time, then what is flagged, the epochs file and the
+        directory."""
+        for seg in self._segments:
+            if seg.size > 0 and not seg.unsynced:
+                fd = os.open(seg.path, os.O_RDONLY | _O_CLOEXEC)
+                try:
+                    fsync_segment(fd)
+                finally:
+                    os.close(fd)
+        self._dir_dirty = self._epochs_unsynced = True
+        self.sync()
 
     @property
     def reserved(self) -> int:
@@ -340,12 +351,16 @@ class PartitionLog:
         self._roll(offset)
         self._forget_reads()
         self._gaps = None
-        if self._durable >= self._next:  # (else what is unsynced below stays owed)
+        owed = self._durable < self._next  # (what is unsynced below stays owed)
+        if not owed:
             self._durable = offset
         self._next = offset
         res = self._reservation
         res.handed = max(res.handed, offset)
-        res.write(max(offset, res.reserved))
+        if owed and res.reserved <= offset:
+            res.extend(offset)  # (R == H would say the log is settled: see reservation.py)
+        else:
+            res.write(max(offset, res.reserved))
 
     def restart_at(self, offset: int) -> None:
         """A log that holds no record (a follower that has nothing in common with its
@@ -930,10 +945,15 @@ class PartitionLog:
                 for seg in self._segments:
                     seg.forget()
             self._forget_reads()
+        res = self._reservation
         try:
-            self._reservation.settle(self._next)
+            if res.reserved > self._next:  # flushed in this run: settled once it is gone
+                res.handed = max(res.handed, self._next)
+                res.write(res.reserved)
+            else:
+                res.settle(self._next)
         except OSError:
-            if self._reservation.reserved < self._next:
+            if res.reserved < self._next:
                 raise  # never forget offsets that were handed out
         for path in self.directory.iterdir():
             if path.name == RESERVED_FILE:
@@ -942,6 +962,11 @@ class PartitionLog:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+        if not res.settled:
+            try:
+                res.settle(self._next)
+            except OSError:  # (H already holds the end: a topic made again goes on from it)
+                pass
 
     def __enter__(self) -> PartitionLog:
         return self

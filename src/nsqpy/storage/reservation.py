@@ -11,8 +11,9 @@ written atomically (temp file, fsync, rename, fsync of the directory):
   a reboot (a power loss) the log must go on at R.
 - H: offsets below it were handed out whatever the boot: where a deleted log ended (the
   file outlives the log), or where a clean close left it. R == H: the log was left settled
-  (closed, or truncated), everything in it fsynced; R > H: the process may have been killed
-  with records in the page cache only (``settled``).
+  (closed, truncated, jumped or deleted with nothing unsynced), everything in it fsynced;
+  R > H: the process may have been killed with records in the page cache only
+  (``settled``, ``left_unsynced``). Whoever writes R == H must have fsynced the log.
 
 ``floor`` is where a log opened now must go on from. ``PartitionLog`` owns the policy
 (when to reserve, settle and jump); this module only the file and its arithmetic. Imports
@@ -57,9 +58,15 @@ class Reservation:
         self._step = RESERVE_MIN
         self._extended_at = 0  # clock when the reservation was last extended
         self.found_handed, found_reserved, found_boot = self._load()
-        # Whether the last run left the log settled (a clean close, a truncation: both fsync
-        # the log first); otherwise it may have been killed with records in the page cache
+        # Whether the file says the log is settled (every writer of R == H fsyncs the log
+        # first); kept up to date by ``write``
         self.settled = bool(found_boot) and found_reserved == self.found_handed
+        # Whether the last run may have left records in the page cache only: it was not
+        # settled, in this boot or one not known (after a reboot the disk is all there is)
+        current = boot_id()
+        self.left_unsynced = not self.settled and (
+            found_boot in ("", "-") or not current or found_boot == current
+        )
         # The offset a log opened now must go on from (at least; its own end may be more).
         self.floor = max(self.found_handed, found_reserved if found_boot != boot_id() else 0)
 
