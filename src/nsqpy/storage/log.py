@@ -302,6 +302,8 @@ class PartitionLog:
         self._next = self._durable = active.end
         self._load_epochs()
         res.handed = max(res.found_handed, self._next)
+        if left_unsynced:  # (before a jump below writes the reservation settled)
+            self._sync_found()
         if floor > self._next:
             if self._next > self._segments[0].base or len(self._segments) > 1:
                 self.skipped = floor - self._next
@@ -313,23 +315,27 @@ class PartitionLog:
                 )  # fmt: skip
             self.advance_to(floor)
         res.reserved = self._next
-        if left_unsynced:
-            self._sync_found()
 
     def _sync_found(self) -> None:
         """fsync what a process killed before its fsync may have left in the page cache only
         (what the files hold counts as durable from the open on): each segment holding
-        records, one descriptor at a time, then what is flagged, the epochs file and the
-        directory."""
-        for seg in self._segments:
-            if seg.size > 0 and not seg.unsynced:
-                fd = os.open(seg.path, os.O_RDONLY | _O_CLOEXEC)
-                try:
-                    fsync_segment(fd)
-                finally:
-                    os.close(fd)
-        self._dir_dirty = self._epochs_unsynced = True
-        self.sync()
+        records, one descriptor at a time, then the epochs file and the directory. A
+        failure fails the open, its files closed."""
+        try:
+            for seg in self._segments:
+                if seg.size > 0:
+                    fd = os.open(seg.path, os.O_RDONLY | _O_CLOEXEC)
+                    try:
+                        fsync_segment(fd)
+                    finally:
+                        os.close(fd)
+                    seg.unsynced = False
+            self._dir_dirty = self._epochs_unsynced = True
+            self.sync()
+        except OSError:
+            for seg in self._segments:
+                seg.forget()
+            raise
 
     @property
     def reserved(self) -> int:
@@ -947,14 +953,15 @@ class PartitionLog:
             self._forget_reads()
         res = self._reservation
         try:
-            if res.reserved > self._next:  # flushed in this run: settled once it is gone
+            if res.reserved > self._next or self._durable < self._next:
+                # records not known to be fsynced: settled only once they are gone
                 res.handed = max(res.handed, self._next)
-                res.write(res.reserved)
+                res.write(max(res.reserved, self._next + 1))
             else:
                 res.settle(self._next)
         except OSError:
-            if res.reserved < self._next:
-                raise  # never forget offsets that were handed out
+            if res.file_handed < self._next:
+                raise  # never forget offsets that were handed out: the files stay
         for path in self.directory.iterdir():
             if path.name == RESERVED_FILE:
                 continue
@@ -965,7 +972,7 @@ class PartitionLog:
         if not res.settled:
             try:
                 res.settle(self._next)
-            except OSError:  # (H already holds the end: a topic made again goes on from it)
+            except OSError:  # (the file's H holds the end: a topic made again goes on from it)
                 pass
 
     def __enter__(self) -> PartitionLog:

@@ -68,7 +68,8 @@ class Reservation:
             found_boot in ("", "-") or not current or found_boot == current
         )
         # The offset a log opened now must go on from (at least; its own end may be more).
-        self.floor = max(self.found_handed, found_reserved if found_boot != boot_id() else 0)
+        self.floor = max(self.found_handed, found_reserved if found_boot != current else 0)
+        self.file_handed = self.found_handed  # H as the file holds it
 
     def _load(self) -> tuple[int, int, str]:
         """(handed, reserved, boot id) of the file; zeros when it is missing or damaged
@@ -102,6 +103,7 @@ class Reservation:
         write_atomic(self.path, line.encode())
         self.reserved = reserved
         self.settled = reserved == self.handed
+        self.file_handed = self.handed
 
     def extend(self, end: int) -> None:
         """Reserve a block past ``end`` (everything pending), before any of it is read."""
