@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from nsqpy.storage import PartitionLog
+from nsqpy.storage import files as files_module
 from nsqpy.storage import log as log_module
 from nsqpy.storage import reservation as reservation_module
 from nsqpy.storage.reservation import RESERVED_FILE
@@ -241,29 +242,31 @@ def test_a_deleted_log_flushed_exactly_to_its_reservation_is_not_settled_early(
     assert int(fields[3]) > int(fields[1])  # R above H while files remain
 
 
-def test_a_delete_that_cannot_record_the_logs_end_keeps_its_files(
+def test_a_delete_on_a_full_disk_records_the_logs_end_once_its_files_freed_room(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A log opened after a kill: the file's H is below the end. If the reservation cannot
-    be written (a full disk), deleting the files would let a topic made again reuse those
-    offsets: the delete fails and the files stay."""
+    """A log opened after a kill: the file's H is below the end. The reservation cannot be
+    written while the disk is full; deleting the files frees room, and the end is recorded
+    then, so a topic made again does not give those offsets again."""
     path = killed(tmp_path, batches=2)
     log = PartitionLog(path, segment_bytes=4096)
     assert log.high_watermark == 20
+    real = files_module.write_atomic
 
-    def full(*_args: Any, **_kw: Any) -> None:
-        raise OSError(28, "No space left on device")
+    def full_while_segments_remain(target: Path, data: bytes, **kw: Any) -> None:
+        if list(path.glob("*.log")):
+            raise OSError(28, "No space left on device")
+        real(target, data, **kw)
 
-    monkeypatch.setattr(reservation_module, "write_atomic", full)
-    with pytest.raises(OSError):
-        log.destroy()
+    monkeypatch.setattr(reservation_module, "write_atomic", full_while_segments_remain)
+    log.destroy()
     monkeypatch.undo()
-    assert list(path.glob("*.log"))
-    reopened = PartitionLog(path, segment_bytes=4096)
+    assert not list(path.glob("*.log"))
+    again = PartitionLog(path, segment_bytes=4096)
     try:
-        assert reopened.high_watermark == 20
+        assert again.high_watermark == 20  # goes on from the deleted log's end
     finally:
-        reopened.close()
+        again.close()
 
 
 def test_an_open_whose_fsync_fails_leaves_the_log_unsettled(

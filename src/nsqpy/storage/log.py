@@ -960,8 +960,7 @@ class PartitionLog:
             else:
                 res.settle(self._next)
         except OSError:
-            if res.file_handed < self._next:
-                raise  # never forget offsets that were handed out: the files stay
+            pass  # (a full disk, say: written again below, once the files have freed room)
         for path in self.directory.iterdir():
             if path.name == RESERVED_FILE:
                 continue
@@ -969,11 +968,16 @@ class PartitionLog:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-        if not res.settled:
+        if not res.settled or res.file_handed < self._next:
             try:
                 res.settle(self._next)
-            except OSError:  # (the file's H holds the end: a topic made again goes on from it)
-                pass
+            except OSError as exc:
+                if res.file_handed < self._next:  # (else the file holds the end already)
+                    self._logger.error(
+                        "log %s: deleted, but its end (%d) could not be recorded (%s): the "
+                        "topic made again before a restart may give offsets from %d again",
+                        self.directory, self._next, exc, res.file_handed,
+                    )  # fmt: skip
 
     def __enter__(self) -> PartitionLog:
         return self
