@@ -66,6 +66,13 @@ def ping(nsqd: DaemonProcess) -> tuple[int, str]:
     return status, body.decode()
 
 
+def durable(nsqd: DaemonProcess, topic: str) -> int:
+    """The offset below which the topic's (one) partition log is fsynced."""
+    status, body, _ = http_get(f"{nsqd.http}/log/watermarks?topic={topic}")
+    assert status == 200, body
+    return int(json.loads(body)["partitions"][0]["durable"])
+
+
 def unhealthy(nsqd: DaemonProcess, *words: str) -> str:
     status, text = ping(nsqd)
     assert status == 500 and text.startswith("NOK - "), (status, text)
@@ -130,8 +137,9 @@ def test_a_new_topic_on_a_full_disk_is_refused_with_nsqs_codes(
     start_nsqd: StartNsqd, small_disk: Callable[[int], SmallDisk]
 ) -> None:
     disk = small_disk(DISK)
-    nsqd = start_nsqd(data=disk.path)
+    nsqd = start_nsqd("--sync-every=1", data=disk.path)
     publish(nsqd, "old", [b"before"])
+    wait_for(lambda: durable(nsqd, "old") == 1)  # (a later fsync would clear the health)
     disk.fill()
 
     data = refused(nsqd, pub("fresh", b"lost"), b"E_PUB_FAILED PUB failed ")
@@ -161,9 +169,10 @@ def test_a_segment_roll_on_a_full_disk_fails_the_publish_only(
     start_nsqd: StartNsqd, small_disk: Callable[[int], SmallDisk]
 ) -> None:
     disk = small_disk(DISK)
-    nsqd = start_nsqd("--max-bytes-per-file=16384", data=disk.path)
+    nsqd = start_nsqd("--max-bytes-per-file=16384", "--sync-every=1", data=disk.path)
     stored = [bytes([65 + i]) * 5000 for i in range(3)]
     publish(nsqd, "t", stored)
+    wait_for(lambda: durable(nsqd, "t") == 3)  # (a later fsync would clear the health)
     disk.fill()
 
     data = refused(nsqd, pub("t", b"Z" * 5000), b"E_PUB_FAILED PUB failed ")
@@ -184,6 +193,10 @@ def test_a_new_channel_and_cursor_saves_on_a_full_disk(
     nsqd = start_nsqd("--sync-every=1", "--sync-timeout=50ms", data=disk.path)
     publish(nsqd, "t", [b"m%d" % i for i in range(4)])
     consumer = subscribe(nsqd, "t", "c", 1)
+    # every message fsynced first: an fsync that works is a write that works, and would
+    # clear the failed creation's health below (one left to the ticker when it came in
+    # while the fsync of the one before was running)
+    wait_for(lambda: durable(nsqd, "t") == 4)
     disk.fill()
 
     url = "/channel/create?topic=t&channel=new"
