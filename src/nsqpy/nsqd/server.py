@@ -610,8 +610,11 @@ class NsqdServer:
             self.broker.pump([part])
         self._touched.update(self._awaiting)
         self._flush_connections()
-        # Data appended while this fsync ran needs another one.
-        if self.opts.sync_always and part.log.durable_offset < part.log.flushed_offset:
+        # Data appended while this fsync ran needs another one (under the count or the time
+        # bound, when due: a publish found this fsync running and did not start its own)
+        if part.log.durable_offset < part.log.flushed_offset and (
+            self.opts.sync_always or part.log.sync_due(self.broker.clock())
+        ):
             self._start_sync(part)
 
     # -- timers ----------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""An fsync due while the partition's last one is still running starts as soon as that one
+ends, not at the ticker's next turn: under --sync-every=1 each publish is fsynced at once,
+one after the other, however they overlap."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from nsqpy.nsqd.server import NsqdServer
+from nsqpy.storage import PartitionLog
+from nsqpy.storage import log as log_module
+from nsqpy.testing import AsyncWire, eventually, nsqd_options, pub
+
+HOUR_MS = 3_600_000
+
+
+async def test_a_publish_due_an_fsync_while_one_runs_gets_its_own_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, gate = threading.Event(), threading.Event()
+    real = log_module.fsync_segment
+
+    def held(fd: int) -> None:  # the first fsync holds until the second publish is in
+        entered.set()
+        gate.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fsync_segment", held)
+    # (the ticker, which also starts due fsyncs, never turns during the test)
+    opts = nsqd_options(tmp_path, sync_every=1, sync_timeout_ms=HOUR_MS,
+                        queue_scan_interval_ms=HOUR_MS)  # fmt: skip
+    server = NsqdServer(opts)
+    await server.start()
+    try:
+        wire = await AsyncWire.connect(server.tcp_port)
+        await wire.send(pub("t", b"a"))
+        assert await wire.read_frame() == (0, b"OK")
+        await eventually(entered.is_set, 5)  # its fsync runs (held)
+        await wire.send(pub("t", b"b"))  # due one too, while that one runs
+        assert await wire.read_frame() == (0, b"OK")
+        log = server.broker.topics["t"].partitions[0].log
+        assert isinstance(log, PartitionLog)
+        assert (log.flushed_offset, log.durable_offset) == (2, 0)
+        gate.set()
+        await eventually(lambda: log.durable_offset == 2, 5)
+    finally:
+        gate.set()
+        await server.stop()
