@@ -194,6 +194,21 @@ def test_the_open_fsyncs_a_killed_log_of_many_segments_under_a_small_descriptor_
     assert durable == end == 3000 and synced >= 300
 
 
+def destroyed(log: PartitionLog, directory: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Delete ``log``; the reservation file as it was when the first file went."""
+    seen: list[str] = []
+    real_unlink = Path.unlink
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if not seen:
+            seen.append((directory / RESERVED_FILE).read_text())
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    log.destroy()
+    return seen[0]
+
+
 def test_a_deleted_log_is_left_settled_only_once_its_files_are_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,17 +217,7 @@ def test_a_deleted_log_is_left_settled_only_once_its_files_are_gone(
     log = PartitionLog(tmp_path, segment_bytes=4096)
     log.append_bodies([b"z" * 200] * 10)
     log.flush()
-    seen: list[str] = []
-    real_unlink = Path.unlink
-
-    def unlink(self: Path, missing_ok: bool = False) -> None:
-        if not seen:
-            seen.append((tmp_path / RESERVED_FILE).read_text())
-        real_unlink(self, missing_ok=missing_ok)
-
-    monkeypatch.setattr(Path, "unlink", unlink)
-    log.destroy()
-    fields = seen[0].split()
+    fields = destroyed(log, tmp_path, monkeypatch).split()
     assert int(fields[3]) > int(fields[1]) == 10  # R above H while files remain
     fields = (tmp_path / RESERVED_FILE).read_text().split()
     assert fields[1] == fields[3] == "10"  # settled at the end once they are gone
@@ -228,17 +233,7 @@ def test_a_deleted_log_flushed_exactly_to_its_reservation_is_not_settled_early(
     log.append_bodies([b"b"] * (log.reserved - 1))
     log.flush()
     assert log.reserved == log.high_watermark and log.durable_offset == 0
-    seen: list[str] = []
-    real_unlink = Path.unlink
-
-    def unlink(self: Path, missing_ok: bool = False) -> None:
-        if not seen:
-            seen.append((tmp_path / RESERVED_FILE).read_text())
-        real_unlink(self, missing_ok=missing_ok)
-
-    monkeypatch.setattr(Path, "unlink", unlink)
-    log.destroy()
-    fields = seen[0].split()
+    fields = destroyed(log, tmp_path, monkeypatch).split()
     assert int(fields[3]) > int(fields[1])  # R above H while files remain
 
 
