@@ -66,6 +66,18 @@ def ping(nsqd: DaemonProcess) -> tuple[int, str]:
     return status, body.decode()
 
 
+def listed(disk: SmallDisk, topic: str, channel: str = "") -> bool:
+    """Whether ``nsqd.dat`` names the topic (and the channel): its save, due at the next tick
+    after they were made, would fail on the full disk and its failure be the health's text."""
+    path = Path(disk.path) / "nsqd.dat"
+    if not path.exists():
+        return False
+    for entry in json.loads(path.read_bytes())["topics"]:
+        if entry["name"] == topic:
+            return not channel or any(c["name"] == channel for c in entry["channels"])
+    return False
+
+
 def durable(nsqd: DaemonProcess, topic: str) -> int:
     """The offset below which the topic's (one) partition log is fsynced."""
     status, body, _ = http_get(f"{nsqd.http}/log/watermarks?topic={topic}")
@@ -140,6 +152,7 @@ def test_a_new_topic_on_a_full_disk_is_refused_with_nsqs_codes(
     nsqd = start_nsqd("--sync-every=1", data=disk.path)
     publish(nsqd, "old", [b"before"])
     wait_for(lambda: durable(nsqd, "old") == 1)  # (a later fsync would clear the health)
+    wait_for(lambda: listed(disk, "old"))
     disk.fill()
 
     data = refused(nsqd, pub("fresh", b"lost"), b"E_PUB_FAILED PUB failed ")
@@ -173,6 +186,7 @@ def test_a_segment_roll_on_a_full_disk_fails_the_publish_only(
     stored = [bytes([65 + i]) * 5000 for i in range(3)]
     publish(nsqd, "t", stored)
     wait_for(lambda: durable(nsqd, "t") == 3)  # (a later fsync would clear the health)
+    wait_for(lambda: listed(disk, "t"))
     disk.fill()
 
     data = refused(nsqd, pub("t", b"Z" * 5000), b"E_PUB_FAILED PUB failed ")
@@ -197,6 +211,7 @@ def test_a_new_channel_and_cursor_saves_on_a_full_disk(
     # clear the failed creation's health below (one left to the ticker when it came in
     # while the fsync of the one before was running)
     wait_for(lambda: durable(nsqd, "t") == 4)
+    wait_for(lambda: listed(disk, "t", "c"))
     disk.fill()
 
     url = "/channel/create?topic=t&channel=new"

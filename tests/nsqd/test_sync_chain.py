@@ -4,11 +4,13 @@ one after the other, however they overlap."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 import pytest
 
+from nsqpy.broker.partition import Partition
 from nsqpy.nsqd.server import NsqdServer
 from nsqpy.storage import PartitionLog
 from nsqpy.storage import log as log_module
@@ -49,3 +51,47 @@ async def test_a_publish_due_an_fsync_while_one_runs_gets_its_own_when_it_ends(
     finally:
         gate.set()
         await server.stop()
+
+
+async def test_a_topic_deleted_while_its_fsync_runs_ends_the_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log is closed once the running fsync ends: what was flushed meanwhile is never
+    fsynced, and no fsync is started for it again (a closed log's sync does nothing, and
+    taking that for a success looped on the event loop, and the server never stopped)."""
+    entered, gate = threading.Event(), threading.Event()
+    real = log_module.fsync_segment
+
+    def held(fd: int) -> None:
+        entered.set()
+        gate.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fsync_segment", held)
+    opts = nsqd_options(tmp_path, sync_every=1, sync_timeout_ms=HOUR_MS,
+                        queue_scan_interval_ms=HOUR_MS)  # fmt: skip
+    server = NsqdServer(opts)
+    await server.start()
+    started: list[str] = []
+    start_sync = server._start_sync
+
+    def counted(part: Partition) -> None:
+        started.append(part.name)
+        if len(started) <= 100:  # (a loop is cut short, so that a failing test ends)
+            start_sync(part)
+
+    monkeypatch.setattr(server, "_start_sync", counted)
+    try:
+        wire = await AsyncWire.connect(server.tcp_port)
+        await wire.send(pub("t", b"a"))
+        assert await wire.read_frame() == (0, b"OK")
+        await eventually(entered.is_set, 5)
+        await wire.send(pub("t", b"b"))
+        assert await wire.read_frame() == (0, b"OK")
+        threading.Timer(0.2, gate.set).start()  # (the delete waits for the running fsync)
+        assert server.broker.delete_topic("t")
+        await asyncio.sleep(0.3)
+        assert len(started) <= 2, len(started)
+    finally:
+        gate.set()
+        await asyncio.wait_for(server.stop(), 10)

@@ -601,6 +601,9 @@ class NsqdServer:
                 self._fail_topic(part, exc)
             self._flush_connections()
             return
+        if part.log.closed:  # (deleted or released meanwhile: its sync did nothing)
+            self._flush_connections()
+            return
         if health.error:
             health.ok(key)
         self._release(part, part.log.durable_offset)

@@ -167,6 +167,11 @@ class PartitionLog:
         return self._segments[-1].end
 
     @property
+    def closed(self) -> bool:
+        """Closed or deleted: nothing more is written or fsynced."""
+        return self._closed
+
+    @property
     def durable_offset(self) -> int:
         return self._durable
 
@@ -636,7 +641,7 @@ class PartitionLog:
 
     def sync_due(self, now_ns: int) -> bool:
         unsynced = self._segments[-1].end - self._durable
-        if unsynced <= 0:
+        if unsynced <= 0 or self._closed:  # (closed: nothing more is fsynced, ever)
             return False
         p = self.policy
         if p.always:

@@ -67,6 +67,11 @@ class MemoryLog:
         return self._next
 
     @property
+    def closed(self) -> bool:
+        """Closed or deleted: nothing more is written or fsynced."""
+        return self._closed
+
+    @property
     def durable_offset(self) -> int:
         return self._next
 
