@@ -114,21 +114,22 @@ async def test_the_api_creates_expands_and_moves_through_the_coordinator(
     )
     assert status == 200 and doc["move"] == {"from": info["id"], "to": follower, "leader": True}
     cluster.wait_for(lambda: cluster.partitions(topic)[0]["id"] == follower, 10, "lead moved")
-    # the coordinator's refusals, with their status and code
+    # the coordinator's refusals, with their status and code, and the reason it gave
     refused = {
-        ("expand", 2): (400, "E_PARTITION_NUM_REDUCED"),
-        ("move", 7): (400, "INVALID_ARG_TOPIC_PARTITION_NUM"),
-    }
-    for (action, value), (code_status, code) in refused.items():
+        ("expand", 2): (400, "E_PARTITION_NUM_REDUCED",
+                        f"topic {topic} has 3 partitions; they cannot be fewer"),
+        ("move", 7): (400, "INVALID_ARG_TOPIC_PARTITION_NUM", f"topic {topic} has no partition 7"),
+    }  # fmt: skip
+    for (action, value), (code_status, code, detail) in refused.items():
         arg = "partition_num" if action == "expand" else "partition"
         got = await admin.post(f"/api/cluster/topics/{topic}", {"action": action, arg: value})
-        assert got == (code_status, {"message": code}), (action, got)
+        assert got == (code_status, {"message": code, "detail": detail}), (action, got)
     assert await admin.post(f"/api/cluster/topics/{topic}", {"action": "shrink"}) == (
         400, {"message": "INVALID_ACTION"})  # fmt: skip
     assert await admin.post(f"/api/cluster/topics/{topic}", {"action": "expand"}) == (
         400, {"message": "MISSING_ARG_PARTITION_NUM"})  # fmt: skip
     assert await admin.post("/api/cluster/nodes/nobody", {"action": "remove"}) == (
-        400, {"message": "E_NODE_NOT_FOUND"})  # fmt: skip
+        400, {"message": "E_NODE_NOT_FOUND", "detail": "no node nobody in the cluster"})  # fmt: skip
     # nsqadmin given nsqd addresses only cannot reach a coordinator
     direct = await make_admin(nsqd_http_addresses=[cluster.nsqd_http(0)])
     assert await direct.post(f"/api/cluster/topics/{topic}",
@@ -148,7 +149,17 @@ def test_browser_creates_expands_moves_and_drains(
     def steps(page: Page, dialogs: Dialogs) -> None:
         open_page(page, f"{program.url}/nodes")
         form = "form#cluster-create"
+        # a create the coordinator refuses: the page says its code and why
         page.fill(f"{form} input[name='topic']", topic)
+        page.fill(f"{form} input[name='partition_num']", "1")
+        page.fill(f"{form} input[name='replicator']", "4")
+        page.click(f"{form} button[type='submit']")
+        page.wait_for_selector("#messages .alert.error")
+        refusal = page.locator("#messages .alert.error").inner_text()
+        assert "No node is available for topic" in refusal, refusal
+        assert "replicator 4 > 3 live nodes" in refusal, refusal
+        status, _ = cluster.request("GET", cluster.lookupd_http(0), f"/lookup?topic={topic}")
+        assert status == 404, "a refused create leaves nothing behind"
         page.fill(f"{form} input[name='partition_num']", "2")
         page.fill(f"{form} input[name='replicator']", "2")
         with page.expect_navigation():

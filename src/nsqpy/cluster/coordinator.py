@@ -65,12 +65,14 @@ log = logging.getLogger("nsqpy.cluster")
 
 
 class CoordinatorError(Exception):
-    """A request the coordinator refuses: ``code`` in ``{"message": code}`` with ``status``."""
+    """A request the coordinator refuses: ``code`` in ``{"message": code}`` with ``status``,
+    and ``detail`` (which value, which limit, what to do) beside it when there is one."""
 
     def __init__(self, status: int, code: str, detail: str = "") -> None:
         super().__init__(f"{code}: {detail}" if detail else code)
         self.status = status
         self.code = code
+        self.detail = detail
 
 
 class NotCoordinator(CoordinatorError):
@@ -447,7 +449,7 @@ class Coordinator:
         """Remove every key of the topic (its nsqd delete their replicas when they see it)."""
         self._fence()
         if name not in self.view.snapshot().topics:
-            raise CoordinatorError(404, "TOPIC_NOT_FOUND", name)
+            raise CoordinatorError(404, "TOPIC_NOT_FOUND", f"topic {name} is not created")
         await self._fenced([], [DeleteOp(self.keys.topic_prefix(name), prefix=True)])
         log.info("coordinator: topic %s deleted", name)
         await self.view.wait_until(lambda s: name not in s.topics, self.settings.wait_s)
@@ -460,7 +462,7 @@ class Coordinator:
         self._fence()
         kv = await self.etcd.get(self.keys.topic_meta(name))
         if kv is None:
-            raise CoordinatorError(404, "TOPIC_NOT_FOUND", name)
+            raise CoordinatorError(404, "TOPIC_NOT_FOUND", f"topic {name} is not created")
         meta = TopicMeta.from_json(kv.value)
         if syncdisk is not None:
             meta = replace(meta, syncdisk=syncdisk)

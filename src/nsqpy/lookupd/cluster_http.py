@@ -106,7 +106,8 @@ def _topic_arg(args: Args) -> str:
 
 
 def _refused(exc: CoordinatorError) -> HttpError:
-    return HttpError(exc.status, exc.code)
+    """Youzan's code as the ``message`` its clients read; why, in ``detail`` beside it."""
+    return HttpError(exc.status, exc.code, **({"detail": exc.detail} if exc.detail else {}))
 
 
 class ClusterHttpApi:

@@ -279,8 +279,8 @@ class Api:
             raise
         except UpstreamError as exc:  # the coordinator refused: its status and code
             log.info("cluster action %s %s refused: %s", path, params, exc)
-            raise HttpError(exc.status if 400 <= exc.status < 600 else 502,
-                            exc.code or str(exc)) from None  # fmt: skip
+            raise HttpError(exc.status if 400 <= exc.status < 600 else 502, exc.code or str(exc),
+                            **({"detail": exc.detail} if exc.detail else {})) from None  # fmt: skip
         return v1_json({**doc, "message": ""})
 
     async def cluster_create(self, request: web.Request) -> web.StreamResponse:

@@ -23,12 +23,14 @@ USER_AGENT = f"nsqadmin/nsqpy-{__version__}"
 
 
 class UpstreamError(NsqError):
-    """A call to an nsqd or nsqlookupd failed; ``status``/``code`` are set for HTTP errors."""
+    """A call to an nsqd or nsqlookupd failed; ``status``/``code`` are set for HTTP errors,
+    and ``detail`` when the answer said why beside its code (a coordinator's refusal)."""
 
-    def __init__(self, message: str, *, status: int = 0, code: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, code: str = "", detail: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.code = code
+        self.detail = detail
 
 
 def endpoint(address: str, path: str, params: dict[str, str] | None = None) -> str:
@@ -126,10 +128,13 @@ class Upstream:
             async with self._client().request(method, url, **kwargs) as resp:
                 body = await resp.read()
                 if resp.status >= 300:
+                    code, detail = _error_code(body), _error_detail(body)
                     raise UpstreamError(
-                        f"{method} {url}: {resp.status} {_error_code(body) or resp.reason}",
+                        f"{method} {url}: {resp.status} {code or resp.reason}"
+                        + (f" ({detail})" if detail else ""),
                         status=resp.status,
-                        code=_error_code(body),
+                        code=code,
+                        detail=detail,
                     )
                 return body
         except UpstreamError:
@@ -161,3 +166,14 @@ def _error_code(body: bytes) -> str:
         msg = doc.get("message", doc.get("status_txt", ""))
         return str(msg)
     return ""
+
+
+def _error_detail(body: bytes) -> str:
+    """The ``detail`` beside the code of a V1 JSON error body (a coordinator's refusal says
+    why there), at most 500 characters; "" when there is none."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return ""
+    detail = doc.get("detail", "") if isinstance(doc, dict) else ""
+    return detail[:500] if isinstance(detail, str) else ""

@@ -121,7 +121,8 @@ async def test_a_takeover_that_does_not_come_is_waited_for_once_and_a_bounded_ti
     finally:
         held.set()
     await eventually(lambda: lookupd.cluster is not None and lookupd.cluster.leading, 10)
-    assert await delete(lookupd.http_port, "nope") == (404, '{"message":"TOPIC_NOT_FOUND"}')
+    assert await delete(lookupd.http_port, "nope") == (
+        404, '{"message":"TOPIC_NOT_FOUND","detail":"topic nope is not created"}')  # fmt: skip
 
 
 def free_port() -> int:

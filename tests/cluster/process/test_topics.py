@@ -68,10 +68,15 @@ def _stats_match(
 def test_create_without_multipart_needs_a_node_per_replica(
     shared: LocalCluster, topic_name: str
 ) -> None:
-    assert create(shared, topic_name, partition_num=4, replicator=2) == (
-        400, {"message": NODE_COUNT_ERROR})  # fmt: skip
+    # Youzan's code as the message its clients read, and why beside it
+    live = len(shared.live_nodes())
+    assert create(shared, topic_name, partition_num=4, replicator=2) == (400, {
+        "message": NODE_COUNT_ERROR,
+        "detail": f"partition_num 4 * replicator 2 > {live} live nodes "
+                  "(multipart=true allows several partitions per node)",
+    })  # fmt: skip
     assert create(shared, topic_name, partition_num=1, replicator=4, multipart="true") == (
-        400, {"message": NODE_COUNT_ERROR})  # fmt: skip
+        400, {"message": NODE_COUNT_ERROR, "detail": f"replicator 4 > {live} live nodes"})  # fmt: skip
     status, _ = shared.request("GET", shared.lookupd_http(0), f"/lookup?topic={topic_name}")
     assert status == 404, "a refused create leaves nothing behind"
 
@@ -112,10 +117,11 @@ def test_create_again_same_meta_is_ok_other_meta_is_refused(
     before = shared.partitions(topic_name)
     for via in (0, 1):
         assert create(shared, topic_name, via, partition_num=2, replicator=1) == (200, None)
+        exists = f"topic {topic_name} exists with 2 partitions x 1 replicas"
         assert create(shared, topic_name, via, partition_num=3, replicator=1) == (
-            400, {"message": "TOPIC_ALREADY_EXIST"})  # fmt: skip
+            400, {"message": "TOPIC_ALREADY_EXIST", "detail": exists})  # fmt: skip
         assert create(shared, topic_name, via, partition_num=2, replicator=2) == (
-            400, {"message": "TOPIC_ALREADY_EXIST"})  # fmt: skip
+            400, {"message": "TOPIC_ALREADY_EXIST", "detail": exists})  # fmt: skip
     assert shared.partitions(topic_name) == before, "nothing changed"
 
 
@@ -259,8 +265,10 @@ def test_create_racing_on_both_lookupds_creates_one_topic(
     if same_meta:
         assert answers == [(200, None), (200, None)]
     else:
+        won = replicators[0] if answers[0][0] == 200 else replicators[1]
+        exists = f"topic {topic_name} exists with 3 partitions x {won} replicas"
         assert sorted(answers, key=lambda a: a[0]) == [
-            (200, None), (400, {"message": "TOPIC_ALREADY_EXIST"})]  # fmt: skip
+            (200, None), (400, {"message": "TOPIC_ALREADY_EXIST", "detail": exists})]  # fmt: skip
     coordinator = shared.lookupds[shared.coordinator_index()]
 
     def created() -> list[str]:  # (the log is read by a thread of its own: it may lag)

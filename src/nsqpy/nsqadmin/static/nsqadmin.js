@@ -42,7 +42,9 @@
   function afterAction(result, next) {
     var msg = (result.data && result.data.message) || "";
     if (!result.ok) {
-      showMessage("error", "Action failed (" + result.status + "): " + (msg || "no reason given"));
+      var why = (result.data && typeof result.data.detail === "string" && result.data.detail) || "";
+      showMessage("error", "Action failed (" + result.status + "): " + (msg || "no reason given") +
+        (why ? " \u2014 " + why : ""));
       return;
     }
     try { sessionStorage.setItem(FLASH, msg ? msg : "OK"); } catch (e) { /* private mode */ }
