@@ -128,7 +128,7 @@ class Upstream:
             async with self._client().request(method, url, **kwargs) as resp:
                 body = await resp.read()
                 if resp.status >= 300:
-                    code, detail = _error_code(body), _error_detail(body)
+                    code, detail = _error_fields(body)
                     raise UpstreamError(
                         f"{method} {url}: {resp.status} {code or resp.reason}"
                         + (f" ({detail})" if detail else ""),
@@ -155,25 +155,18 @@ def _connect_reason(err: OSError) -> str:
     return err.strerror or str(err) or type(err).__name__
 
 
-def _error_code(body: bytes) -> str:
-    """The ``message`` of a V1 JSON error body, or its text when short and not JSON."""
+def _error_fields(body: bytes) -> tuple[str, str]:
+    """(code, detail) of a V1 JSON error body: its ``message``, or its text when short and
+    not JSON; and the ``detail`` beside it (a coordinator's refusal says why there), at most
+    500 characters, "" when there is none."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):
         text = body.decode("utf-8", "replace").strip()
-        return text if len(text) <= 200 else ""
-    if isinstance(doc, dict):
-        msg = doc.get("message", doc.get("status_txt", ""))
-        return str(msg)
-    return ""
-
-
-def _error_detail(body: bytes) -> str:
-    """The ``detail`` beside the code of a V1 JSON error body (a coordinator's refusal says
-    why there), at most 500 characters; "" when there is none."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return ""
-    detail = doc.get("detail", "") if isinstance(doc, dict) else ""
-    return detail[:500] if isinstance(detail, str) else ""
+        return (text if len(text) <= 200 else ""), ""
+    if not isinstance(doc, dict):
+        return "", ""
+    detail = doc.get("detail", "")
+    return str(doc.get("message", doc.get("status_txt", ""))), (
+        detail[:500] if isinstance(detail, str) else ""
+    )
