@@ -65,6 +65,21 @@ class Deferred(Protocol):
         """Hold exactly ``entries`` (a follower takes its leader's); StorageError: unchanged."""
         ...
 
+    def sent(self, limit: int) -> tuple[tuple[Entry, ...], tuple[int, ...]]:
+        """What a follower is sent of the set: its first ``limit`` entries, and the offsets
+        of the rest when there are more."""
+        ...
+
+
+def first_and_rest(deferred: Deferred, limit: int) -> tuple[tuple[Entry, ...], tuple[int, ...]]:
+    """``Deferred.sent``, looked up."""
+    if not deferred.count():
+        return (), ()
+    entries = tuple(deferred.entries(limit))
+    if len(entries) < limit:
+        return entries, ()
+    return entries, tuple(o for o in deferred.offsets() if o > entries[-1][0])
+
 
 # A deferred entry as a follower is sent it: (offset, deliver_at ns, attempts).
 Entry = tuple[int, int, int]
@@ -134,6 +149,9 @@ class MemoryDeferred:
         for offset, deliver_at, attempts in entries:
             self.put(offset, deliver_at, attempts, 0, b"")
 
+    def sent(self, limit: int) -> tuple[tuple[Entry, ...], tuple[int, ...]]:
+        return first_and_rest(self, limit)
+
     def count(self) -> int:
         return len(self._entries)
 
@@ -170,10 +188,26 @@ class DurableDeferred:
             self._count, self._counted = 0, False
         self._next: int | None = None
         self._known = False
+        # Changes made through this object (the only writer of its channel's rows; the
+        # store's losses reach them too): ``sent`` is looked up again only after one.
+        self._changes = 0
+        self._sent: tuple[tuple[int, int, int], tuple[Entry, ...], tuple[int, ...]] | None = None
+
+    def sent(self, limit: int) -> tuple[tuple[Entry, ...], tuple[int, ...]]:
+        """(the leader sends it with every CURSORS of a partition: an ordered channel's FIN
+        must not read a neighbour's thousands of rows again)"""
+        key = (self._changes, self._store.losses, limit)
+        if self._sent is None or self._sent[0] != key:
+            looked_up = first_and_rest(self, limit)
+            if not self._counted:  # (the store could not be read: not known, not kept)
+                return looked_up
+            self._sent = (key, *looked_up)
+        return self._sent[1], self._sent[2]
 
     def put(self, offset: int, deliver_at: int, attempts: int, timestamp: int, body: bytes) -> None:
         del timestamp, body  # the log keeps them
         new = self._store.get(self._channel, offset) is None
+        self._changes += 1  # (before: a failed write may have done part of it)
         self._store.put(self._channel, offset, deliver_at, attempts)  # StorageError: unchanged
         if new:
             self._count += 1
@@ -183,6 +217,7 @@ class DurableDeferred:
     def add_new(self, entries: Sequence[NewEntry]) -> None:
         """Defer messages not yet attempted in one write (a DPUB burst); one already here
         stays as it is. StorageError: none went in."""
+        self._changes += 1
         self._count += self._store.add_new(self._channel, ((e[0], e[1]) for e in entries))
         first = min((e[1] for e in entries), default=None)
         if self._known and first is not None and (self._next is None or first < self._next):
@@ -197,6 +232,7 @@ class DurableDeferred:
         return [Due(e.offset, e.attempts, deliver_at=e.deliver_at) for e in entries]
 
     def remove(self, offset: int) -> bool:
+        self._changes += 1
         removed = self._store.remove(self._channel, offset)
         if removed:
             self._count -= 1
@@ -204,6 +240,7 @@ class DurableDeferred:
         return removed
 
     def remove_from(self, offset: int) -> int:
+        self._changes += 1
         removed = self._store.remove_from(self._channel, offset)
         self._count = self._store.count(self._channel)
         self._known = False
@@ -226,12 +263,14 @@ class DurableDeferred:
         ]
 
     def replace(self, entries: Sequence[Entry]) -> None:
+        self._changes += 1
         self._store.replace(self._channel, entries)
         self._count = len(entries)
         self._counted = True
         self._known = False
 
     def clear(self) -> int:
+        self._changes += 1
         n = self._store.clear(self._channel)
         self._count = 0
         self._next = None

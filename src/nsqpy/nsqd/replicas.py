@@ -196,12 +196,7 @@ class Replication:
                 continue
             cursor = part.cursor
             flags = CHANNEL_PAUSED if channel.paused else 0
-            entries: tuple[tuple[int, int, int], ...] = ()
-            rest: list[int] = []
-            if part.deferred.count():  # its delayed store goes along, up to MAX_DEFERRED
-                entries = tuple(part.deferred.entries(MAX_DEFERRED))
-                if len(entries) == MAX_DEFERRED:
-                    rest = [o for o in part.deferred.offsets() if o > entries[-1][0]]
+            entries, rest = part.deferred.sent(MAX_DEFERRED)  # (its delayed store goes along)
             confirmed, ranges = without(cursor.confirmed, cursor.ranges, rest)
             out.append(ChannelCursor(name, confirmed, flags, ranges, entries))
         return out

@@ -80,6 +80,7 @@ class DelayedStore:
         # Why a damaged file was moved aside ("" if none was): its entries are lost, so the
         # channels must read the log again; the ``.lost`` marker says so until ``settled``.
         self.damaged = self._lost.read_text() if self._lost.exists() else ""
+        self.losses = 0  # damaged files moved aside while open: every entry went at once
         self._durable = durable
         self._conn: sqlite3.Connection | None = None
         self._checked = False  # the file was checked (quick_check) at its first open
@@ -157,6 +158,7 @@ class DelayedStore:
         that the channels must read the log again."""
         write_atomic(self._lost, why.encode())
         self.damaged = why
+        self.losses += 1
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
         for suffix in ("", "-wal", "-shm"):
             src = self.path.with_name(self.path.name + suffix)
