@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nsqpy.errors import StorageError
 from nsqpy.protocol.replication import (
@@ -104,8 +105,25 @@ class FollowerLink:
     cursors_at: float = float("-inf")  # clock time of the last look at the cursors
     cursors_sent: tuple[ChannelCursor, ...] | None = None
     cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
-    cursors_unacked: dict[int, tuple[ChannelCursor, ...]] = field(default_factory=dict)
+    cursors_unacked: dict[int, SentCursors] = field(default_factory=dict)
     cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
+    # The last full set the follower holds for sure (it acknowledged that very CURSORS, so
+    # it was the last of its read: a follower takes only the last of a read), by name; None
+    # while a full set sent since is not acknowledged so. The channels a CURSORS sent since
+    # named (each later one names them all again: ``cursors_output``); when the last full
+    # set went.
+    cursors_base: dict[str, ChannelCursor] | None = None
+    cursors_touched: set[str] = field(default_factory=set)
+    cursors_full_at: float = float("-inf")
+
+
+class SentCursors(NamedTuple):
+    """A CURSORS sent on a link and not yet acknowledged: every channel's cursor as the
+    follower holds them once it took it, whether it was a full set, and which it named."""
+
+    state: tuple[ChannelCursor, ...]
+    full: bool
+    named: frozenset[str]
 
 
 @dataclass(slots=True)
@@ -164,8 +182,8 @@ class ReplicaState:
         # (revision, members) that a join guarded by it may still follow unseen (``seen``).
         self.joining_next: set[str] = set()
         self.reports: list[tuple[int, frozenset[str]]] = []
-        # The last CURSORS encoded (epoch, cursors, frame with seq 0): ``cursors_output``
-        self._cursors_encoded: tuple[int, tuple[ChannelCursor, ...], bytes] | None = None
+        # The last CURSORS encoded (epoch, full, channels, frame with seq 0): ``cursors_output``
+        self._cursors_encoded: tuple[int, bool, tuple[ChannelCursor, ...], bytes] | None = None
 
     @property
     def where(self) -> str:
@@ -397,7 +415,11 @@ class ReplicaState:
                 if taken is not None:  # (a seq never sent takes, and forgets, nothing)
                     for older in [s for s in link.cursors_unacked if s < seq]:
                         del link.cursors_unacked[older]
-                    link.cursors_taken = {c.name: c.confirmed for c in taken}
+                    link.cursors_taken = {c.name: c.confirmed for c in taken.state}
+                    if taken.full:  # (the CURSORS sent after it name what may differ)
+                        link.cursors_base = {c.name: c for c in taken.state}
+                        later = link.cursors_unacked.values()
+                        link.cursors_touched = set().union(*(s.named for s in later))
             case _:
                 raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
         return []
@@ -503,10 +525,17 @@ class ReplicaState:
         interval: float,
     ) -> bytes | None:
         """The CURSORS to send on ``link`` now, if any: every ``interval`` (or at once after
-        ``cursors_due``), all the channels' cursors (``cursors()``) when they changed since
-        the last sent; only once the link FETCHed, and after the records they cover (the
-        shell sends it after ``leader_output``), with the committed offset first when it
-        lingered unsent (a follower is never told a cursor beyond the commit it knows)."""
+        ``cursors_due``), when the channels' cursors (``cursors()``) changed since the last
+        sent; only once the link FETCHed, and after the records they cover (the shell sends
+        it after ``leader_output``), with the committed offset first when it lingered unsent
+        (a follower is never told a cursor beyond the commit it knows).
+
+        A full set (every channel; the follower deletes the ones it does not name) goes
+        first on a link, once every ``interval`` after, and when a channel went; otherwise
+        only the channels that differ from the last full set the follower acknowledged, or
+        that a CURSORS since named (``_cursors_named``): an ordered channel's FIN costs
+        its own cursor, not every channel's, and a follower that takes only the last
+        CURSORS of a read still ends up with them all."""
         if link.pos is None or not link.open or self.role != LEADER:
             return None
         now = self.clock()
@@ -517,21 +546,49 @@ class ReplicaState:
         if current == link.cursors_sent:
             return None
         seq = link.cursors_seq = link.cursors_seq + 1
+        named = (
+            None if now - link.cursors_full_at >= interval else self._cursors_named(link, current)
+        )
+        if named is None:  # (until one is acknowledged, the follower may hold either set)
+            link.cursors_full_at, link.cursors_base = now, None
+            link.cursors_touched = set()
+        else:
+            link.cursors_touched.update(c.name for c in named)
+        channels = current if named is None else named
         made = self._cursors_encoded  # (every follower is sent the same: encoded once)
-        if made is None or made[0] != link.epoch or made[1] != current:
-            body = encode_cursors(link.epoch, self.topic, self.partition, current, True, 0)
-            made = self._cursors_encoded = (link.epoch, current, body)
-        frame = cursors_with_seq(made[2], seq)
+        if made is None or made[:3] != (link.epoch, named is None, channels):
+            body = encode_cursors(
+                link.epoch, self.topic, self.partition, channels, named is None, 0
+            )
+            made = self._cursors_encoded = (link.epoch, named is None, channels, body)
+        frame = cursors_with_seq(made[3], seq)
         if link.sent_committed != self.committed:
             owed = encode_append(link.epoch, link.pos, self.committed, 0, b"")
             frame = b"".join([*owed, frame])
             link.sent_committed, link.commit_owed_since = self.committed, None
         link.cursors_sent = current
         unacked = link.cursors_unacked
-        unacked[seq] = current
+        unacked[seq] = SentCursors(current, named is None, frozenset(c.name for c in channels))
         if len(unacked) > UNACKED_CURSORS:
             del unacked[min(unacked)]
         return frame
+
+    @staticmethod
+    def _cursors_named(
+        link: FollowerLink, current: tuple[ChannelCursor, ...]
+    ) -> tuple[ChannelCursor, ...] | None:
+        """The channels of ``current`` a partial CURSORS names on ``link``: each that differs
+        from the last full set the follower acknowledged, and each some CURSORS since named
+        (it may hold that one's value, not the full set's). None when only a full set will
+        do: none acknowledged yet, or a channel the follower may hold went (only a full set
+        deletes)."""
+        base, touched = link.cursors_base, link.cursors_touched
+        if base is None:
+            return None
+        names = {c.name for c in current}
+        if not (names >= base.keys() and names >= touched):
+            return None
+        return tuple(c for c in current if c.name in touched or base.get(c.name) != c)
 
     @staticmethod
     def cursors_due(link: FollowerLink) -> None:

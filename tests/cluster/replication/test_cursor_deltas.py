@@ -1,0 +1,185 @@
+"""CURSORS naming only the channels that may differ from what the follower holds
+(``ReplicaState.cursors_output``): an ordered channel's FIN costs its own cursor, not every
+channel's. The follower takes only the last CURSORS of a read and acknowledges that one
+(``FollowerFetch._take``); whatever the frames and however they are grouped into reads, it
+must end up holding every channel's cursor as the leader had them, and the leader must
+count as taken exactly what the follower holds. No sockets: frames go through the real
+codec, the follower's side is its state's ``cursors_ack`` and the adoption rule of
+``nsqd.replicas`` (named channels taken, a full set deletes the others)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsqpy.cluster.replica_state import FollowerLink, ReplicaState
+from nsqpy.protocol.replication import Append, ChannelCursor, Cursors, CursorsAck
+from nsqpy.storage import PartitionLog
+
+from .test_replica_state import FakeClock, decoded, pair
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def logs() -> Iterator[dict[str, PartitionLog]]:
+    opened: dict[str, PartitionLog] = {}
+    yield opened
+    for log in opened.values():
+        log.close()
+
+
+INTERVAL = 1.0
+
+
+def cursors_of(frame: bytes | None) -> Cursors:
+    assert frame is not None
+    (found,) = [f for f in decoded([frame]) if not isinstance(f, Append)]  # (a commit first)
+    assert isinstance(found, Cursors)
+    return found
+
+
+class Follower:
+    """What a follower holds of the channels: the last CURSORS of each read taken as
+    ``Replication._adopt_cursors`` takes it, and acknowledged as ``FollowerFetch`` does."""
+
+    def __init__(self, state: ReplicaState) -> None:
+        self.state = state
+        self.held: dict[str, ChannelCursor] = {}
+
+    def read(self, frames: list[Cursors]) -> CursorsAck:
+        last = frames[-1]
+        for c in last.channels:
+            self.held[c.name] = c
+        if last.full:
+            named = {c.name for c in last.channels}
+            self.held = {n: c for n, c in self.held.items() if n in named}
+        (ack,) = decoded([self.state.cursors_ack(last, 1)])
+        assert isinstance(ack, CursorsAck)
+        return ack
+
+
+def send(leader: ReplicaState, link: FollowerLink, now: list[ChannelCursor]) -> Cursors:
+    leader.cursors_due(link)
+    return cursors_of(leader.cursors_output(link, lambda: now, INTERVAL))
+
+
+def test_after_a_full_set_is_acknowledged_a_fin_names_its_own_channel_only(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    leader, follower, link = pair(tmp_path, logs, clock)
+    them = Follower(follower)
+    now = [ChannelCursor("a", 5), ChannelCursor("b", 7, ranges=((9, 12),)), ChannelCursor("c", 1)]
+    first = send(leader, link, now)
+    assert first.full and first.channels == tuple(now), "a link begins with a full set"
+    leader.leader_frame(link, them.read([first]))
+    now = [now[0], ChannelCursor("b", 8, ranges=((9, 12),)), now[2]]
+    second = send(leader, link, now)
+    assert (second.full, second.channels) == (False, (now[1],))
+    leader.leader_frame(link, them.read([second]))
+    assert them.held == {c.name: c for c in now}
+    assert [leader.replicated_confirmed(n, ["F"]) for n in "abc"] == [5, 8, 1]
+    # a new channel is named on its own too; one that went takes a full set
+    now = [*now, ChannelCursor("d", 0)]
+    third = send(leader, link, now)
+    assert (third.full, [c.name for c in third.channels]) == (False, ["b", "d"])
+    leader.leader_frame(link, them.read([third]))
+    now = [now[0], now[1], now[3]]
+    fourth = send(leader, link, now)
+    assert fourth.full and fourth.channels == tuple(now)
+    leader.leader_frame(link, them.read([fourth]))
+    assert them.held == {c.name: c for c in now}
+    # and a full set again once the interval is up since the last
+    now = [now[0], ChannelCursor("b", 9), now[2]]
+    assert not send(leader, link, now).full
+    clock.now += INTERVAL
+    now = [now[0], ChannelCursor("b", 10), now[2]]
+    assert send(leader, link, now).full
+
+
+def test_a_full_set_the_follower_skipped_is_not_taken_for_what_it_holds(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """A full set acknowledged with a later CURSORS of the same read was never taken by the
+    follower: the frames after it name everything, until a full set is acknowledged on its
+    own."""
+    leader, follower, link = pair(tmp_path, logs, clock)
+    them = Follower(follower)
+    now = [ChannelCursor("a", 5), ChannelCursor("b", 7)]
+    leader.leader_frame(link, them.read([send(leader, link, now)]))
+    clock.now += INTERVAL
+    now = [ChannelCursor("a", 6), ChannelCursor("b", 7)]
+    full = send(leader, link, now)
+    now = [ChannelCursor("a", 6), ChannelCursor("b", 8)]
+    after = send(leader, link, now)
+    assert full.full and after.full, "no full set acknowledged since the last went"
+    leader.leader_frame(link, them.read([full, after]))
+    assert them.held == {c.name: c for c in now}
+    now = [ChannelCursor("a", 7), ChannelCursor("b", 8)]
+    assert (send(leader, link, now).full, them.held["a"].confirmed) == (False, 6)
+
+
+channel_names = st.sampled_from(["a", "b", "c", "d"])
+# a channel's cursor as a small number (its value comes back often: confirmed n // 2, and a
+# range that moves with n % 2), or None: the channel deleted
+changes = st.dictionaries(channel_names, st.one_of(st.none(), st.integers(0, 5)), max_size=3)
+reads = st.lists(
+    st.tuples(
+        st.lists(changes, min_size=1, max_size=3),  # each then a CURSORS due; all read at once
+        st.sampled_from([0.0, 0.0, 0.4, 1.1]),  # clock seconds after the read
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def cursor(name: str, n: int) -> ChannelCursor:
+    return ChannelCursor(name, n // 2, ranges=((100 + n % 2, 200),))
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(reads=reads)
+def test_whatever_the_frames_and_reads_the_follower_holds_what_the_leader_counts(
+    tmp_path_factory: pytest.TempPathFactory,
+    reads: list[tuple[list[dict[str, int | None]], float]],
+) -> None:
+    tmp = tmp_path_factory.mktemp("deltas")
+    logs: dict[str, PartitionLog] = {}
+    clock = FakeClock()
+    leader, follower, link = pair(tmp, logs, clock)
+    them = Follower(follower)
+    cursors = {"a": cursor("a", 0)}
+    try:
+        for frames, wait in reads:
+            sent: list[Cursors] = []
+            taken_state: dict[str, ChannelCursor] = {}
+            for change in frames:
+                for name, value in change.items():
+                    if value is None:
+                        cursors.pop(name, None)
+                    else:
+                        cursors[name] = cursor(name, value)
+                now = [cursors[n] for n in sorted(cursors)]
+                leader.cursors_due(link)
+                frame = leader.cursors_output(link, lambda now=now: now, INTERVAL)  # type: ignore[misc]
+                if frame is not None:
+                    sent.append(cursors_of(frame))
+                    taken_state = {c.name: c for c in now}
+            clock.now += wait
+            if not sent:
+                continue
+            leader.leader_frame(link, them.read(sent))
+            assert them.held == taken_state, "the follower holds what the leader had"
+            assert link.cursors_taken == {n: c.confirmed for n, c in them.held.items()}
+    finally:
+        for log in logs.values():
+            log.close()
