@@ -12,7 +12,13 @@ drains them from nsqd 0 with one client, RDY 500, FIN per message:
     per message of a partition; a subscriber of several partitions has one message of
     each in flight, so their round trips overlap
 
+With ``--channels C``, each topic has C idle channels more; with ``--deferred D``, one more
+channel ("held") whose consumer requeued D messages for 50 minutes before the drains, so
+its delayed store holds D entries. Every channel's cursor, deferred entries with it, is
+what a follower must keep; an ordered FIN moves only the ordered channel's.
+
 Usage: .venv/bin/python bench/cluster_ordered.py [--messages N] [--partitions P]
+    [--channels C] [--deferred D]
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.wire import WireClient
 from partitions import drain, publish
+
+HOLD_MS = 3_000_000  # (50 minutes: the requeued messages stay deferred through the run)
 
 
 def create(cluster: LocalCluster, topic: str, partitions: int, replicas: int) -> None:
@@ -66,27 +75,53 @@ def create(cluster: LocalCluster, topic: str, partitions: int, replicas: int) ->
     cluster.wait_for(led_by_node_0, 60, f"{topic} led by nsqd 0 with {replicas} in the ISR")
 
 
+def hold(port: int, topic: str, channel: str, count: int) -> None:
+    """Take ``count`` messages of ``channel`` and requeue each for ``HOLD_MS``."""
+    wire = WireClient(port, timeout=60)
+    wire.send(b"  V2")
+    wire.send(f"SUB {topic} {channel}\n".encode())
+    assert wire.read_frame() == (0, b"OK")
+    wire.send(f"RDY {count}\n".encode())
+    held = 0
+    while held < count:
+        kind, data = wire.read_frame()
+        if kind == 2:
+            wire.send(b"REQ " + data[10:26] + f" {HOLD_MS}\n".encode())
+            held += 1
+        elif data == b"_heartbeat_":
+            wire.send(b"NOP\n")
+    wire.close()  # (after the REQs it sent: nsqd takes them first)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--partitions", type=int, default=1, help="of each topic, all led by nsqd 0")
+    ap.add_argument("--channels", type=int, default=0, help="idle channels more on each topic")
+    ap.add_argument("--deferred", type=int, default=0, help="messages held by one channel more")
     args = ap.parse_args()
     n, parts = args.messages, args.partitions
     print(f"# nsqpy ordered delivery in a cluster: {platform.node()} {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; {n} messages of 200 bytes, "
-          f"{parts} partition(s), all processes on this machine")  # fmt: skip
+          f"{parts} partition(s), {args.channels} idle channel(s), {args.deferred} messages "
+          "held deferred by another, all processes on this machine")  # fmt: skip
+    channels = ["plain", "ordered", *(f"idle{i}" for i in range(args.channels))]
+    if args.deferred:
+        channels.append("held")
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp)) as cluster:
         port = cluster.nodes[0].ports["TCP"]
         for replicas in (1, 3):
             topic = f"r{replicas}"
             create(cluster, topic, parts, replicas)
-            for channel in ("plain", "ordered"):
+            for channel in channels:
                 status, _ = cluster.request(
                     "POST", cluster.nsqd_http(0), f"/channel/create?topic={topic}&channel={channel}"
                 )
                 if status != 200:
                     raise SystemExit(f"channel {topic}/{channel}: {status}")
             publish(port, topic, n, extended=False)
+            if args.deferred:
+                hold(port, topic, "held", args.deferred)
         time.sleep(1.5)  # the channels' cursors reach the followers
         results: dict[tuple[str, int], float] = {}
         for verb, channel in (("SUB", "plain"), ("SUB_ORDERED", "ordered")):
