@@ -81,7 +81,7 @@ def hold(port: int, topic: str, channel: str, count: int) -> None:
     wire.send(b"  V2")
     wire.send(f"SUB {topic} {channel}\n".encode())
     assert wire.read_frame() == (0, b"OK")
-    wire.send(f"RDY {count}\n".encode())
+    wire.send(f"RDY {min(count, 2500)}\n".encode())  # (nsqd's --max-rdy-count; a REQ frees one)
     held = 0
     while held < count:
         kind, data = wire.read_frame()
@@ -101,6 +101,8 @@ def main() -> None:
     ap.add_argument("--deferred", type=int, default=0, help="messages held by one channel more")
     args = ap.parse_args()
     n, parts = args.messages, args.partitions
+    if args.deferred > n:
+        ap.error("--deferred holds some of the --messages published: at most that many")
     print(f"# nsqpy ordered delivery in a cluster: {platform.node()} {os.cpu_count()} cores, "
           f"Python {platform.python_version()}; {n} messages of 200 bytes, "
           f"{parts} partition(s), {args.channels} idle channel(s), {args.deferred} messages "

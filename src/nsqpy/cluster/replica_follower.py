@@ -49,7 +49,9 @@ REPEAT_LOG = 30.0  # seconds before the same replication failure is logged again
 SYNC_SLACK_S = 0.001  # past the log's time bound when waking for its fsync (it is due then)
 
 Progress = Callable[[int, int, int], None]  # end, durable, committed
-CursorSink = Callable[[Cursors], None]  # the leader's channel cursors, after their records
+# the leader's channel cursors, after their records; False: not taken (a storage failure),
+# so not acknowledged: the leader sends them again with its next CURSORS
+CursorSink = Callable[[Cursors], bool | None]
 
 
 class RemoteError(ConnectionError):
@@ -355,9 +357,9 @@ class FollowerFetch:
             log.flush()
         if cursors:
             answers = [self.replica.cursors_ack(frame, epoch) for frame in cursors]
-            if self.on_cursors is not None:  # (after the records they cover)
-                self.on_cursors(cursors[-1])
-            link.send_soon(answers[-1:])  # (with other partitions' of this turn)
+            took = self.on_cursors is None or self.on_cursors(cursors[-1]) is not False
+            if took:  # (after the records they cover; with other partitions' of this turn)
+                link.send_soon(answers[-1:])
         now = self.wall_ns()
         sync = log.sync_due(now)
         if not sync or not log.policy.always:

@@ -107,11 +107,12 @@ class FollowerLink:
     cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
     cursors_unacked: dict[int, SentCursors] = field(default_factory=dict)
     cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
-    # The last full set the follower holds for sure (it acknowledged that very CURSORS, so
+    # The last full set the follower took for sure (it acknowledged that very CURSORS, so
     # it was the last of its read: a follower takes only the last of a read), by name; None
-    # while a full set sent since is not acknowledged so. The channels a CURSORS sent since
-    # named (each later one names them all again: ``cursors_output``); when the last full
-    # set went.
+    # while a full set sent since is not acknowledged so. The channels the follower may
+    # hold otherwise than in it (a CURSORS since named them, or held them otherwise, or
+    # without them): each later CURSORS names them all again (``cursors_output``). When
+    # the last full set went.
     cursors_base: dict[str, ChannelCursor] | None = None
     cursors_touched: set[str] = field(default_factory=set)
     cursors_full_at: float = float("-inf")
@@ -119,11 +120,11 @@ class FollowerLink:
 
 class SentCursors(NamedTuple):
     """A CURSORS sent on a link and not yet acknowledged: every channel's cursor as the
-    follower holds them once it took it, whether it was a full set, and which it named."""
+    leader had them (what the follower holds of those it named), and whether it named
+    them all (a full set)."""
 
     state: tuple[ChannelCursor, ...]
     full: bool
-    named: frozenset[str]
 
 
 @dataclass(slots=True)
@@ -416,10 +417,16 @@ class ReplicaState:
                     for older in [s for s in link.cursors_unacked if s < seq]:
                         del link.cursors_unacked[older]
                     link.cursors_taken = {c.name: c.confirmed for c in taken.state}
-                    if taken.full:  # (the CURSORS sent after it name what may differ)
-                        link.cursors_base = {c.name: c for c in taken.state}
-                        later = link.cursors_unacked.values()
-                        link.cursors_touched = set().union(*(s.named for s in later))
+                    if taken.full:  # (the follower took it: what it holds since is it or
+                        # a later CURSORS' value, so a channel whose value one of those left
+                        # unacknowledged has otherwise, or lacks, may differ from it)
+                        base = link.cursors_base = {c.name: c for c in taken.state}
+                        touched: set[str] = set()
+                        for later in link.cursors_unacked.values():
+                            held = {c.name: c for c in later.state}
+                            touched.update(n for n in held.keys() | base.keys()
+                                           if held.get(n) != base.get(n))  # fmt: skip
+                        link.cursors_touched = touched
             case _:
                 raise MalformedFrame(f"unexpected {type(frame).__name__} from a follower")
         return []
@@ -568,7 +575,7 @@ class ReplicaState:
             link.sent_committed, link.commit_owed_since = self.committed, None
         link.cursors_sent = current
         unacked = link.cursors_unacked
-        unacked[seq] = SentCursors(current, named is None, frozenset(c.name for c in channels))
+        unacked[seq] = SentCursors(current, named is None)
         if len(unacked) > UNACKED_CURSORS:
             del unacked[min(unacked)]
         return frame

@@ -205,17 +205,18 @@ class Replication:
         if not self._adopting and not any(p.leading for p in topic.partitions):
             self._made_here.add((topic.name, channel.name))
 
-    def _adopt_cursors(self, frame: Cursors) -> None:
+    def _adopt_cursors(self, frame: Cursors) -> bool:
         """A follower takes its leader's channel cursors (``ChannelPartition.adopt_cursor``),
         never past its own log's end; channels the leader has are created here, and (a full
         set, on a topic this node leads no partition of) those it lacks are deleted, but for
         one made here that no CURSORS named yet (the leader may not have had it when it built
         this one), so the node that takes over delivers where the old leader was (at most a
-        second back)."""
+        second back). False when the cursors could not all be stored: not acknowledged, so
+        the leader sends them again (and counts none of them taken meanwhile)."""
         topic = self.broker.get_topic(frame.topic)
         part = topic.partition(frame.partition) if topic is not None else None
         if topic is None or part is None or part.leading:
-            return
+            return True
         end = part.log.high_watermark
         leads_some = any(p.leading for p in topic.partitions)
         try:
@@ -244,6 +245,8 @@ class Replication:
                         self.broker.delete_channel(topic, name)
         except StorageError as exc:  # (reported by the broker; the next CURSORS tries again)
             log.warning("REPLICATION(%s/%d): cursors not taken: %s", *frame_key(frame), exc)
+            return False
+        return True
 
     def _cursors_acked(self, topic: str, partition: int) -> None:
         """A follower took the cursors: an ordered channel waiting for them may go on."""

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nsqpy.cluster import replica_state
 from nsqpy.cluster.replica_state import FollowerLink, ReplicaState
 from nsqpy.protocol.replication import Append, ChannelCursor, Cursors, CursorsAck
 from nsqpy.storage import PartitionLog
@@ -126,22 +127,111 @@ def test_a_full_set_the_follower_skipped_is_not_taken_for_what_it_holds(
     assert (send(leader, link, now).full, them.held["a"].confirmed) == (False, 6)
 
 
+def test_a_channel_a_later_full_set_went_without_is_named_once_back(
+    tmp_path: Path, logs: dict[str, PartitionLog], clock: FakeClock
+) -> None:
+    """The follower took two full sets, the second without channel c; the leader hears of
+    the first only then, and c is back as the first had it: the next CURSORS names c."""
+    leader, follower, link = pair(tmp_path, logs, clock)
+    them = Follower(follower)
+    a, c = ChannelCursor("a", 5), ChannelCursor("c", 3)
+    first = send(leader, link, [a, c])
+    second = send(leader, link, [ChannelCursor("a", 6)])
+    assert first.full and second.full
+    acks = [them.read([first]), them.read([second])]
+    assert set(them.held) == {"a"}
+    leader.leader_frame(link, acks[0])
+    back = send(leader, link, [ChannelCursor("a", 7), c])
+    assert c in back.channels
+    leader.leader_frame(link, acks[1])
+    leader.leader_frame(link, them.read([back]))
+    assert link.cursors_taken == {"a": 7, "c": 3} and them.held == {
+        "a": ChannelCursor("a", 7),
+        "c": c,
+    }
+
+
+def cursor(name: str, n: int) -> ChannelCursor:
+    return ChannelCursor(name, n // 2, ranges=((100 + n % 2, 200),))
+
+
+# Each step: channels changed (None: deleted) and a CURSORS due; the follower reads up to n
+# of the CURSORS on the wire at once; the leader takes the oldest CURSORS_ACK on the way;
+# or the clock moves on. A channel's cursor is a small number, so values come back often.
+changes = st.dictionaries(
+    st.sampled_from(["a", "b", "c"]), st.one_of(st.none(), st.integers(0, 3)), max_size=2
+)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("change"), changes),
+        st.tuples(st.just("read"), st.integers(1, 3)),
+        st.tuples(st.just("ack"), st.just(0)),
+        st.tuples(st.just("wait"), st.sampled_from([0.4, 1.1])),
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps)
+def test_whatever_the_frames_reads_and_late_acks_the_leader_counts_what_the_follower_took(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[str, object]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replica_state, "UNACKED_CURSORS", 3)  # (the trim, often)
+    tmp = tmp_path_factory.mktemp("deltas")
+    logs: dict[str, PartitionLog] = {}
+    clock = FakeClock()
+    leader, follower, link = pair(tmp, logs, clock)
+    them = Follower(follower)
+    cursors = {"a": cursor("a", 0)}
+    wire: list[tuple[Cursors, dict[str, ChannelCursor]]] = []  # (frame, the leader's then)
+    acks: list[tuple[CursorsAck, dict[str, ChannelCursor]]] = []  # (ack, what it took)
+    try:
+        for kind, arg in steps:
+            if kind == "change":
+                for name, value in arg.items():  # type: ignore[attr-defined]
+                    if value is None:
+                        cursors.pop(name, None)
+                    else:
+                        cursors[name] = cursor(name, value)
+                now = [cursors[n] for n in sorted(cursors)]
+                leader.cursors_due(link)
+                frame = leader.cursors_output(link, lambda now=now: now, INTERVAL)  # type: ignore[misc]
+                if frame is not None:
+                    wire.append((cursors_of(frame), {c.name: c for c in now}))
+            elif kind == "read" and wire:
+                batch, wire[:] = wire[: int(arg)], wire[int(arg) :]  # type: ignore[call-overload]
+                acks.append((them.read([f for f, _ in batch]), dict(them.held)))
+                assert them.held == batch[-1][1], "the follower holds what the leader had"
+            elif kind == "ack" and acks:
+                ack, took = acks.pop(0)
+                before = link.cursors_taken
+                leader.leader_frame(link, ack)
+                if link.cursors_taken is not before:
+                    assert link.cursors_taken == {n: c.confirmed for n, c in took.items()}
+            elif kind == "wait":
+                clock.now += arg  # type: ignore[operator]
+    finally:
+        for log in logs.values():
+            log.close()
+
+
 channel_names = st.sampled_from(["a", "b", "c", "d"])
 # a channel's cursor as a small number (its value comes back often: confirmed n // 2, and a
 # range that moves with n % 2), or None: the channel deleted
-changes = st.dictionaries(channel_names, st.one_of(st.none(), st.integers(0, 5)), max_size=3)
+read_changes = st.dictionaries(channel_names, st.one_of(st.none(), st.integers(0, 5)), max_size=3)
 reads = st.lists(
     st.tuples(
-        st.lists(changes, min_size=1, max_size=3),  # each then a CURSORS due; all read at once
+        st.lists(read_changes, min_size=1, max_size=3),  # each then a CURSORS due; all read at once
         st.sampled_from([0.0, 0.0, 0.4, 1.1]),  # clock seconds after the read
     ),
     min_size=1,
     max_size=25,
 )
-
-
-def cursor(name: str, n: int) -> ChannelCursor:
-    return ChannelCursor(name, n // 2, ranges=((100 + n % 2, 200),))
 
 
 @settings(

@@ -278,6 +278,48 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     assert len(got) == 3 and got[2].channels == (ChannelCursor("c", 11),)
 
 
+async def test_cursors_a_follower_could_not_store_are_not_acknowledged_and_come_again(
+    cluster: Cluster,
+) -> None:
+    """A follower that could not store a CURSORS (its sink says False: a storage failure)
+    sends no CURSORS_ACK: the leader counts none of it taken, and its next CURSORS names
+    those channels again, though only another one changed."""
+    leader = cluster.leader_log(epoch=1)
+    lead(leader, 1, 2)
+    state = [ChannelCursor("a", 5), ChannelCursor("b", 3)]
+    acked: list[tuple[str, int]] = []
+    feed = await cluster.start_feed(
+        cursors=lambda t, p: list(state),
+        cursor_interval=60.0,
+        on_cursors_acked=lambda t, p: acked.append((t, p)),
+    )
+    got: list[Cursors] = []
+    stored = [True]
+
+    def sink(frame: Cursors) -> bool:
+        got.append(frame)
+        return stored[0]
+
+    f = cluster.follower(cluster.log("f1"), on_cursors=sink)
+    await eventually(lambda: acked == [(TOPIC, 0)], 5, what="the first CURSORS acknowledged")
+    await eventually(converged(leader.high_watermark, f), 5)
+    stored[0] = False  # (the next cannot be stored)
+    state[0] = ChannelCursor("a", 9)
+    feed.cursors_now(TOPIC, 0)
+    await eventually(lambda: len(got) == 2, 2, what="the second CURSORS")
+    assert (got[1].full, got[1].channels) == (False, (ChannelCursor("a", 9),))
+    lead(leader, 1, 1)  # (a turn of the link seen through: an ACK would have come with it)
+    feed.notify(TOPIC, 0)
+    await eventually(converged(leader.high_watermark, f), 5)
+    assert feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 5, "counted though not stored"
+    stored[0] = True
+    state[1] = ChannelCursor("b", 4)
+    feed.cursors_now(TOPIC, 0)
+    await eventually(lambda: len(got) == 3, 2, what="the third CURSORS")
+    assert got[2].channels == (ChannelCursor("a", 9), ChannelCursor("b", 4)), "a named again"
+    await eventually(lambda: feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 9, 2)
+
+
 async def test_unchanged_cursors_are_looked_at_only_with_the_heartbeat(cluster: Cluster) -> None:
     """An idle link wakes once per ``heartbeat_interval`` (0.5 s), not every
     ``cursor_interval`` (0.05 s), while the channels' cursors stay the same; cursors that
