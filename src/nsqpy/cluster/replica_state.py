@@ -104,6 +104,7 @@ class FollowerLink:
     # the channels' cursors (CURSORS) sent on this link and what came back (CURSORS_ACK)
     cursors_at: float = float("-inf")  # clock time of the last look at the cursors
     cursors_sent: tuple[ChannelCursor, ...] | None = None
+    cursors_sent_at: float = float("-inf")  # clock time of the last CURSORS sent
     cursors_seq: int = 0  # the seq of the last CURSORS sent on this link
     cursors_unacked: dict[int, SentCursors] = field(default_factory=dict)
     cursors_taken: dict[str, int] | None = None  # channel -> confirmed, as last acked
@@ -533,7 +534,8 @@ class ReplicaState:
     ) -> bytes | None:
         """The CURSORS to send on ``link`` now, if any: every ``interval`` (or at once after
         ``cursors_due``), when the channels' cursors (``cursors()``) changed since the last
-        sent; only once the link FETCHed, and after the records they cover (the shell sends
+        sent, or when that one waited ``interval`` unacknowledged (a follower that could not
+        store it acknowledges nothing: it must come again); only once the link FETCHed, and after the records they cover (the shell sends
         it after ``leader_output``), with the committed offset first when it lingered unsent
         (a follower is never told a cursor beyond the commit it knows).
 
@@ -550,8 +552,10 @@ class ReplicaState:
             return None
         link.cursors_at = now
         current = tuple(cursors())
-        if current == link.cursors_sent:
-            return None
+        if current == link.cursors_sent and (
+            link.cursors_seq not in link.cursors_unacked or now - link.cursors_sent_at < interval
+        ):  # (unchanged, and taken or not waited for long: a follower that could not store
+            return None  # the last one acknowledges none: they go again after ``interval``)
         seq = link.cursors_seq = link.cursors_seq + 1
         named = (
             None if now - link.cursors_full_at >= interval else self._cursors_named(link, current)
@@ -573,7 +577,7 @@ class ReplicaState:
             owed = encode_append(link.epoch, link.pos, self.committed, 0, b"")
             frame = b"".join([*owed, frame])
             link.sent_committed, link.commit_owed_since = self.committed, None
-        link.cursors_sent = current
+        link.cursors_sent, link.cursors_sent_at = current, now
         unacked = link.cursors_unacked
         unacked[seq] = SentCursors(current, named is None)
         if len(unacked) > UNACKED_CURSORS:

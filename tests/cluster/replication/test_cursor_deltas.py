@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from nsqpy.cluster import replica_state
@@ -176,6 +176,10 @@ steps = st.lists(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(steps=steps)
+@example(  # (a full set taken after one it went without, c back as before: found by review)
+    steps=[("change", {"c": 1}), ("change", {"c": None}), ("read", 1), ("read", 1),
+           ("ack", 0), ("change", {"c": 1}), ("read", 1)]
+)  # fmt: skip
 def test_whatever_the_frames_reads_and_late_acks_the_leader_counts_what_the_follower_took(
     tmp_path_factory: pytest.TempPathFactory,
     steps: list[tuple[str, object]],

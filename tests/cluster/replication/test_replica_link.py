@@ -282,8 +282,10 @@ async def test_cursors_a_follower_could_not_store_are_not_acknowledged_and_come_
     cluster: Cluster,
 ) -> None:
     """A follower that could not store a CURSORS (its sink says False: a storage failure)
-    sends no CURSORS_ACK: the leader counts none of it taken, and its next CURSORS names
-    those channels again, though only another one changed."""
+    sends no CURSORS_ACK: the leader counts none of it taken, its next CURSORS names those
+    channels again though only another one changed, and with nothing changed at all they
+    go again once the last waited ``cursor_interval`` unacknowledged (an ordered channel
+    waiting for its own cursor must not wait for ever)."""
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     state = [ChannelCursor("a", 5), ChannelCursor("b", 3)]
@@ -308,15 +310,26 @@ async def test_cursors_a_follower_could_not_store_are_not_acknowledged_and_come_
     feed.cursors_now(TOPIC, 0)
     await eventually(lambda: len(got) == 2, 2, what="the second CURSORS")
     assert (got[1].full, got[1].channels) == (False, (ChannelCursor("a", 9),))
-    lead(leader, 1, 1)  # (a turn of the link seen through: an ACK would have come with it)
-    feed.notify(TOPIC, 0)
-    await eventually(converged(leader.high_watermark, f), 5)
+
+    async def turn() -> None:
+        """A turn of the link seen through: an ACK would have come with its batch."""
+        lead(leader, 1, 1)
+        feed.notify(TOPIC, 0)
+        await eventually(converged(leader.high_watermark, f), 5, what="the turn's batch")
+
+    await turn()
     assert feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 5, "counted though not stored"
-    stored[0] = True
     state[1] = ChannelCursor("b", 4)
     feed.cursors_now(TOPIC, 0)
     await eventually(lambda: len(got) == 3, 2, what="the third CURSORS")
     assert got[2].channels == (ChannelCursor("a", 9), ChannelCursor("b", 4)), "a named again"
+    stored[0] = True  # (the disk is fine again; nothing changes any more)
+    await turn()
+    assert len(got) == 3 and feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 5
+    cluster.advance(60.0)  # (the injected clock: the last CURSORS waited the interval)
+    await turn()
+    await eventually(lambda: len(got) == 4, 2, what="the last CURSORS again")
+    assert got[3].channels == got[2].channels and got[3].seq == got[2].seq + 1
     await eventually(lambda: feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 9, 2)
 
 

@@ -465,21 +465,28 @@ def test_cursors_go_when_due_and_changed_and_count_once_acknowledged_on_the_curr
     (frame,) = [f for f in decoded([first]) if not isinstance(f, Append)]  # (the commit first)
     assert isinstance(frame, Cursors) and frame.channels == (ChannelCursor("c", 5),)
     assert leader.cursors_output(link, look, 1.0) is None, "not due yet"
-    clock.now += 1.5
-    assert leader.cursors_output(link, look, 1.0) is None, "due, but unchanged"
-    now = [ChannelCursor("c", 9)]
-    assert leader.cursors_output(link, look, 1.0) is None, "changed, not due"
-    leader.cursors_due(link)
-    second = leader.cursors_output(link, look, 1.0)
-    assert second is not None
     assert leader.replicated_confirmed("c", ["F"]) == -1, "nothing acknowledged yet"
     leader.leader_frame(link, CursorsAck(1, 77))
     assert leader.replicated_confirmed("c", ["F"]) == -1, "a seq never sent takes nothing"
+    clock.now += 1.5
+    again = leader.cursors_output(link, look, 1.0)  # (unacknowledged for the interval)
+    (resent,) = [f for f in decoded([again or b""]) if not isinstance(f, Append)]
+    assert isinstance(resent, Cursors) and resent.channels == frame.channels, "sent again"
+    assert resent.seq == frame.seq + 1
     (ack,) = decoded([follower.cursors_ack(frame, 1)])
     leader.leader_frame(link, ack)  # type: ignore[arg-type]
     assert leader.replicated_confirmed("c", ["F"]) == 5
     assert leader.replicated_confirmed("c", ["F", "G"]) == -1, "G took none"
     assert leader.replicated_confirmed("other", ["F"]) == -1
+    clock.now += 1.5
+    leader.leader_frame(link, *decoded([follower.cursors_ack(resent, 1)]))  # type: ignore[arg-type]
+    assert leader.cursors_output(link, look, 1.0) is None, "due, but unchanged and taken"
+    now = [ChannelCursor("c", 9)]
+    assert leader.cursors_output(link, look, 1.0) is None, "changed, not due"
+    leader.cursors_due(link)
+    second = leader.cursors_output(link, look, 1.0)
+    assert second is not None
+    assert leader.replicated_confirmed("c", ["F"]) == 5, "not acknowledged yet"
     (later,) = decoded([second])
     assert isinstance(later, Cursors)
     leader.leader_frame(link, *decoded([follower.cursors_ack(later, 1)]))  # type: ignore[arg-type]
