@@ -155,6 +155,25 @@ def cursor(name: str, n: int) -> ChannelCursor:
     return ChannelCursor(name, n // 2, ranges=((100 + n % 2, 200),))
 
 
+def change_and_send(
+    leader: ReplicaState,
+    link: FollowerLink,
+    cursors: dict[str, ChannelCursor],
+    change: dict[str, int | None],
+) -> tuple[Cursors | None, dict[str, ChannelCursor]]:
+    """Channels of ``cursors`` changed (None: deleted), a CURSORS due: what went, if any,
+    and every channel's cursor as the leader has them now."""
+    for name, value in change.items():
+        if value is None:
+            cursors.pop(name, None)
+        else:
+            cursors[name] = cursor(name, value)
+    now = [cursors[n] for n in sorted(cursors)]
+    leader.cursors_due(link)
+    frame = leader.cursors_output(link, lambda: now, INTERVAL)
+    return (None if frame is None else cursors_of(frame)), {c.name: c for c in now}
+
+
 # Each step: channels changed (None: deleted) and a CURSORS due; the follower reads up to n
 # of the CURSORS on the wire at once; the leader takes the oldest CURSORS_ACK on the way;
 # or the clock moves on. A channel's cursor is a small number, so values come back often.
@@ -197,16 +216,9 @@ def test_whatever_the_frames_reads_and_late_acks_the_leader_counts_what_the_foll
     try:
         for kind, arg in steps:
             if kind == "change":
-                for name, value in arg.items():  # type: ignore[attr-defined]
-                    if value is None:
-                        cursors.pop(name, None)
-                    else:
-                        cursors[name] = cursor(name, value)
-                now = [cursors[n] for n in sorted(cursors)]
-                leader.cursors_due(link)
-                frame = leader.cursors_output(link, lambda now=now: now, INTERVAL)  # type: ignore[misc]
+                frame, had = change_and_send(leader, link, cursors, arg)  # type: ignore[arg-type]
                 if frame is not None:
-                    wire.append((cursors_of(frame), {c.name: c for c in now}))
+                    wire.append((frame, had))
             elif kind == "read" and wire:
                 batch, wire[:] = wire[: int(arg)], wire[int(arg) :]  # type: ignore[call-overload]
                 acks.append((them.read([f for f, _ in batch]), dict(them.held)))
@@ -257,17 +269,10 @@ def test_whatever_the_frames_and_reads_the_follower_holds_what_the_leader_counts
             sent: list[Cursors] = []
             taken_state: dict[str, ChannelCursor] = {}
             for change in frames:
-                for name, value in change.items():
-                    if value is None:
-                        cursors.pop(name, None)
-                    else:
-                        cursors[name] = cursor(name, value)
-                now = [cursors[n] for n in sorted(cursors)]
-                leader.cursors_due(link)
-                frame = leader.cursors_output(link, lambda now=now: now, INTERVAL)  # type: ignore[misc]
+                frame, had = change_and_send(leader, link, cursors, change)
                 if frame is not None:
-                    sent.append(cursors_of(frame))
-                    taken_state = {c.name: c for c in now}
+                    sent.append(frame)
+                    taken_state = had
             clock.now += wait
             if not sent:
                 continue
