@@ -9,6 +9,7 @@ codec, the follower's side is its state's ``cursors_ack`` and the adoption rule 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,6 +156,22 @@ def cursor(name: str, n: int) -> ChannelCursor:
     return ChannelCursor(name, n // 2, ranges=((100 + n % 2, 200),))
 
 
+@contextlib.contextmanager
+def model(
+    factory: pytest.TempPathFactory,
+) -> Iterator[tuple[FakeClock, ReplicaState, FollowerLink, Follower]]:
+    """A leader's state, its link to a follower and that follower's model, on fresh logs
+    (a property test's example each: function-scoped fixtures would be shared by them)."""
+    logs: dict[str, PartitionLog] = {}
+    clock = FakeClock()
+    leader, follower, link = pair(factory.mktemp("deltas"), logs, clock)
+    try:
+        yield clock, leader, link, Follower(follower)
+    finally:
+        for log in logs.values():
+            log.close()
+
+
 def change_and_send(
     leader: ReplicaState,
     link: FollowerLink,
@@ -205,15 +222,10 @@ def test_whatever_the_frames_reads_and_late_acks_the_leader_counts_what_the_foll
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(replica_state, "UNACKED_CURSORS", 3)  # (the trim, often)
-    tmp = tmp_path_factory.mktemp("deltas")
-    logs: dict[str, PartitionLog] = {}
-    clock = FakeClock()
-    leader, follower, link = pair(tmp, logs, clock)
-    them = Follower(follower)
-    cursors = {"a": cursor("a", 0)}
     wire: list[tuple[Cursors, dict[str, ChannelCursor]]] = []  # (frame, the leader's then)
     acks: list[tuple[CursorsAck, dict[str, ChannelCursor]]] = []  # (ack, what it took)
-    try:
+    with model(tmp_path_factory) as (clock, leader, link, them):
+        cursors = {"a": cursor("a", 0)}
         for kind, arg in steps:
             if kind == "change":
                 frame, had = change_and_send(leader, link, cursors, arg)  # type: ignore[arg-type]
@@ -231,9 +243,6 @@ def test_whatever_the_frames_reads_and_late_acks_the_leader_counts_what_the_foll
                     assert link.cursors_taken == {n: c.confirmed for n, c in took.items()}
             elif kind == "wait":
                 clock.now += arg  # type: ignore[operator]
-    finally:
-        for log in logs.values():
-            log.close()
 
 
 channel_names = st.sampled_from(["a", "b", "c", "d"])
@@ -258,13 +267,8 @@ def test_whatever_the_frames_and_reads_the_follower_holds_what_the_leader_counts
     tmp_path_factory: pytest.TempPathFactory,
     reads: list[tuple[list[dict[str, int | None]], float]],
 ) -> None:
-    tmp = tmp_path_factory.mktemp("deltas")
-    logs: dict[str, PartitionLog] = {}
-    clock = FakeClock()
-    leader, follower, link = pair(tmp, logs, clock)
-    them = Follower(follower)
-    cursors = {"a": cursor("a", 0)}
-    try:
+    with model(tmp_path_factory) as (clock, leader, link, them):
+        cursors = {"a": cursor("a", 0)}
         for frames, wait in reads:
             sent: list[Cursors] = []
             taken_state: dict[str, ChannelCursor] = {}
@@ -279,6 +283,3 @@ def test_whatever_the_frames_and_reads_the_follower_holds_what_the_leader_counts
             leader.leader_frame(link, them.read(sent))
             assert them.held == taken_state, "the follower holds what the leader had"
             assert link.cursors_taken == {n: c.confirmed for n, c in them.held.items()}
-    finally:
-        for log in logs.values():
-            log.close()

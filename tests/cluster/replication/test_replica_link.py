@@ -223,6 +223,28 @@ async def test_syncdisk_always_commits_durable_ends(cluster: Cluster) -> None:
     assert cluster.states[0].committed == leader.high_watermark
 
 
+async def cursor_feed(
+    cluster: Cluster, state: list[ChannelCursor]
+) -> tuple[LeaderFeed, list[tuple[str, int]]]:
+    """A feed whose partitions' cursors are ``state`` as it is when asked, due every 60 s
+    unless changed and asked at once; with the (topic, partition) of each CURSORS_ACK."""
+    acked: list[tuple[str, int]] = []
+    feed = await cluster.start_feed(
+        cursors=lambda t, p: list(state),
+        cursor_interval=60.0,
+        on_cursors_acked=lambda t, p: acked.append((t, p)),
+    )
+    return feed, acked
+
+
+async def link_turn(leader: PartitionLog, feed: LeaderFeed, f: FollowerFetch) -> None:
+    """One more turn of the link's send loop, seen through: a batch it carries (the
+    cursors, when it sends them, go in the same turn, and reach the follower with it)."""
+    lead(leader, 1, 1)
+    feed.notify(TOPIC, 0)
+    await eventually(converged(leader.high_watermark, f), 5, what="the turn's batch")
+
+
 async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     cluster: Cluster,
 ) -> None:
@@ -232,12 +254,7 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     state = [ChannelCursor("c", 5, 0, (), ((7, 123, 1),))]
-    acked: list[tuple[str, int]] = []
-    feed = await cluster.start_feed(
-        cursors=lambda t, p: list(state),
-        cursor_interval=60.0,
-        on_cursors_acked=lambda t, p: acked.append((t, p)),
-    )
+    feed, acked = await cursor_feed(cluster, state)
     got: list[Cursors] = []
     f = cluster.follower(cluster.log("f1"), on_cursors=got.append)
     await eventually(lambda: len(got) == 1, 5, what="the first CURSORS")
@@ -249,11 +266,7 @@ async def test_cursors_go_every_interval_when_changed_and_at_once_when_asked(
     await eventually(converged(leader.high_watermark, f), 5)
 
     async def turn() -> None:
-        """One more turn of the link's send loop, seen through: a batch it carries (the
-        cursors, when it sends them, go in the same turn, and reach ``got`` with it)."""
-        lead(leader, 1, 1)
-        feed.notify(TOPIC, 0)
-        await eventually(converged(leader.high_watermark, f), 5, what="the turn's batch")
+        await link_turn(leader, feed, f)
 
     state[0] = ChannelCursor("c", 9)
     await turn()
@@ -289,12 +302,7 @@ async def test_cursors_a_follower_could_not_store_are_not_acknowledged_and_come_
     leader = cluster.leader_log(epoch=1)
     lead(leader, 1, 2)
     state = [ChannelCursor("a", 5), ChannelCursor("b", 3)]
-    acked: list[tuple[str, int]] = []
-    feed = await cluster.start_feed(
-        cursors=lambda t, p: list(state),
-        cursor_interval=60.0,
-        on_cursors_acked=lambda t, p: acked.append((t, p)),
-    )
+    feed, acked = await cursor_feed(cluster, state)
     got: list[Cursors] = []
     stored = [True]
 
@@ -311,11 +319,8 @@ async def test_cursors_a_follower_could_not_store_are_not_acknowledged_and_come_
     await eventually(lambda: len(got) == 2, 2, what="the second CURSORS")
     assert (got[1].full, got[1].channels) == (False, (ChannelCursor("a", 9),))
 
-    async def turn() -> None:
-        """A turn of the link seen through: an ACK would have come with its batch."""
-        lead(leader, 1, 1)
-        feed.notify(TOPIC, 0)
-        await eventually(converged(leader.high_watermark, f), 5, what="the turn's batch")
+    async def turn() -> None:  # (an ACK would have come with its batch)
+        await link_turn(leader, feed, f)
 
     await turn()
     assert feed.replicated_confirmed(TOPIC, 0, "a", ["F1"]) == 5, "counted though not stored"
