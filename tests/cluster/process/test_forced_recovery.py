@@ -71,7 +71,17 @@ def test_a_partition_whose_isr_died_is_recovered_only_when_asked(
     for _ in range(3):  # (it stays so: nothing is elected from outside the ISR unasked)
         assert 0 not in cluster.partitions(topic)
 
-    status, body = recover(cluster, topic, 0)
+    # c, just started, registers before it reports its log of the partition: until it
+    # has, the request is refused (the coordinator cannot tell which log is the longest)
+    cluster.wait_for(lambda: cluster.node_id(c) in cluster.live_nodes(), 30, "c registered")
+
+    def asked() -> tuple[int, object] | None:
+        status, body = recover(cluster, topic, 0)
+        if status == 400 and body["message"] == "E_LOG_NOT_REPORTED":  # type: ignore[index]
+            return None
+        return status, body
+
+    status, body = cluster.wait_for(asked, 30, "c's log reported")
     assert status == 200, body
     assert body["leader"] == cluster.node_id(c) and body["offset"] == 5  # type: ignore[index]
     assert "lost" in body["warning"]  # type: ignore[index]
