@@ -533,8 +533,7 @@ class Coordinator:
         the other holders become catch-up members. What the dead ISR members had beyond the
         new leader's end is lost: when they come back they truncate to the new leader's
         history. Returns the new replicas and the new leader's end; 400 when an ISR member
-        is live (nothing to force), when no replica is, or when a live one has not reported
-        its end of the partition yet."""
+        is live (nothing to force) or no replica is."""
         snap, versioned = self._partition(topic, partition)
         r, live = versioned.value, snap.nodes
         alive = [n for n in r.isr if n in live]
@@ -551,18 +550,6 @@ class Coordinator:
         if not candidates:
             raise CoordinatorError(400, "E_NO_LIVE_REPLICA",
                                    f"{topic}/{partition}: no replica is live")  # fmt: skip
-        # The longest log is known only once every candidate reported its end: a node that
-        # has just started registers before it takes its partitions up, and choosing
-        # without its end could elect a shorter log than it holds (and lose more)
-        unreported = [n for n in candidates if name not in live[n].ends]
-        if unreported:
-            raise CoordinatorError(
-                400,
-                "E_LOG_NOT_REPORTED",
-                f"{topic}/{partition}: replica {unreported[0]} is live but has not reported "
-                "its log of it yet (a node that has just started reports it within moments: "
-                "ask again; if it never does, stop that nsqd: a replica not live is left out)",
-            )
         chosen = max(candidates, key=lambda n: (*log_of(n), n))
         end = max(0, log_of(chosen)[0])
         new = Replicas(chosen, (chosen,), tuple(n for n in r.holders if n != chosen),

@@ -293,15 +293,16 @@ async def test_a_batch_with_one_stale_change_writes_the_others(
         assert Replicas.from_json(kv.value).epoch == (5 if p == 2 else 2)
 
 
-async def test_a_forced_recovery_waits_for_every_live_replica_to_report_its_log(
+async def test_a_forced_recovery_elects_the_live_replica_with_the_longest_log(
     pair: list[Coordinator], etcd: Etcd, keys: Keys
 ) -> None:
-    """Forced recovery elects the live replica with the longest log, as its nsqd reports
-    it. A replica that has just started is registered before it reports its partitions:
-    the request is refused while one has not (``E_LOG_NOT_REPORTED``, naming it), not
-    decided without its log, which could elect a shorter one (and lose more)."""
+    """No ISR member live: forced recovery elects, of the live holders, the one whose
+    nsqd reports the longest log of the partition, alone in a new leader epoch; the other
+    holders, the dead ISR member among them, become catch-up members; the answer is its end
+    (where the loss starts). Refused while an ISR member is live."""
     name = partition_name("t", 0)
-    await register(etcd, keys, replace(node(1), ends={name: (1, 5)}), node(2))
+    await register(etcd, keys, replace(node(1), ends={name: (1, 5)}),
+                   replace(node(2), ends={name: (1, 7)}))  # fmt: skip
     await etcd.put(keys.topic_meta("t"), TopicMeta(1, 3).to_json())
     dead_isr = Replicas("n0", ("n0",), ("n1", "n2"))  # (n0 never registered: dead)
     await etcd.put(keys.replicas("t", 0), dead_isr.to_json())
@@ -309,13 +310,10 @@ async def test_a_forced_recovery_waits_for_every_live_replica_to_report_its_log(
     leader = next(c for c in pair if c.leading)
     await eventually(lambda: len(leader.view.snapshot().nodes) == 2, timeout=5)
     await eventually(lambda: ("t", 0) in leader.view.snapshot().replicas, timeout=5)
-    with pytest.raises(CoordinatorError) as refused:
-        await leader.recover_partition("t", 0)
-    assert (refused.value.status, refused.value.code) == (400, "E_LOG_NOT_REPORTED")
-    assert "replica n2 is live but has not reported its log" in refused.value.detail
-    assert leader.view.snapshot().replicas[("t", 0)].value == dead_isr, "nothing changed"
-
-    await register(etcd, keys, replace(node(2), ends={name: (1, 7)}))  # (n2's report)
-    await eventually(lambda: name in leader.view.snapshot().nodes["n2"].ends, timeout=5)
     new, end = await leader.recover_partition("t", 0)
     assert (new.leader, new.isr, new.catchup, end) == ("n2", ("n2",), ("n0", "n1"), 7)
+    assert (new.epoch, new.leader_epoch) == (dead_isr.epoch + 1, dead_isr.leader_epoch + 1)
+    await eventually(lambda: leader.view.snapshot().replicas[("t", 0)].value == new, timeout=5)
+    with pytest.raises(CoordinatorError) as refused:  # (n2 leads now: nothing to force)
+        await leader.recover_partition("t", 0)
+    assert (refused.value.status, refused.value.code) == (400, "E_ISR_ALIVE")
