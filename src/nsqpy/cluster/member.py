@@ -40,7 +40,7 @@ from nsqpy.cluster.leaving import leave
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, Versioned
 from nsqpy.cluster.tls import ClusterTls, coordinator_url
 from nsqpy.cluster.view import ClusterView
-from nsqpy.errors import ConfigError
+from nsqpy.errors import ConfigError, StorageError
 
 log = logging.getLogger("nsqpy.cluster")
 
@@ -181,6 +181,8 @@ class Member:
         self._epochs_writer: asyncio.Task[None] | None = None
         # per partition, the leader epoch of the last snapshot this process applied
         self._seen: dict[tuple[str, int], int] = {}
+        # (topic, partition) -> why it could not be taken up or changed at the last try
+        self.hold_failures: dict[tuple[str, int], str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.more = False  # the last ``apply`` left partitions to take up in a next pass
 
@@ -366,15 +368,25 @@ class Member:
                 # only in a new epoch, so that they cut by epoch what it lost.
                 self._new_epoch(topic, p, snap.replicas[(topic, p)])
                 role = FOLLOWER
-            if now is None:
-                log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role, leader_epoch)
-                self.host.hold_partition(topic, count, p, role, leader_epoch, ordered)
-                taken += 1
-            elif now[0] != role or now[1] != leader_epoch:
-                log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
-                self.host.set_role(topic, p, role, leader_epoch)
-            if now is not None:
-                self.host.grow_topic(topic, count)  # (expanded: keys hash over the new count)
+            try:
+                if now is None:
+                    if (topic, p) not in self.hold_failures:  # (a retry is not logged again)
+                        log.info("cluster: taking %s/%d as %s (epoch %d)", topic, p, role,
+                                 leader_epoch)  # fmt: skip
+                    taken += 1
+                    self.host.hold_partition(topic, count, p, role, leader_epoch, ordered)
+                elif now[0] != role or now[1] != leader_epoch:
+                    log.info("cluster: %s/%d now %s (epoch %d)", topic, p, role, leader_epoch)
+                    self.host.set_role(topic, p, role, leader_epoch)
+                if now is not None:
+                    self.host.grow_topic(topic, count)  # (expanded: keys hash over the new count)
+            except (StorageError, OSError) as exc:  # (this partition's alone: the pass goes on)
+                self._hold_failed((topic, p), exc)
+                continue
+            if self.hold_failures.pop((topic, p), None) is not None:
+                log.info("cluster: %s/%d is held here again", topic, p)
+        for key in [k for k in self.hold_failures if k not in wanted]:
+            del self.hold_failures[key]
         for topic in {t for t, _ in wanted}:
             meta = snap.topics.get(topic)
             if meta is not None:  # (leader and followers alike)
@@ -382,6 +394,15 @@ class Member:
                 self.host.set_sync_every(topic, meta.syncdisk)
         for hook in self.on_applied:
             hook(snap)
+
+    def _hold_failed(self, key: tuple[str, int], exc: BaseException) -> None:
+        """A partition this node could not take up (or change) in a pass: the others are
+        taken up all the same, it is tried again each pass, and its failure is logged once
+        (again only when it fails otherwise)."""
+        text = f"{type(exc).__name__}: {exc}"
+        if self.hold_failures.get(key) != text:
+            log.error("cluster: cannot hold %s/%d here: %s (tried again on each pass)", *key, text)
+        self.hold_failures[key] = text
 
     def _new_epoch(self, topic: str, p: int, versioned: Versioned[Replicas]) -> None:
         """Ask etcd for the next leader epoch of a partition this node is to lead again (a

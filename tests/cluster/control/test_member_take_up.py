@@ -4,8 +4,12 @@ for first; no partition is left behind. Pure: a recording host, a snapshot, no e
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
+
+from nsqpy.broker.health import StorageFailed
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.member import TAKE_UP_PER_PASS, Member, MemberSettings
 from nsqpy.cluster.model import NodeInfo, Replicas, Snapshot, TopicMeta, Versioned
@@ -85,3 +89,43 @@ def test_the_topic_a_client_waits_for_is_taken_up_first() -> None:
     m = member(host)
     m.apply(snapshot({"a_big": 100, "z_small": 1}), first="z_small")
     assert ("z_small", 0) in host.held and m.more
+
+
+class FailingHost(Host):
+    """A broker that cannot hold the partitions in ``broken`` (its disk says so)."""
+
+    def __init__(self, broken: set[tuple[str, int]]) -> None:
+        super().__init__()
+        self.broken = broken
+        self.tries: list[tuple[str, int]] = []
+
+    def hold_partition(self, topic: str, count: int, number: int, role: str,
+                       leader_epoch: int, ordered: bool) -> None:  # fmt: skip
+        self.tries.append((topic, number))
+        if (topic, number) in self.broken:
+            raise StorageFailed(f"cannot create the directory of {topic}: No space left")
+        super().hold_partition(topic, count, number, role, leader_epoch, ordered)
+
+
+def test_a_partition_that_cannot_be_held_leaves_the_others_taken_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A partition whose take-up fails (a storage error of its own) does not stop the
+    pass: every other partition, those after it too, is taken up. It is tried again each
+    pass, its failure logged once, not at every try, and named in ``hold_failures`` until
+    it is held."""
+    host = FailingHost({("a_bad", 0)})
+    m = member(host)
+    snap = snapshot({"a_bad": 1, "b_good": 3})
+    with caplog.at_level(logging.INFO, logger="nsqpy.cluster"):
+        for _ in range(3):
+            m.apply(snap)
+    assert sorted(host.held) == [("b_good", 0), ("b_good", 1), ("b_good", 2)]
+    assert host.tries.count(("a_bad", 0)) == 3, "tried again on each pass"
+    assert "No space left" in m.hold_failures[("a_bad", 0)]
+    lines = [r.getMessage() for r in caplog.records if "a_bad/0" in r.getMessage()]
+    assert len(lines) == 2 and "cannot hold a_bad/0 here" in lines[1], lines  # (taking, failed)
+
+    host.broken.clear()  # (the disk has room again)
+    m.apply(snap)
+    assert ("a_bad", 0) in host.held and not m.hold_failures
