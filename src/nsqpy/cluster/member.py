@@ -183,6 +183,9 @@ class Member:
         self._seen: dict[tuple[str, int], int] = {}
         # (topic, partition) -> why it could not be taken up or changed at the last try
         self.hold_failures: dict[tuple[str, int], str] = {}
+        # (topic, partition) -> the leader epoch this node was to lead it in, when it failed
+        # so (reported as ``NodeInfo.failing``: the coordinator elects another ISR member)
+        self.lead_failures: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.more = False  # the last ``apply`` left partitions to take up in a next pass
 
@@ -382,11 +385,15 @@ class Member:
                     self.host.grow_topic(topic, count)  # (expanded: keys hash over the new count)
             except (StorageError, OSError) as exc:  # (this partition's alone: the pass goes on)
                 self._hold_failed((topic, p), exc)
+                if role == LEADER:
+                    self.lead_failures[(topic, p)] = leader_epoch
                 continue
+            self.lead_failures.pop((topic, p), None)
             if self.hold_failures.pop((topic, p), None) is not None:
                 log.info("cluster: %s/%d is held here again", topic, p)
         for key in [k for k in self.hold_failures if k not in wanted]:
             del self.hold_failures[key]
+            self.lead_failures.pop(key, None)
         for topic in {t for t, _ in wanted}:
             meta = snap.topics.get(topic)
             if meta is not None:  # (leader and followers alike)

@@ -320,9 +320,18 @@ class NsqdCluster:
             ends={partition_name(t, p): (epoch, end) for (t, p), (_r, epoch, end) in held.items()},
             lagging=self.replication.lagging() if self.replication is not None else {},
             caught_up=self.replication.caught_up() if self.replication is not None else {},
-            failing=self.replication.failing() if self.replication is not None else {},
+            failing=self._failing(),
             loads={names[k]: (rates.get(names[k], 0.0), sizes.get(k, 0)) for k in held},
         )
+
+    def _failing(self) -> dict[str, int]:
+        """(``NodeInfo.failing``) Partitions this node leads and cannot write, and those
+        it was to lead and could not take up: each with its leader epoch."""
+        out = self.replication.failing() if self.replication is not None else {}
+        if self.member is not None:
+            for (topic, p), epoch in self.member.lead_failures.items():
+                out.setdefault(partition_name(topic, p), epoch)
+        return out
 
     def _replicas(self, topic: str, partition: int) -> Replicas | None:
         return self.member.replicas(topic, partition) if self.member is not None else None

@@ -192,31 +192,40 @@ def test_a_leader_whose_lease_runs_out_leads_nothing_at_once(own_cluster: OwnClu
 def test_a_partition_a_node_cannot_store_leaves_its_other_partitions_taken_up(
     own_cluster: OwnCluster,
 ) -> None:
-    """nsqd 0 cannot make the directory of topic ``a_bad`` (a file stands where it goes):
-    it logs that once and holds every other partition given to it all the same, those of
-    ``b_good`` (taken up after ``a_bad`` in a pass) too; ``a_bad`` is led and replicated by
-    the other two."""
+    """nsqd 0 cannot make the directories of topics ``a_bad0``-``a_bad2`` (a file stands
+    where each goes): it logs that once for each and holds every other partition given to
+    it all the same, those of ``b_good`` (taken up after them in a pass) too. Each bad one
+    is led and written by the other two: where nsqd 0 was to lead it, it reports it cannot
+    (``NodeInfo.failing``) and another ISR member is elected; where it was to follow, its
+    leader leaves it out of the ISR."""
     cluster = own_cluster(lookupds=1)
     topics = cluster.directory / "nsqd0" / "topics"
     topics.mkdir(parents=True, exist_ok=True)
-    (topics / "topic-a_bad").write_bytes(b"not a directory")
-    for topic in ("a_bad", "b_good"):
+    bad = [f"a_bad{n}" for n in range(3)]  # (placed evenly: nsqd 0 likely leads one)
+    for topic in bad:
+        (topics / f"topic-{topic}").write_bytes(b"not a directory")
+    for topic in [*bad, "b_good"]:
         assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
     for i in range(3):
         cluster.wait_for(lambda i=i: stats_partitions(cluster, i, "b_good"), 15,  # type: ignore[misc]
                          f"nsqd {i} holds b_good")  # fmt: skip
-    for i in (1, 2):
-        cluster.wait_for(lambda i=i: stats_partitions(cluster, i, "a_bad"), 15,  # type: ignore[misc]
-                         f"nsqd {i} holds a_bad")  # fmt: skip
-    assert not stats_partitions(cluster, 0, "a_bad")
-    bad = cluster.node_id(0)
-    cluster.wait_for(lambda: bad not in cluster.partitions("a_bad")[0]["isr"]
-                     and leaders(cluster, "a_bad")[0] != 0, 30, "a_bad without nsqd 0")  # fmt: skip
-    lines = [ln for ln in cluster.nodes[0].log_lines if "cannot hold a_bad/0" in ln]
-    assert len(lines) == 1, lines
-    client = wire(cluster, leaders(cluster, "a_bad")[0])
-    try:
-        client.send(pub("a_bad", b"still writable"))
-        assert client.read_frame() == (0, b"OK")
-    finally:
-        client.close()
+    node0 = cluster.node_id(0)
+    for topic in bad:
+        for i in (1, 2):
+            cluster.wait_for(lambda i=i, t=topic: stats_partitions(cluster, i, t), 15,  # type: ignore[misc]
+                             f"nsqd {i} holds {topic}")  # fmt: skip
+        cluster.wait_for(lambda t=topic: node0 not in cluster.partitions(t)[0]["isr"]  # type: ignore[misc]
+                         and leaders(cluster, t)[0] != 0, 30, f"{topic} without nsqd 0")  # fmt: skip
+        assert not stats_partitions(cluster, 0, topic)
+        lines = [ln for ln in cluster.nodes[0].log_lines if f"cannot hold {topic}/0" in ln]
+        assert len(lines) == 1, lines
+
+        def published(t: str = topic) -> bool:
+            client = wire(cluster, leaders(cluster, t)[0])
+            try:
+                client.send(pub(t, b"still writable"))
+                return client.read_frame() == (0, b"OK")
+            finally:
+                client.close()
+
+        cluster.wait_for(published, 15, f"a publish to {topic}")
