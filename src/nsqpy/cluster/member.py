@@ -387,6 +387,8 @@ class Member:
                 self._hold_failed((topic, p), exc)
                 if role == LEADER:
                     self.lead_failures[(topic, p)] = leader_epoch
+                else:  # (another node leads it now: nothing of this node's to report)
+                    self.lead_failures.pop((topic, p), None)
                 continue
             self.lead_failures.pop((topic, p), None)
             if self.hold_failures.pop((topic, p), None) is not None:

@@ -5,6 +5,8 @@ for first; no partition is left behind. Pure: a recording host, a snapshot, no e
 from __future__ import annotations
 
 import logging
+import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -52,9 +54,9 @@ def me() -> NodeInfo:
     return NodeInfo("n0", "h", "127.0.0.1", 4150, 4151, "127.0.0.1:4250", "1", 0)
 
 
-def snapshot(topics: dict[str, int]) -> Snapshot:
+def snapshot(topics: dict[str, int], leader: str = "n1", epoch: int = 1) -> Snapshot:
     replicas = {
-        (t, p): Versioned(Replicas("n1", ("n1", "n0")), 10 + p)
+        (t, p): Versioned(Replicas(leader, ("n1", "n0"), leader_epoch=epoch), 10 + p)
         for t, count in topics.items()
         for p in range(count)
     }
@@ -129,3 +131,20 @@ def test_a_partition_that_cannot_be_held_leaves_the_others_taken_up(
     host.broken.clear()  # (the disk has room again)
     m.apply(snap)
     assert ("a_bad", 0) in host.held and not m.hold_failures
+
+
+def test_a_partition_it_was_to_lead_and_could_not_is_reported_only_in_that_epoch() -> None:
+    """A partition this node was to lead and could not take up is named in
+    ``lead_failures`` with that leader epoch (``NodeInfo.failing``: the coordinator elects
+    another ISR member); once another node leads it, while this one still cannot hold it,
+    the entry goes: what is left is a follower's failure, not a leader's."""
+    host = FailingHost({("a_bad", 0)})
+    m = member(host)
+    lease: Any = SimpleNamespace(lost=threading.Event())
+    m._lease = lease  # (live: it may lead)
+    m.apply(snapshot({"a_bad": 1, "b_good": 1}, leader="n0", epoch=4))
+    assert m.lead_failures == {("a_bad", 0): 4}
+    assert host.held == {("b_good", 0): ("leader", 4, 0)}
+
+    m.apply(snapshot({"a_bad": 1, "b_good": 1}, leader="n1", epoch=5))
+    assert m.lead_failures == {} and ("a_bad", 0) in m.hold_failures
