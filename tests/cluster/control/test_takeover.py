@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -22,12 +22,12 @@ from nsqpy.cluster.etcd import Etcd
 from nsqpy.cluster.keys import Keys
 from nsqpy.cluster.model import CoordinatorInfo
 from nsqpy.lookupd import cluster as lookupd_cluster
-from nsqpy.lookupd.app import NsqLookupd, NsqLookupdOptions
+from nsqpy.lookupd.app import NsqLookupd
 from nsqpy.lookupd.cluster import lookupd_id
 from nsqpy.testing import eventually
 from nsqpy.testing.etcd import EtcdCluster
 
-from .conftest import bounded
+from .conftest import bounded, cluster_lookupd
 
 
 @pytest.fixture
@@ -46,30 +46,6 @@ def held(monkeypatch: pytest.MonkeyPatch, keys: Keys) -> asyncio.Event:
 
     monkeypatch.setattr(etcd_module.Etcd, "create", holding)
     return gate
-
-
-def cluster_lookupd(etcd: EtcdCluster, keys: Keys, tcp: int = 0, http: int = 0) -> NsqLookupd:
-    """An nsqlookupd of this test's cluster on the session's etcd, 2 s leases (not started)."""
-    return NsqLookupd(
-        NsqLookupdOptions(
-            tcp_address=f"127.0.0.1:{tcp}",
-            http_address=f"127.0.0.1:{http}",
-            broadcast_address="127.0.0.1",
-            etcd_endpoints=",".join(etcd.endpoints),
-            cluster_id=keys.cluster_id,
-            etcd_lease_ttl_ms=2000,
-        )
-    )
-
-
-@pytest.fixture
-async def lookupd(etcd_single: EtcdCluster, keys: Keys) -> AsyncIterator[NsqLookupd]:
-    daemon = cluster_lookupd(etcd_single, keys)
-    await daemon.start()
-    try:
-        yield daemon
-    finally:
-        await bounded(daemon.stop())
 
 
 def named_itself(daemon: NsqLookupd) -> Callable[[], bool]:
