@@ -168,11 +168,15 @@ class Cluster:
     def start(self) -> None:
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         self.etcd.start()
-        for host in self.lookupd_hosts:
-            self.lookupd[host] = self._lookupd_process(host).start(30.0)
+        for host in self.lookupd_hosts:  # (side by side, lookupds first)
+            self.lookupd[host] = self._lookupd_process(host).spawn()
+        for proc in self.lookupd.values():
+            proc.wait_started(30.0)
         for host in self.nodes:
             self.disks[host].mount()
-            self.nsqd[host] = self._nsqd_process(host).start(30.0)
+            self.nsqd[host] = self._nsqd_process(host).spawn()
+        for proc in self.nsqd.values():
+            proc.wait_started(30.0)
         self.wait_ready()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:

@@ -109,10 +109,13 @@ class LocalCluster:
         try:
             if self._own_etcd:
                 self.etcd.start()
-            for i in range(self._lookupd_count):
-                self.lookupds.append(self._lookupd(i).start())
-            for i in range(self._node_count):
-                self.nodes.append(self._nsqd(i).start())
+            # (side by side: every nsqd registers with every lookupd, so those first)
+            self.lookupds.extend(self._lookupd(i).spawn() for i in range(self._lookupd_count))
+            for proc in self.lookupds:
+                proc.wait_started()
+            self.nodes.extend(self._nsqd(i).spawn() for i in range(self._node_count))
+            for proc in self.nodes:
+                proc.wait_started()
             self.wait_ready(timeout)
         except BaseException:
             self.close()

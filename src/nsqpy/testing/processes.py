@@ -155,6 +155,12 @@ class DaemonProcess:
         self._reader: threading.Thread | None = None
 
     def start(self, timeout: float = 15.0) -> DaemonProcess:
+        """Run the program and return once it listens (``spawn`` then ``wait_started``)."""
+        return self.spawn().wait_started(timeout)
+
+    def spawn(self) -> DaemonProcess:
+        """Run the program and return at once (several daemons start side by side:
+        most of a start is the interpreter's imports); ``wait_started`` then waits."""
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -169,6 +175,12 @@ class DaemonProcess:
         )
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
+        return self
+
+    def wait_started(self, timeout: float = 15.0) -> DaemonProcess:
+        """Wait until the spawned program listens; it is killed if it does not in
+        ``timeout`` seconds, and an exit before is an error with its last log lines."""
+        assert self.proc is not None
         if not self._ready.wait(timeout):
             self.kill()
             raise TimeoutError(f"{self.program} did not start: {self.log_lines[-20:]}")
