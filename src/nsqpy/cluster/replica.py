@@ -93,6 +93,10 @@ class Link(FramedLink):
         return frames
 
     def send(self, bufs: Sequence[Buffer]) -> None:
+        """LinkClosed once the transport is closing (uvloop's raises RuntimeError on a
+        write then, asyncio's drops it: either way the link has ended)."""
+        if self.writer.transport.is_closing():
+            raise LinkClosed(f"the replication link with {self.peer} is closed")
         self.writer.writelines(bufs)
 
     send_soon = send  # (a link of its own has no other stream's frames to wait for)
@@ -111,6 +115,8 @@ class Link(FramedLink):
     async def refuse(self, err: ProtocolError | tuple[int, str, str]) -> None:
         """Send ERROR (after our magic when we have not sent it yet), then close."""
         try:
+            if self.writer.transport.is_closing():
+                raise ConnectionResetError
             self.writer.write(self.refusal(err))
             async with asyncio.timeout(1.0):
                 await self.writer.drain()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nsqpy.cluster.replica import LinkClosed
+from nsqpy.cluster.replica import Link, LinkClosed
 from nsqpy.cluster.replica_follower import FollowerFetch
 from nsqpy.cluster.replica_mux import (
     DATA,
@@ -742,3 +742,41 @@ async def test_a_connection_whose_peer_ended_with_the_magic_ends_at_once() -> No
         for each in [writer, *served]:
             each.close()
         server.close()
+
+
+def test_sending_on_a_lost_connection_under_uvloop_raises_and_logs_nothing() -> None:
+    """On uvloop (the daemons' loop) a write to a closed transport raises RuntimeError
+    (asyncio's drops it): the connection's writes stop once its transport is closing, the
+    CURSORS left for the end of the turn too, so nothing is logged as a failed callback;
+    a link of its own raises LinkClosed, as its read would."""
+    import uvloop
+
+    async def main() -> list[dict[str, Any]]:
+        failures: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: failures.append(ctx))
+        listener, dialer, server = await mux_pair(lambda stream: None)
+        try:
+            dialer.writer.transport.abort()
+            await eventually(lambda: listener.writer.transport.is_closing(), 5)
+            listener.send_data(1, [b"cursors"], soon=True)  # (written at the turn's end)
+            listener.send_data(1, [b"records"])
+            await asyncio.sleep(0.1)
+        finally:
+            listener.shutdown()
+            dialer.shutdown()
+            server.close()
+        plain = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        try:
+            reader, writer = await asyncio.open_connection(*plain.sockets[0].getsockname()[:2])
+            link = Link(reader, writer)
+            writer.transport.abort()
+            with pytest.raises(LinkClosed):
+                link.send([HEARTBEAT_FRAME])
+            await link.refuse((0, "E_TEST", "refused on a closed link"))
+        finally:
+            plain.close()
+            await plain.wait_closed()
+        await asyncio.sleep(0.1)  # (the transports closed meanwhile)
+        return failures
+
+    assert uvloop.run(main()) == []
