@@ -58,7 +58,9 @@ from dataclasses import dataclass, field
 
 from nsqpy.client import Consumer, Message, Producer
 from nsqpy.errors import NsqError
+from nsqpy.protocol.logread import decode_columns
 from nsqpy.testing.cluster import LocalCluster
+from nsqpy.testing.http import http_request
 
 TOPIC = "soak"
 CHANNELS = ("fin", "req")
@@ -147,6 +149,8 @@ class Soak:
         self.requeued = Seen()
         self.retries = 0
         self.retried_for: dict[str, int] = {}  # (the error's class -> batches sent again)
+        self.batches: list[tuple[float, str]] = []  # (each batch acknowledged: when, to whom)
+        self.events: list[tuple[float, str]] = []  # (stops, starts and retries: when, what)
         self.broken = ""  # (what went wrong with the run itself)
         self.kills = 0
         self.stops: list[tuple[float, int]] = []  # (seconds a SIGTERM took, exit status)
@@ -162,6 +166,11 @@ class Soak:
 
     def now(self) -> float:
         return time.monotonic() - self.started
+
+    def say(self, what: str) -> None:
+        """Printed with the run's time, and kept for ``explain``."""
+        self.events.append((self.now(), what))
+        print(f"[{self.now():7.2f} s] {what}", flush=True)
 
     def fail(self, why: str) -> None:
         print(f"[{self.now():7.0f} s] RUN BROKEN: {why}", flush=True)
@@ -193,6 +202,7 @@ class Soak:
             async with Producer(addresses, connect_timeout=1.0, retry_interval=0.2) as producer:
                 while not self.stop.is_set():
                     numbers = range(self.acked, self.acked + batch)
+                    first_try = addresses[producer._next % len(addresses)]  # (the likely one)
                     try:
                         await asyncio.wait_for(
                             producer.mpub(TOPIC, [b"%d" % n for n in numbers]), 10
@@ -201,9 +211,12 @@ class Soak:
                         self.retries += 1
                         name = type(err).__name__
                         self.retried_for[name] = self.retried_for.get(name, 0) + 1
+                        self.events.append((self.now(), f"batch from {self.acked} sent again "
+                                            f"after {err!r}"))  # fmt: skip
                         await asyncio.sleep(0.2)
                         next_at = time.monotonic()
                         break
+                    self.batches.append((self.now(), first_try))
                     self.acked += batch
                     self.last_ack = time.monotonic()
                     next_at += batch / rate
@@ -255,8 +268,9 @@ class Soak:
     async def stop_and_restart(self, victim: int, graceful: bool) -> None:
         self.kills += 1
         node = self.cluster.nodes[victim]
-        print(f"[{self.now():7.0f} s] {'SIGTERM' if graceful else 'SIGKILL'} nsqd{victim}",
-              flush=True)  # fmt: skip
+        leaders = {p: info.get("leader", {}).get("ID") if isinstance(info.get("leader"), dict)
+                   else info.get("leader") for p, info in self.cluster.partitions(TOPIC).items()}  # fmt: skip
+        self.say(f"{'SIGTERM' if graceful else 'SIGKILL'} nsqd{victim} (leaders {leaders})")
         if graceful:
             began = time.monotonic()
             status = await asyncio.to_thread(self.cluster.stop_nsqd, victim, 60)
@@ -266,9 +280,10 @@ class Soak:
         await asyncio.sleep(self.args.down)
         self.old_logs.append((f"nsqd{victim}", node.log_lines))  # (its reader fills it still)
         await asyncio.to_thread(self.cluster.restart_nsqd, victim)
+        self.say(f"nsqd{victim} restarted")
         self.watched[f"nsqd{victim}"].started_at = self.now()
         await asyncio.to_thread(self.wait_isr_full)
-        print(f"[{self.now():7.0f} s] nsqd{victim} back, every ISR full", flush=True)
+        self.say(f"nsqd{victim} back, every ISR full")
 
     def wait_isr_full(self) -> None:
         self.cluster.wait_for(
@@ -341,6 +356,41 @@ class Soak:
                 await consumer.close(timeout=5)
         return self.report()
 
+    def explain(self, missing: list[int]) -> None:
+        """Where the missing numbers went: when each of their batches was acknowledged and
+        to whom it was likely sent, what happened around then, and which node's log of
+        which partition holds them (read through the log-read API)."""
+        batch = self.args.batch
+        for index in sorted({n // batch for n in missing})[:20]:
+            at, first_try = self.batches[index] if index < len(self.batches) else (-1.0, "?")
+            print(f"  batch from {index * batch}: acknowledged at {at:.2f} s (sent to "
+                  f"{first_try} first)")  # fmt: skip
+            for when, what in [e for e in self.events if abs(e[0] - at) < 30][:6]:
+                print(f"    {when - at:+.2f} s: {what}")
+        wanted = {b"%d" % n for n in missing}
+        for i in range(len(self.cluster.nodes)):
+            for partition in range(self.args.partitions):
+                found, offset, end = [], 0, None
+                try:
+                    while True:
+                        url = (f"http://{self.cluster.nsqd_http(i)}/log/read?topic={TOPIC}"
+                               f"&partition={partition}&offset={offset}&max_count=100000"
+                               f"&max_bytes=16777216")  # fmt: skip
+                        status, body, _headers = http_request("GET", url, timeout=60)
+                        if status != 200:
+                            end = f"HTTP {status} {body[:80]!r}"
+                            break
+                        records = decode_columns(body)
+                        found += [(r.offset, r.body) for r in records if r.body in wanted]
+                        if not records:
+                            end = f"log end {offset}"
+                            break
+                        offset = records[-1].offset + 1
+                except Exception as err:  # (a diagnosis: said, not raised)
+                    end = f"failed: {err!r}"
+                print(f"  nsqd{i} partition {partition}: {len(found)} of the missing in its "
+                      f"log ({end}), e.g. {found[:3]}")  # fmt: skip
+
     def report(self) -> int:
         warmup = self.args.warmup
         print(f"\n# {self.now() / 60:.1f} min, {self.kills} nodes stopped, {self.acked:,} "
@@ -384,6 +434,8 @@ class Soak:
                   f"acknowledged seen, {len(missing)} missing (e.g. {missing[:5]}), "
                   f"{again:,} deliveries beyond the first"
                   + (f" and {own:,} requeued by it" if own else ""))  # fmt: skip
+            if missing:
+                self.explain(missing)
         lives = [
             *self.old_logs,
             *((f"nsqd{i}", n.log_lines) for i, n in enumerate(self.cluster.nodes)),
