@@ -268,8 +268,10 @@ class Soak:
     async def stop_and_restart(self, victim: int, graceful: bool) -> None:
         self.kills += 1
         node = self.cluster.nodes[victim]
-        leaders = {p: info.get("leader", {}).get("ID") if isinstance(info.get("leader"), dict)
-                   else info.get("leader") for p, info in self.cluster.partitions(TOPIC).items()}  # fmt: skip
+        leaders = {  # (a node id ends with its --node-id: nsqd<i>)
+            p: "nsqd" + str(info.get("id", "?")).rsplit(":", 1)[-1]
+            for p, info in self.cluster.partitions(TOPIC).items()
+        }
         self.say(f"{'SIGTERM' if graceful else 'SIGKILL'} nsqd{victim} (leaders {leaders})")
         if graceful:
             began = time.monotonic()
