@@ -44,7 +44,8 @@ sysdeps:
 run: venv
 	$(BIN)/nsqpy run --data-path ./data
 
-# Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored).
+# Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored), and
+# every test's outcome and time in test-artifacts/junit.xml.
 # The 25 slowest tests are listed at the end: where the suite's wall time goes. The suite
 # runs in TEST_WORKERS pytest-xdist workers, a test file per worker at a time (its module
 # fixtures made once); most tests wait on daemons, so two workers on two cores take about
@@ -54,7 +55,7 @@ TEST_WORKERS ?= 2
 
 test: venv sysdeps
 	NSQPY_ARTIFACTS=$(ARTIFACTS) $(BIN)/python -m pytest -q --durations=25 \
-		-n $(TEST_WORKERS) --dist loadfile
+		-n $(TEST_WORKERS) --dist loadfile --junitxml=$(ARTIFACTS)/junit.xml
 
 fmt: venv
 	$(BIN)/ruff format src tests bench scripts
