@@ -268,10 +268,13 @@ class Soak:
     async def stop_and_restart(self, victim: int, graceful: bool) -> None:
         self.kills += 1
         node = self.cluster.nodes[victim]
-        leaders = {  # (a node id ends with its --node-id: nsqd<i>)
-            p: "nsqd" + str(info.get("id", "?")).rsplit(":", 1)[-1]
-            for p, info in self.cluster.partitions(TOPIC).items()
-        }
+        try:  # (a diagnosis: never what breaks the run)
+            found = await asyncio.to_thread(self.cluster.partitions, TOPIC)
+            leaders: object = {  # (a node id ends with its --node-id: nsqd<i>)
+                p: "nsqd" + str(info.get("id", "?")).rsplit(":", 1)[-1] for p, info in found.items()
+            }
+        except Exception as err:
+            leaders = f"unknown: {err!r}"
         self.say(f"{'SIGTERM' if graceful else 'SIGKILL'} nsqd{victim} (leaders {leaders})")
         if graceful:
             began = time.monotonic()
@@ -361,7 +364,8 @@ class Soak:
     def explain(self, missing: list[int]) -> None:
         """Where the missing numbers went: when each of their batches was acknowledged and
         to whom it was likely sent, what happened around then, and which node's log of
-        which partition holds them (read through the log-read API)."""
+        which partition holds them (read through the log-read API, which serves committed
+        records only: an uncommitted copy does not show)."""
         batch = self.args.batch
         for index in sorted({n // batch for n in missing})[:20]:
             at, first_try = self.batches[index] if index < len(self.batches) else (-1.0, "?")
@@ -373,7 +377,13 @@ class Soak:
         for i in range(len(self.cluster.nodes)):
             for partition in range(self.args.partitions):
                 found, offset, end = [], 0, None
-                try:
+                try:  # (from the low watermark on, up to what is committed)
+                    marks = self.cluster.request(
+                        "GET", self.cluster.nsqd_http(i), f"/log/watermarks?topic={TOPIC}"
+                    )[1]
+                    offset = next(
+                        m["low"] for m in marks["partitions"] if m["partition"] == partition
+                    )
                     while True:
                         url = (f"http://{self.cluster.nsqd_http(i)}/log/read?topic={TOPIC}"
                                f"&partition={partition}&offset={offset}&max_count=100000"

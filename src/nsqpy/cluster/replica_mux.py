@@ -283,7 +283,8 @@ class MuxConn(asyncio.Protocol):
     def _write(self, out: list[Buffer]) -> None:
         """``out`` (after what ``_write_soon`` left waiting) to the transport; nothing once
         the connection is closed or its transport closing (its end reaches every stream
-        through ``run``; uvloop's transport raises on a write then, asyncio's drops it)."""
+        through ``run``; uvloop's transport raises RuntimeError on a write to a closed
+        transport)."""
         if self._pending:  # (what waits goes first: the order on the wire is kept)
             out, self._pending = self._pending + out, []
         if out and not self.closed and not self.writer.transport.is_closing():

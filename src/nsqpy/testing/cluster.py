@@ -109,13 +109,16 @@ class LocalCluster:
         try:
             if self._own_etcd:
                 self.etcd.start()
-            # (side by side: every nsqd registers with every lookupd, so those first)
-            self.lookupds.extend(self._lookupd(i).spawn() for i in range(self._lookupd_count))
+            # (side by side: every nsqd registers with every lookupd, so those first; each
+            # kept as soon as spawned, so that close() ends it whatever fails after)
+            for i in range(self._lookupd_count):
+                self.lookupds.append(self._lookupd(i).spawn())
             for proc in self.lookupds:
-                proc.wait_started()
-            self.nodes.extend(self._nsqd(i).spawn() for i in range(self._node_count))
+                proc.wait_started(timeout)
+            for i in range(self._node_count):
+                self.nodes.append(self._nsqd(i).spawn())
             for proc in self.nodes:
-                proc.wait_started()
+                proc.wait_started(timeout)
             self.wait_ready(timeout)
         except BaseException:
             self.close()
