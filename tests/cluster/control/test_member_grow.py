@@ -15,6 +15,7 @@ import aiohttp
 
 from nsqpy.cluster.etcd_types import Event
 from nsqpy.cluster.keys import Keys
+from nsqpy.cluster.member import Member
 from nsqpy.cluster.view import ClusterView
 from nsqpy.lookupd.app import NsqLookupd
 from nsqpy.nsqd.server import NsqdServer
@@ -52,19 +53,31 @@ async def expand(lookupd: NsqLookupd, topic: str, count: int) -> int:
             return resp.status
 
 
-async def test_a_grow_is_answered_once_this_nodes_view_counts_the_partitions(
-    lookupd: NsqLookupd, server: NsqdServer, keys: Keys
-) -> None:
+async def one_partition(
+    server: NsqdServer, keys: Keys, topic: str
+) -> tuple[Member, ClusterView, Callable[[], None]]:
+    """``topic`` created with one partition through the coordinator, then its meta held
+    back in the node's view: the member, the view, and what releases the meta."""
     cluster = cluster_of(server)
     member, view = cluster.member, cluster.view
     assert member is not None and view is not None
     await eventually(lambda: view.coordinator is not None, 10)
-    topic = "grown"
     await member.ensure_topic(topic, 1)
-
     _, release = hold_meta(view, keys.topic_meta(topic))
+    return member, view, release
+
+
+def has_replicas(view: ClusterView, topic: str, count: int) -> Callable[[], bool]:
+    return lambda: all((topic, p) in view.snapshot().replicas for p in range(count))
+
+
+async def test_a_grow_is_answered_once_this_nodes_view_counts_the_partitions(
+    lookupd: NsqLookupd, server: NsqdServer, keys: Keys
+) -> None:
+    topic = "grown"
+    member, view, release = await one_partition(server, keys, topic)
     grow = asyncio.create_task(member.ensure_topic(topic, 4))
-    await eventually(lambda: all((topic, p) in view.snapshot().replicas for p in range(4)), 10)
+    await eventually(has_replicas(view, topic, 4), 10)
     await asyncio.sleep(0.3)
     assert not grow.done(), "answered while this node's view counted one partition"
     release()
@@ -75,16 +88,10 @@ async def test_a_grow_is_answered_once_this_nodes_view_counts_the_partitions(
 async def test_a_topic_the_coordinator_grew_further_than_this_view_knows_is_no_error(
     lookupd: NsqLookupd, server: NsqdServer, keys: Keys
 ) -> None:
-    cluster = cluster_of(server)
-    member, view = cluster.member, cluster.view
-    assert member is not None and view is not None
-    await eventually(lambda: view.coordinator is not None, 10)
     topic = "further"
-    await member.ensure_topic(topic, 1)
-
-    _, release = hold_meta(view, keys.topic_meta(topic))
+    member, view, release = await one_partition(server, keys, topic)
     assert await expand(lookupd, topic, 5) == 200  # (another node's INTERNAL_CREATE_TOPIC)
-    await eventually(lambda: all((topic, p) in view.snapshot().replicas for p in range(5)), 10)
+    await eventually(has_replicas(view, topic, 5), 10)
     assert view.snapshot().topics[topic].partition_num == 1
     asked = asyncio.create_task(member.ensure_topic(topic, 3))  # (it has that many)
     await asyncio.sleep(0.3)
