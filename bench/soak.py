@@ -476,11 +476,19 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=120)
     parser.add_argument("--stall", type=float, default=60,
                         help="seconds without an acknowledged batch that break the run")  # fmt: skip
+    parser.add_argument("--keep", metavar="DIR",
+                        help="run the cluster in DIR and leave it there (logs, data) afterwards")  # fmt: skip
     args = parser.parse_args()
     print(f"# {platform.machine()} {platform.python_implementation()} {platform.python_version()}, "
           f"3 nsqd + 2 nsqlookupd + etcd on this machine; {args.partitions} partitions x 3 "
           f"replicas, {args.rate} msgs/s, a node stopped every {args.kill_every:g} s")  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp, LocalCluster(tmp, lease_ttl="2s") as cluster:
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            tmp = args.keep
+        else:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        cluster = stack.enter_context(LocalCluster(tmp, lease_ttl="2s"))
         status, _ = cluster.post(
             f"/topic/create?topic={TOPIC}&partition_num={args.partitions}&replicator=3"
             "&multipart=true"
@@ -494,7 +502,17 @@ def main() -> None:
         soak = Soak(cluster, args)
         soak.wait_isr_full()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-        sys.exit(asyncio.run(soak.run()))
+        code = asyncio.run(soak.run())
+        if args.keep:  # every nsqd life's log, for reading afterwards
+            lives = [
+                *soak.old_logs,
+                *((f"nsqd{i}", n.log_lines) for i, n in enumerate(cluster.nodes)),
+                *((f"lookupd{i}", n.log_lines) for i, n in enumerate(cluster.lookupds)),
+            ]
+            for k, (name, lines) in enumerate(lives):
+                with open(os.path.join(tmp, f"life{k:02d}-{name}.log"), "w") as out:
+                    out.writelines(line + "\n" for line in lines)
+        sys.exit(code)
 
 
 if __name__ == "__main__":
