@@ -2,13 +2,14 @@
 
 Partitions are found through lookupd and read from their leaders, up to the committed
 offset, keyed by the cluster (``cluster:<id>``) so that offsets stay good when another node
-takes the lead; the sink publishes through lookupd. The archive pipeline runs as its own
-process against the cluster while the leader of a partition is killed, and still writes
-every message exactly once.
+takes the lead; the sink publishes through lookupd. The archive pipeline (Spark's file
+sink) runs as its own process against the cluster while the leader of a partition is
+killed, is killed itself, and still writes every message exactly once.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import struct
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from nsqpy.protocol.message import encode_message_id
 from nsqpy.spark.nsqhttp import NsqdHttp
 from nsqpy.testing import http_request, wait_for
 from nsqpy.testing.cluster import LocalCluster
@@ -112,9 +114,13 @@ def test_the_sink_publishes_through_lookupd(cluster: LocalCluster, spark: Any) -
 
 
 @pytest.mark.timeout(480)
-def test_archive_writes_every_message_once_while_a_leader_is_killed(
+def test_archive_through_sparks_file_sink_is_exactly_once_across_a_leader_kill_and_its_own(
     cluster: LocalCluster, spark: Any, tmp_path: Path
 ) -> None:
+    """``--writer spark`` (Spark's Parquet file sink, what a Hadoop output gets): partition
+    0's leader is SIGKILLed mid-stream, then the job's whole process group, and a new run
+    goes on from the checkpoint to the end. Read back through Spark (its file sink's log
+    says which files count), every message is there once."""
     create(cluster, TOPIC)
     sent = {p: [b"o%d-%05d" % (p, i) for i in range(1500)] for p in (0, 1)}
     for p, bodies in sent.items():
@@ -122,7 +128,7 @@ def test_archive_writes_every_message_once_while_a_leader_is_killed(
     out, checkpoint, log = tmp_path / "archive", tmp_path / "checkpoint", tmp_path / "spark.log"
     args = [
         "pipeline", "archive", f"--lookupd={','.join(cluster.lookupd_https())}",
-        f"--topic={TOPIC}", f"--output={out}", f"--checkpoint={checkpoint}",
+        f"--topic={TOPIC}", f"--output={out}", f"--checkpoint={checkpoint}", "--writer=spark",
         "--master=local[2]", "--quiet", "--conf=spark.ui.enabled=false",
         "--conf=spark.sql.shuffle.partitions=2",
         "--conf=spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
@@ -148,14 +154,24 @@ def test_archive_writes_every_message_once_while_a_leader_is_killed(
         wait_for(lambda: commits(checkpoint) >= before + 3 or proc.poll() is not None, timeout=120)
         assert proc.poll() is None, log.read_text()[-3000:]  # the query survived the failover
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started
         proc.wait()
         if victim >= 0:
             cluster.restart_nsqd(victim)
+    batches = sum(len(bodies) for bodies in sent.values()) // 200  # (200 a trigger)
+    assert commits(checkpoint) < batches, "killed in the middle of the stream, not at its end"
     final = start_archive([*args, "--once"], log)
     assert final.wait(timeout=240) == 0, log.read_text()[-3000:]
-    rows = spark.read.parquet(str(out)).select("partition", "offset", "body").collect()
+    assert "batch " in log.read_text()  # progress lines were shown
+
+    rows = spark.read.parquet(str(out)).select("partition", "offset", "body", "id", "date")
+    rows = rows.collect()
     for p in (0, 1):
         mine = sorted((r.offset, bytes(r.body)) for r in rows if r.partition == p)
         assert [o for o, _ in mine] == list(range(1700)), p  # each offset exactly once
         assert [b for _, b in mine] == sent[p]
+    assert all(r.id == encode_message_id(r.partition, r.offset).decode() for r in rows), rows[:3]
+    today = dt.datetime.now(dt.UTC).date()
+    assert {r.date for r in rows} <= {today, today - dt.timedelta(days=1)}
+    assert {p.name for p in out.iterdir() if p.name.startswith("date=")}
+    assert (out / "_spark_metadata").is_dir()  # Spark's file sink wrote it

@@ -1,16 +1,17 @@
-"""``nsqpy pipeline``: archive (exactly-once across driver kills), replay and transform.
+"""``nsqpy pipeline``: archive, replay and transform, in-process through
+``nsqpy.spark.cli.main`` on the module's session; ``start_archive`` runs the real command
+as a subprocess of its own process group, for the tests that kill it.
 
-The archive test runs the real command as a subprocess and kills its whole process group
-(Python driver, JVM, Python workers) with SIGKILL twice in the middle of the stream; the
-other pipelines run in-process through ``nsqpy.spark.cli.main`` on the module's session.
+The archive's exactly-once across the kill of its whole process group (Python driver, JVM,
+Python workers) in the middle of the stream is shown on a cluster whose leader is killed
+too: with Spark's file sink in ``test_cluster.py`` (local mode), with the default writer
+in ``test_standalone.py`` (a standalone Spark cluster).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from nsqpy.errors import ConfigError
 from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.spark import pipelines as pl
 from nsqpy.spark.cli import main
-from nsqpy.testing import DaemonProcess, WireClient, http_request, wait_for
+from nsqpy.testing import DaemonProcess, WireClient, http_request
 
 from .conftest import log_contents, publish
 
@@ -59,50 +60,6 @@ def start_archive(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [NSQPY, *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-@pytest.mark.timeout(480)  # two Spark drivers start one after the other; slow under load
-@pytest.mark.parametrize("writer", ["auto", "spark"])
-def test_archive_is_exactly_once_across_driver_kills(
-    spark: Any, nsqd: DaemonProcess, tmp_path: Path, writer: str
-) -> None:
-    """Both writers: the default (tasks write with pyarrow, foreachBatch publishes) and
-    Spark's Parquet file sink."""
-    topic = f"audit-{writer}"
-    expected = [b"audit-%05d" % i for i in range(3000)]
-    publish(nsqd, topic, expected, chunk=300)
-    out, checkpoint, log = tmp_path / "archive", tmp_path / "checkpoint", tmp_path / "spark.log"
-    args = archive_args(
-        nsqd,
-        out,
-        checkpoint,
-        f"--writer={writer}",
-        "--max-offsets-per-trigger=200",
-        "--trigger=0 seconds",
-        topic=topic,
-    )
-    proc = start_archive(args, log)  # one driver killed mid-stream, then one to the end
-    try:
-        wait_for(lambda: commits(checkpoint) >= 2 or proc.poll() is not None, timeout=110)
-        assert proc.poll() is None, log.read_text()[-3000:]
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and everything it started
-        proc.wait()
-    assert commits(checkpoint) < 15  # killed in the middle, not at the end
-    more = [b"audit-%05d" % i for i in range(3000, 3300)]
-    publish(nsqd, topic, more)
-    proc = start_archive([*args, "--once"], log)
-    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
-    assert "batch " in log.read_text()  # progress lines were shown
-
-    rows = spark.read.parquet(str(out)).selectExpr("offset", "body", "id", "date").collect()
-    assert sorted(r.offset for r in rows) == list(range(3300))  # each message exactly once
-    assert sorted(bytes(r.body) for r in rows) == expected + more
-    assert all(r.id == f"{r.offset:016x}" for r in rows)
-    today = dt.datetime.now(dt.UTC).date()
-    assert {r.date for r in rows} <= {today, today - dt.timedelta(days=1)}
-    assert {p.name for p in out.iterdir() if p.name.startswith("date=")}
-    assert (out / "_spark_metadata").is_dir() == (writer == "spark")
 
 
 def test_replay_publishes_parquet_rows_in_publish_order(

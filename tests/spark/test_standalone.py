@@ -187,6 +187,9 @@ def test_executors_run_in_the_packed_environment_the_job_ships(
     with tarfile.open(env) as packed:
         names = packed.getnames()
     assert "bin/python" in names and not [n for n in names if "/nsqpy/nsqd/" in n], names[:20]
+    # the requirements without their test suites and headers, their modules compiled
+    assert not [n for n in names if "/tests/" in n or "/pyarrow/include/" in n], "pruned"
+    assert [n for n in names if "/pandas/__pycache__/" in n and n.endswith(".pyc")]
     out, here = tmp_path / "read.json", tmp_path / "driver"
     (here / ENV_ALIAS).mkdir(parents=True)
     with tarfile.open(env) as packed:

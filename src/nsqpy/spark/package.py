@@ -14,7 +14,8 @@ environment.
 ``nsqpy spark package --env`` also writes, for clusters whose Python lacks those, an
 environment of their own as Spark's documentation recommends for Python dependencies: a
 virtual environment made with ``venv``, the driver's own versions of them installed with
-pip (this Python's, when it has one), the zip on its path (a ``.pth`` line), packed with
+pip (this Python's, when it has one) without their own test suites and C headers, their
+modules compiled once, the zip on its path (a ``.pth`` line), packed with
 venv-pack into ``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named
 with ``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
 the same path on every machine (venv-pack packs the packages, not the interpreter).
@@ -132,7 +133,7 @@ def build_env(out_dir: Path) -> Path:
         pip = [sys.executable, "-m", "pip", "--python", str(python)] if own_pip else [
             str(python), "-m", "pip"]  # fmt: skip
         _run(
-            [*pip, "install", "--quiet", "--disable-pip-version-check", *wanted],
+            [*pip, "install", "--quiet", "--disable-pip-version-check", "--no-compile", *wanted],
             "installing " + ", ".join(SPARK_SIDE_REQUIREMENTS),
         )
         site = Path(
@@ -141,6 +142,8 @@ def build_env(out_dir: Path) -> Path:
                 check=True, capture_output=True, text=True,
             ).stdout.strip()
         )  # fmt: skip
+        _prune(site)
+        _run([str(python), "-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
         zipped = build(site)
         (site / "nsqpy-spark.pth").write_text(zipped.name + "\n")  # (relative to site)
         partial = _partial(target)
@@ -154,6 +157,28 @@ def build_env(out_dir: Path) -> Path:
         finally:
             partial.unlink(missing_ok=True)
     return target
+
+
+# What the packages ship that no executor runs: their own test suites (two thirds of
+# pandas' and numpy's modules) and C headers and sources for building extensions.
+_PRUNED = ("tests", "include", "src")
+
+
+def _prune(site: Path) -> None:
+    """Remove ``_PRUNED`` folders of the installed requirements from ``site`` (only the
+    top-level package's ``include`` and ``src``; ``tests`` wherever it is)."""
+    import shutil
+
+    for name in SPARK_SIDE_REQUIREMENTS:
+        package = site / name
+        if not package.is_dir():
+            continue
+        for folder in sorted(package.rglob("tests"), reverse=True):
+            if folder.is_dir():
+                shutil.rmtree(folder)
+        for top in _PRUNED[1:]:
+            if (package / top).is_dir():
+                shutil.rmtree(package / top)
 
 
 def _pip_takes_python() -> bool:
