@@ -19,6 +19,7 @@ import pytest
 from nsqpy.spark.nsqhttp import NsqdHttp
 from nsqpy.spark.wire import decode_chunk
 from nsqpy.testing import DaemonProcess, http_get, http_request, nsqd_process
+from nsqpy.testing.spark import QUICK_JVM, jvm_tmp
 
 
 def start_nsqd(data_path: Path, *extra: str) -> DaemonProcess:
@@ -42,7 +43,7 @@ def nsqd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -57,7 +58,10 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.streaming.pollingDelay", "10ms")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"{QUICK_JVM} {jvm_tmp(tmp_path_factory.mktemp('jvm-tmp'))}",
+        )
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

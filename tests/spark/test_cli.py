@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nsqpy.testing import DaemonProcess
-from nsqpy.testing.spark import QUICK_JVM
+from nsqpy.testing.spark import QUICK_JVM, jvm_tmp
 
 from .conftest import publish
 
@@ -66,7 +66,8 @@ def test_archive_runs_on_local_with_the_venv_python_by_itself(
     publish(nsqd, "plain", [b"p%d" % i for i in range(50)])
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env["PATH"] = "/usr/bin:/bin"
-    env["JDK_JAVA_OPTIONS"] = QUICK_JVM  # (the JVM's own flags: a quicker start, nothing else)
+    # (the JVM's own flags: a quicker start, its temporary files here)
+    env["JDK_JAVA_OPTIONS"] = f"{QUICK_JVM} {jvm_tmp(tmp_path / 'jvm-tmp')}"
     out = tmp_path / "out"
     proc = subprocess.run(
         [
@@ -105,7 +106,7 @@ def test_spark_submit_form_keeps_the_master_it_was_given(
             str(Path(sys.executable).with_name("spark-submit")),
             "--master=local[1]",
             "--conf=spark.ui.enabled=false",
-            f"--driver-java-options={QUICK_JVM}",
+            f"--driver-java-options={QUICK_JVM} {jvm_tmp(tmp_path / 'jvm-tmp')}",
             str(script),
             "archive",
             f"--nsqd={nsqd.http}",

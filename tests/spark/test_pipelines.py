@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.spark import pipelines as pl
 from nsqpy.spark.cli import main
 from nsqpy.testing import DaemonProcess, WireClient, http_request
+from nsqpy.testing.spark import jvm_tmp
 
 from .conftest import log_contents, publish
 
@@ -56,9 +58,12 @@ def archive_args(
 
 
 def start_archive(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``nsqpy <args>`` in a process group of its own, its output appended to ``log``, its
+    JVM's temporary files beside ``log`` (a killed JVM leaves them)."""
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": jvm_tmp(log.parent / "jvm-tmp")}
     with log.open("ab") as sink:
         return subprocess.Popen(
-            [NSQPY, *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            [NSQPY, *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
 
 

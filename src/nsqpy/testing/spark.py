@@ -6,7 +6,7 @@ classes ``start-master.sh`` runs) as processes of their own on free loopback por
 logging to a file under ``directory``; ``submit`` runs ``spark-submit --master
 spark://...`` as a user would; ``close`` kills them all (and each dies with the process
 that started it). The JVMs start with the client JIT only, which halves their start on a
-small machine. Imports the standard library and the test kit; never pyspark (the package
+small machine, and keep their temporary files under ``directory``. Imports the standard library and the test kit; never pyspark (the package
 is found by its path).
 """
 
@@ -26,6 +26,14 @@ from typing import IO, Any
 from nsqpy.testing.processes import die_with_parent, free_ports
 
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def jvm_tmp(directory: Path) -> str:
+    """The JVM flag that puts its temporary files (Spark's scratch folders, the native
+    libraries its codecs unpack) under ``directory`` (made) instead of /tmp, where a JVM
+    that is killed leaves them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"-Djava.io.tmpdir={directory}"
 
 
 def spark_home() -> Path:
@@ -59,6 +67,8 @@ class StandaloneSpark:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOG_DIR": str(directory / "logs"),
             "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+            # (every JVM of the cluster and of its jobs: drivers, executors)
+            "JAVA_TOOL_OPTIONS": jvm_tmp(directory / "tmp"),
             **(env or {}),
         }
         self.procs: list[subprocess.Popen[bytes]] = []
