@@ -44,8 +44,9 @@ sysdeps:
 run: venv
 	$(BIN)/nsqpy run --data-path ./data
 
-# Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored), and
-# every test's outcome and time in test-artifacts/junit.xml.
+# Browser screenshots of the nsqadmin tests are kept under ./test-artifacts (gitignored),
+# every test's outcome and time in test-artifacts/junit.xml, and its start, end and worker
+# in test-artifacts/timeline.jsonl.
 # The 25 slowest tests are listed at the end: where the suite's wall time goes. The suite
 # runs in TEST_WORKERS pytest-xdist workers, a test file per worker at a time (its module
 # fixtures made once); most tests wait on daemons, so two workers on two cores take about
@@ -54,6 +55,7 @@ ARTIFACTS := $(CURDIR)/test-artifacts
 TEST_WORKERS ?= 2
 
 test: venv sysdeps
+	rm -f $(ARTIFACTS)/timeline.jsonl
 	NSQPY_ARTIFACTS=$(ARTIFACTS) $(BIN)/python -m pytest -q --durations=25 \
 		-n $(TEST_WORKERS) --dist loadfile --junitxml=$(ARTIFACTS)/junit.xml
 

@@ -1,9 +1,15 @@
 """The suite loads nsqpy's test kit as a pytest plugin (``nsqpy.testing.pytest_plugin``): the
 shared fixtures (``clock``, ``nsqd``, ``nsqd_servers``, ``data_path``, ``start_nsqd``) and
 the teardown after every test that closes the connections it left open. The kit's own
-``assert`` statements (``subscriber``, ``publish``) are rewritten to show their values."""
+``assert`` statements (``subscriber``, ``publish``) are rewritten to show their values.
 
+With ``NSQPY_ARTIFACTS`` set (``make test``), each test's start and end, and the pytest-xdist
+worker that ran it, go to ``timeline.jsonl`` there: where a run's wall time went."""
+
+import json
 import os
+import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -24,3 +30,16 @@ def preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(os, "pread", counted)
     return reads
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    start = time.time()
+    yield
+    base = os.environ.get("NSQPY_ARTIFACTS")
+    if base:
+        line = json.dumps({"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                           "start": round(start, 2), "end": round(time.time(), 2)})  # fmt: skip
+        os.makedirs(base, exist_ok=True)
+        with open(os.path.join(base, "timeline.jsonl"), "a") as out:
+            out.write(line + "\n")
