@@ -38,7 +38,10 @@ itself broke (no batch acknowledged for ``--stall`` seconds, a node that did not
 back).
 
     .venv/bin/python bench/soak.py [--minutes 30] [--rate 2000] [--kill-every 120]
-        [--sample 30] [--warmup 300]
+        [--sample 30] [--warmup 300] [--keep DIR]
+
+``--keep DIR`` (an empty or new folder) runs the cluster there and leaves its data and
+every daemon life's log (``lifeNN-<daemon>.log``) behind, for reading after a loss.
 """
 
 from __future__ import annotations
@@ -485,10 +488,15 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
+            if os.listdir(args.keep):
+                sys.exit(f"soak: --keep {args.keep} is not empty (a run of its own, each time)")
             tmp = args.keep
         else:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
         cluster = stack.enter_context(LocalCluster(tmp, lease_ttl="2s"))
+        soak: Soak | None = None
+        if args.keep:  # every daemon life's log, for reading afterwards (however the run ends)
+            stack.callback(lambda: write_lives(tmp, cluster, soak))
         status, _ = cluster.post(
             f"/topic/create?topic={TOPIC}&partition_num={args.partitions}&replicator=3"
             "&multipart=true"
@@ -502,17 +510,19 @@ def main() -> None:
         soak = Soak(cluster, args)
         soak.wait_isr_full()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-        code = asyncio.run(soak.run())
-        if args.keep:  # every nsqd life's log, for reading afterwards
-            lives = [
-                *soak.old_logs,
-                *((f"nsqd{i}", n.log_lines) for i, n in enumerate(cluster.nodes)),
-                *((f"lookupd{i}", n.log_lines) for i, n in enumerate(cluster.lookupds)),
-            ]
-            for k, (name, lines) in enumerate(lives):
-                with open(os.path.join(tmp, f"life{k:02d}-{name}.log"), "w") as out:
-                    out.writelines(line + "\n" for line in lines)
-        sys.exit(code)
+        sys.exit(asyncio.run(soak.run()))
+
+
+def write_lives(folder: str, cluster: LocalCluster, soak: Soak | None) -> None:
+    """Each nsqd life's log (ended ones too) and each nsqlookupd's, into ``folder``."""
+    lives = [
+        *(soak.old_logs if soak is not None else []),
+        *((f"nsqd{i}", n.log_lines) for i, n in enumerate(cluster.nodes)),
+        *((f"lookupd{i}", n.log_lines) for i, n in enumerate(cluster.lookupds)),
+    ]
+    for k, (name, lines) in enumerate(lives):
+        with open(os.path.join(folder, f"life{k:02d}-{name}.log"), "w") as out:
+            out.writelines(line + "\n" for line in lines)
 
 
 if __name__ == "__main__":

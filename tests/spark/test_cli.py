@@ -67,7 +67,8 @@ def test_archive_runs_on_local_with_the_venv_python_by_itself(
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env["PATH"] = "/usr/bin:/bin"
     # (the JVM's own flags: a quicker start, its temporary files here)
-    env["JDK_JAVA_OPTIONS"] = f"{QUICK_JVM} {jvm_tmp(tmp_path / 'jvm-tmp')}"
+    own = env.get("JDK_JAVA_OPTIONS", "")
+    env["JDK_JAVA_OPTIONS"] = f"{own} {QUICK_JVM} {jvm_tmp(tmp_path / 'jvm-tmp')}".strip()
     out = tmp_path / "out"
     proc = subprocess.run(
         [

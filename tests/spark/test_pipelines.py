@@ -26,7 +26,7 @@ from nsqpy.protocol.extend import encode_pub_ext, encode_pub_trace
 from nsqpy.spark import pipelines as pl
 from nsqpy.spark.cli import main
 from nsqpy.testing import DaemonProcess, WireClient, http_request
-from nsqpy.testing.spark import jvm_tmp
+from nsqpy.testing.spark import java_tool_options
 
 from .conftest import log_contents, publish
 
@@ -36,6 +36,19 @@ NSQPY = str(Path(sys.executable).with_name("nsqpy"))
 def commits(checkpoint: Path) -> int:
     folder = checkpoint / "commits"
     return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.is_dir() else 0
+
+
+def committed_offsets(checkpoint: Path, topic: str) -> dict[str, int]:
+    """The source's end offsets (next offset per partition) of the streaming query's last
+    committed micro-batch: Spark's checkpoint has them in ``offsets/N`` (its last line),
+    N the highest batch in ``commits/``; {} before the first commit."""
+    folder = checkpoint / "commits"
+    done = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
+    if not done:
+        return {}
+    last = (checkpoint / "offsets" / str(max(done))).read_text().splitlines()[-1]
+    found: dict[str, int] = json.loads(last)[topic]
+    return found
 
 
 def archive_args(
@@ -60,7 +73,7 @@ def archive_args(
 def start_archive(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """``nsqpy <args>`` in a process group of its own, its output appended to ``log``, its
     JVM's temporary files beside ``log`` (a killed JVM leaves them)."""
-    env = {**os.environ, "JAVA_TOOL_OPTIONS": jvm_tmp(log.parent / "jvm-tmp")}
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": java_tool_options(log.parent / "jvm-tmp")}
     with log.open("ab") as sink:
         return subprocess.Popen(
             [NSQPY, *args], stdout=sink, stderr=subprocess.STDOUT, start_new_session=True, env=env

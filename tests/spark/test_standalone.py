@@ -38,7 +38,7 @@ from nsqpy.testing.spark import QUICK_JVM, StandaloneSpark
 from .conftest import publish
 from .test_cluster import TOPIC, create
 from .test_cluster import publish as cluster_publish
-from .test_pipelines import commits, start_archive
+from .test_pipelines import commits, committed_offsets, start_archive
 
 JOB = Path(__file__).parent / "jobs" / "read_topic.py"
 
@@ -73,19 +73,6 @@ def two_partitions(nsqd: DaemonProcess, topic: str, each: int) -> dict[int, list
     for p, bodies in sent.items():
         publish(nsqd, topic, bodies, partition=p)
     return sent
-
-
-def committed_offsets(checkpoint: Path) -> dict[str, int]:
-    """The source's end offsets (next offset per partition) of the streaming query's last
-    committed micro-batch: Spark's checkpoint has them in ``offsets/N`` (its last line),
-    N the highest batch in ``commits/``; {} before the first commit."""
-    folder = checkpoint / "commits"
-    done = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
-    if not done:
-        return {}
-    last = (checkpoint / "offsets" / str(max(done))).read_text().splitlines()[-1]
-    found: dict[str, int] = json.loads(last)[TOPIC]
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +186,7 @@ def test_executors_run_in_the_packed_environment_the_job_ships(
             *env_flags(env), "--conf", "spark.executor.memory=512m",
             str(JOB), nsqd.http.removeprefix("http://"), topic, str(out), cwd=here,
         )  # fmt: skip
-    finally:  # (some 400 MB: not left in pytest's kept temporary folders)
+    finally:  # (some 260 MB: not left in pytest's kept temporary folders)
         shutil.rmtree(here / ENV_ALIAS)
         env.unlink()
     assert done.returncode == 0, done.stderr[-3000:]
@@ -223,9 +210,12 @@ def test_the_archive_on_the_standalone_cluster_is_exactly_once_through_failovers
     """``nsqpy pipeline archive --master spark://...`` (its executors get nsqpy from the
     job) against a three-node nsqpy cluster while producers publish: the leader of
     partition 0 is SIGKILLed and restarted, partition 1's lead is moved, then the job itself
-    is killed and started again from its checkpoint. The Parquet output holds every
+    is killed in the middle of a stream of batches and started again from its checkpoint. The Parquet output holds every
     acknowledged message once: each (partition, offset) once, none missing."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    def done(checkpoint: Path) -> int:
+        return sum(committed_offsets(checkpoint, TOPIC).values())
 
     with LocalCluster(tmp_path / "nsqpy") as cluster:
         create(cluster, TOPIC)
@@ -270,16 +260,17 @@ def test_the_archive_on_the_standalone_cluster_is_exactly_once_through_failovers
             more(1200, 200)
             total = sum(len(bodies) for bodies in sent.values())
             wait_for(  # (everything sent, after both failovers too, read and committed)
-                lambda: (
-                    sum(committed_offsets(checkpoint).values()) >= total or job.poll() is not None
-                ),
-                timeout=150,
+                lambda: done(checkpoint) >= total or job.poll() is not None, timeout=150
             )
             assert job.poll() is None, log.read_text()[-3000:]  # it went on through both
+            more(1400, 500)  # five more batches, and the job is killed after the first
+            wait_for(lambda: done(checkpoint) > total or job.poll() is not None, timeout=60)
         finally:
             os.killpg(job.pid, signal.SIGKILL)  # the job too: its driver and what it started
             job.wait()
-        more(1400, 100)
+        total = sum(len(bodies) for bodies in sent.values())
+        assert done(checkpoint) < total, "killed in the middle of the stream, not at its end"
+        more(1900, 100)
         final = start_archive([*args, "--once"], log)
         assert final.wait(timeout=300) == 0, log.read_text()[-3000:]
     # its workers ran the Python --conf gave, which has no nsqpy: they had it from the job

@@ -14,8 +14,8 @@ environment.
 ``nsqpy spark package --env`` also writes, for clusters whose Python lacks those, an
 environment of their own as Spark's documentation recommends for Python dependencies: a
 virtual environment made with ``venv``, the driver's own versions of them installed with
-pip (this Python's, when it has one) without their own test suites and C headers, their
-modules compiled once, the zip on its path (a ``.pth`` line), packed with
+pip (this Python's, when it has one) without their own test suites and pyarrow's C++
+headers, their modules compiled once, the zip on its path (a ``.pth`` line), packed with
 venv-pack into ``nsqpy-spark-env-<version>-py<X.Y>.tar.gz`` for ``--archives`` and named
 with ``spark.pyspark.python``. Like any packed virtual environment, it needs the same Python at
 the same path on every machine (venv-pack packs the packages, not the interpreter).
@@ -143,7 +143,9 @@ def build_env(out_dir: Path) -> Path:
             ).stdout.strip()
         )  # fmt: skip
         _prune(site)
-        _run([str(python), "-m", "compileall", "-q", "-j", "0", str(site)], "compiling")
+        # (as pip's own compiling: a module that does not compile is left to its import)
+        subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(site)],
+                       capture_output=True, check=False)  # fmt: skip
         zipped = build(site)
         (site / "nsqpy-spark.pth").write_text(zipped.name + "\n")  # (relative to site)
         partial = _partial(target)
@@ -160,7 +162,8 @@ def build_env(out_dir: Path) -> Path:
 
 
 # What the packages ship that no executor runs: their own test suites (two thirds of
-# pandas' and numpy's modules) and C headers and sources for building extensions.
+# pandas' and numpy's modules), and pyarrow's C++ headers and sources (for building
+# extensions against it).
 _PRUNED = ("tests", "include", "src")
 
 

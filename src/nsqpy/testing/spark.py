@@ -6,8 +6,8 @@ classes ``start-master.sh`` runs) as processes of their own on free loopback por
 logging to a file under ``directory``; ``submit`` runs ``spark-submit --master
 spark://...`` as a user would; ``close`` kills them all (and each dies with the process
 that started it). The JVMs start with the client JIT only, which halves their start on a
-small machine, and keep their temporary files under ``directory``. Imports the standard library and the test kit; never pyspark (the package
-is found by its path).
+small machine, and keep their temporary files under ``directory``. Imports the standard
+library and the test kit; never pyspark (the package is found by its path).
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ def jvm_tmp(directory: Path) -> str:
     that is killed leaves them."""
     directory.mkdir(parents=True, exist_ok=True)
     return f"-Djava.io.tmpdir={directory}"
+
+
+def java_tool_options(directory: Path) -> str:
+    """``JAVA_TOOL_OPTIONS`` for every JVM started with it (Spark's daemons, drivers,
+    executors): this environment's own, then ``jvm_tmp(directory)``."""
+    return " ".join(filter(None, [os.environ.get("JAVA_TOOL_OPTIONS"), jvm_tmp(directory)]))
 
 
 def spark_home() -> Path:
@@ -68,7 +74,7 @@ class StandaloneSpark:
             "SPARK_LOG_DIR": str(directory / "logs"),
             "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
             # (every JVM of the cluster and of its jobs: drivers, executors)
-            "JAVA_TOOL_OPTIONS": jvm_tmp(directory / "tmp"),
+            "JAVA_TOOL_OPTIONS": java_tool_options(directory / "tmp"),
             **(env or {}),
         }
         self.procs: list[subprocess.Popen[bytes]] = []
