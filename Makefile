@@ -49,10 +49,10 @@ run: venv
 # in test-artifacts/timeline.jsonl.
 # The 25 slowest tests are listed at the end: where the suite's wall time goes. The suite
 # runs in TEST_WORKERS pytest-xdist workers, a test file per worker at a time (its module
-# fixtures made once); most tests wait on daemons, so two workers on two cores take about
-# two thirds of the time of one. TEST_WORKERS=0 runs it in this process.
+# fixtures made once); many tests wait on daemons' timers, so three workers on two cores
+# keep both busy (1,103 s; two workers: 1,249 s). TEST_WORKERS=0 runs it in this process.
 ARTIFACTS := $(CURDIR)/test-artifacts
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 test: venv sysdeps
 	rm -f $(ARTIFACTS)/timeline.jsonl
