@@ -12,9 +12,10 @@ Starts a ``LocalCluster`` (etcd, 2 nsqlookupd, 3 nsqd on this machine), one topi
   - two consumers found through both nsqlookupd: channel ``fin`` finishes every message,
     channel ``req`` requeues one in twenty once with a 1 s delay, then finishes it;
   - every ``--kill-every`` seconds (0: never) one nsqd in turn, all but nsqd0 (it stays
-    up the whole run, the witness of growth), is stopped, by SIGKILL and by SIGTERM in
-    alternation (a crash, a rolling restart), restarted ``--down`` seconds later, and the
-    run waits for every ISR to be full again;
+    up the whole run, the witness of growth; ``--stop-all``: nsqd0 too, so that every
+    partition fails over), is stopped, by SIGKILL and by SIGTERM in alternation (a
+    crash, a rolling restart), restarted ``--down`` seconds later, and the run waits for
+    every ISR to be full again;
   - every ``--sample`` seconds, each daemon's resident memory, open descriptors and
     threads (from ``/proc``), and etcd's database size in use and key count (its
     ``/metrics``).
@@ -251,7 +252,7 @@ class Soak:
         exit status and how long it took are kept), and comes back ``--down`` seconds
         later. What fails here breaks the run (reported, not raised)."""
         every = self.args.kill_every
-        victims = list(range(1, len(self.cluster.nodes)))
+        victims = list(range(0 if self.args.stop_all else 1, len(self.cluster.nodes)))
         if every <= 0 or not victims:
             return
         turn = 0
@@ -479,6 +480,9 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=120)
     parser.add_argument("--stall", type=float, default=60,
                         help="seconds without an acknowledged batch that break the run")  # fmt: skip
+    parser.add_argument("--stop-all", action="store_true",
+                        help="stop nsqd0 in its turn too (every partition fails over; no "
+                             "witness of growth then)")  # fmt: skip
     parser.add_argument("--keep", metavar="DIR",
                         help="run the cluster in DIR and leave it there (logs, data) afterwards")  # fmt: skip
     args = parser.parse_args()
