@@ -210,8 +210,9 @@ def test_the_archive_on_the_standalone_cluster_is_exactly_once_through_failovers
     """``nsqpy pipeline archive --master spark://...`` (its executors get nsqpy from the
     job) against a three-node nsqpy cluster while producers publish: the leader of
     partition 0 is SIGKILLed and restarted, partition 1's lead is moved, then the job itself
-    is killed in the middle of a stream of batches and started again from its checkpoint. The Parquet output holds every
-    acknowledged message once: each (partition, offset) once, none missing."""
+    is killed in the middle of a stream of batches and started again from its checkpoint.
+    The Parquet output holds every acknowledged message once: each (partition, offset)
+    once, none missing."""
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     def done(checkpoint: Path) -> int:

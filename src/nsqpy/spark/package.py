@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,24 +165,18 @@ def build_env(out_dir: Path) -> Path:
 # What the packages ship that no executor runs: their own test suites (two thirds of
 # pandas' and numpy's modules), and pyarrow's C++ headers and sources (for building
 # extensions against it).
-_PRUNED = ("tests", "include", "src")
+_PRUNED_TOP = ("include", "src")  # (of a package's top folder only; "tests" anywhere)
 
 
 def _prune(site: Path) -> None:
-    """Remove ``_PRUNED`` folders of the installed requirements from ``site`` (only the
-    top-level package's ``include`` and ``src``; ``tests`` wherever it is)."""
-    import shutil
-
+    """Remove the installed requirements' ``tests`` folders and top-level ``_PRUNED_TOP``
+    folders from ``site``."""
     for name in SPARK_SIDE_REQUIREMENTS:
         package = site / name
-        if not package.is_dir():
-            continue
-        for folder in sorted(package.rglob("tests"), reverse=True):
+        folders = [*package.rglob("tests"), *(package / top for top in _PRUNED_TOP)]
+        for folder in sorted(folders, reverse=True):  # (inner folders before outer ones)
             if folder.is_dir():
                 shutil.rmtree(folder)
-        for top in _PRUNED[1:]:
-            if (package / top).is_dir():
-                shutil.rmtree(package / top)
 
 
 def _pip_takes_python() -> bool:
