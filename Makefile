@@ -6,6 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# Python writes its compiled modules (__pycache__) under every command here, whatever the
+# shell says: the tests start several hundred Python processes (daemons, tools, Spark's workers),
+# and each would otherwise compile nsqpy again (0.35 s of CPU an nsqd) and pytest rewrite
+# every test module again in each worker.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long youzan-suite wheel
 
 $(STAMP): pyproject.toml

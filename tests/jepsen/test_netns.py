@@ -4,14 +4,17 @@ rules made by the test (root), probed with TCP connections between them, and tor
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from nsqpy.jepsen.netns import Network, clean_stale, preflight
+from nsqpy.testing.disks import SmallDisk
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -131,11 +134,18 @@ def test_namespaces_of_a_dead_harness_are_cleaned_and_a_live_ones_kept() -> None
     time.sleep(0.05)
     orphan = Network(["z"], prefix=f"nsqpyj{dead.pid}-").create()
     live = Network(["z"], prefix=f"nsqpyj{os.getpid()}-zz").create()
+    # the folder a dead harness mounted its nodes' small disks in (one still mounted)
+    orphan_disks = Path(f"/tmp/nsqpyj{dead.pid}-disks")
+    disk = SmallDisk(orphan_disks / "n1", 1 << 20).mount()
     try:
         removed = clean_stale()
         assert orphan.ns("z") in removed and orphan.switch in removed
         assert orphan.ns("z") not in namespaces()
         assert live.ns("z") in namespaces()
+        assert str(orphan_disks) in removed and not orphan_disks.exists()
+        assert not disk.path.is_mount()
     finally:
         orphan.destroy()
         live.destroy()
+        disk.unmount()
+        shutil.rmtree(orphan_disks, ignore_errors=True)

@@ -22,7 +22,7 @@ Faults, all undone by ``heal``:
 The root namespace is never changed: no address, route, rule or interface is added there.
 Needs root, ``ip`` (iproute2), ``nft`` (nftables) and ``tc``; ``preflight()`` says clearly
 what is missing. ``clean_stale()`` removes what a harness that died left behind (its
-namespaces, and tmpfs mounts under a directory named with its prefix).
+namespaces, and tmpfs mounts under a directory named with its prefix, and that directory).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 SUBNET = "10.77.0"
 _CLONE_NEWNET = 0x40000000
@@ -107,6 +108,11 @@ def clean_stale() -> list[str]:
         if m and not _pid_alive(int(m.group(1))):
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
             removed.append(mount)
+    for folder in Path("/tmp").glob(f"{PREFIX_BASE}*-disks"):  # (their mount points)
+        m = re.fullmatch(rf"{PREFIX_BASE}(\d+)-disks", folder.name)
+        if m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
     return removed
 
 

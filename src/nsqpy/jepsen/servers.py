@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import urllib.error
 import urllib.request
@@ -115,9 +116,8 @@ class Cluster:
             ETCD_HOSTS, net.address, net.exec_prefix, out / "etcd",
             certs=self.certs if secure else None,
         )  # fmt: skip
-        self.disks = {
-            h: SmallDisk(Path(f"/tmp/{net.prefix}disks/{h}"), DISK_BYTES) for h in self.nodes
-        }
+        self.disk_root = Path(f"/tmp/{net.prefix}disks")  # (removed by close())
+        self.disks = {h: SmallDisk(self.disk_root / h, DISK_BYTES) for h in self.nodes}
         self.nsqd: dict[str, DaemonProcess] = {}
         self.lookupd: dict[str, DaemonProcess] = {}
         self.paused: set[str] = set()
@@ -306,3 +306,4 @@ class Cluster:
         self.etcd.close()
         for disk in self.disks.values():
             disk.unmount()
+        shutil.rmtree(self.disk_root, ignore_errors=True)
