@@ -14,6 +14,7 @@ adapt it. Imports only the standard library and the rest of ``nsqpy.testing``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -157,6 +158,20 @@ class LocalCluster:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+        else:
+            self.write_logs()
+
+    def write_logs(self) -> None:
+        """What each daemon logged (since its last start) to ``logs/<daemon><i>.log`` in the
+        cluster's folder: a failed test's kept temporary folder shows what the cluster did."""
+        folder = self.directory / "logs"
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            for kind, procs in (("nsqlookupd", self.lookupds), ("nsqd", self.nodes)):
+                for i, proc in enumerate(procs):
+                    (folder / f"{kind}{i}.log").write_text(
+                        "".join(f"{line}\n" for line in proc.log_lines)
+                    )
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -4,6 +4,12 @@ log file under a directory the caller owns, and lets a test kill, stop, restart,
 resume any member.
 
 Members use small raft timings (heartbeat 50 ms, election 500 ms) so elections finish fast.
+With ``$NSQPY_TEST_ETCD_IN_MEMORY`` set to ``1`` (the test suite sets it) their data
+directories are on ``/dev/shm`` (a tmpfs, when it has 1 GiB free), their logs still under
+``directory``: etcd fsyncs every write, and on a disk that other processes are writing
+hundreds of MB to, an fsync can wait seconds, longer than the 2 s leases of the test
+clusters (a node or the coordinator then loses its lease). A member killed and started
+again finds its data as before; the folder goes at ``close()``.
 ``close()`` kills every member it started, also when ``start`` failed, and runs at exit as
 a last resort.
 
@@ -44,6 +50,8 @@ if TYPE_CHECKING:
     from nsqpy.testing.certs import CertFiles
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+IN_MEMORY_ENV = "NSQPY_TEST_ETCD_IN_MEMORY"
+SHM = Path("/dev/shm")
 START_TIMEOUT = 20.0  # seconds: a fresh 3-member cluster elects in well under 2 s
 
 
@@ -87,6 +95,7 @@ class EtcdCluster:
         self._logs: list[IO[bytes] | None] = [None] * size
         self._paused: set[int] = set()
         self._tmp: str | None = None
+        self._data_tmp: str | None = None  # (the members' data on /dev/shm)
         atexit.register(self.close)
 
     # -- addresses ---------------------------------------------------------------------
@@ -113,6 +122,15 @@ class EtcdCluster:
             self.directory = Path(self._tmp)
         return self.directory
 
+    def _data_root(self) -> Path:
+        """Where the members' data directories are: see the module docstring."""
+        if self._data_tmp is None and os.environ.get(IN_MEMORY_ENV) == "1" and _shm_free():
+            import tempfile
+
+            _remove_stale_data()
+            self._data_tmp = tempfile.mkdtemp(prefix=f"nsqpy-etcd-{os.getpid()}-", dir=SHM)
+        return Path(self._data_tmp) if self._data_tmp is not None else self._root()
+
     def _args(self, i: int) -> list[str]:
         peers = ",".join(
             f"{self.name(j)}=http://{self.host}:{self.peer_ports[j]}" for j in range(self.size)
@@ -133,7 +151,7 @@ class EtcdCluster:
             *self.prefix,
             ETCD,
             f"--name={self.name(i)}",
-            f"--data-dir={self._root() / self.name(i)}",
+            f"--data-dir={self._data_root() / self.name(i)}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
@@ -250,9 +268,10 @@ class EtcdCluster:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             self._reap(i)
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        for tmp in (self._tmp, self._data_tmp):
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._tmp = self._data_tmp = None
         atexit.unregister(self.close)
 
     def __enter__(self) -> EtcdCluster:
@@ -416,3 +435,20 @@ def _accepts(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _shm_free() -> bool:
+    """/dev/shm is a tmpfs with 1 GiB free (a container's is often 64 MB)."""
+    try:
+        st = os.statvfs(SHM)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize >= 1 << 30
+
+
+def _remove_stale_data() -> None:
+    """Members' data on /dev/shm left by a process that is gone (killed before ``close``)."""
+    for folder in SHM.glob("nsqpy-etcd-*-*"):
+        pid = folder.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)

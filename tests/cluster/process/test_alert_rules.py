@@ -42,7 +42,7 @@ def test_the_rules_are_valid_and_pass_their_unit_tests() -> None:
 def test_every_series_the_rules_read_is_one_the_daemons_expose(
     shared: LocalCluster, topic_name: str
 ) -> None:
-    assert create(shared, topic_name, partition_num=1, replicator=3)[0] == 200
+    assert create(shared, topic_name, partition_num=1, replicator=3) == (200, None)
     shared.wait_for(lambda: len(leaders(shared, topic_name)) == 1, 20, "a leader")
     exposed = set()
     for address in [shared.nsqd_http(i) for i in range(3)] + [shared.lookupd_http(0)]:

@@ -33,7 +33,7 @@ def at(samples: Samples, name: str, **labels: str) -> float | None:
 
 def test_partitions_and_followers_in_nsqd_metrics(shared: LocalCluster, topic_name: str) -> None:
     topic = topic_name
-    assert create(shared, topic, partition_num=2, replicator=3, multipart="true")[0] == 200
+    assert create(shared, topic, partition_num=2, replicator=3, multipart="true") == (200, None)
     for i in range(3):
         shared.wait_for(lambda i=i: len(stats_partitions(shared, i, topic)) == 2, 20,  # type: ignore[misc]
                         f"nsqd {i} holds both partitions")  # fmt: skip

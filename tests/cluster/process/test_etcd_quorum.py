@@ -19,7 +19,7 @@ def test_etcd_leader_killed_under_a_running_cluster(own_cluster: OwnCluster) -> 
     coordinator = cluster.coordinator()
     nodes = sorted(cluster.live_nodes())
     assert len(nodes) == 3
-    assert create(cluster, "before", partition_num=3, replicator=2, multipart="true")[0] == 200
+    assert create(cluster, "before", partition_num=3, replicator=2, multipart="true") == (200, None)
 
     leader = cluster.etcd.wait_leader()
     cluster.etcd.kill(leader)

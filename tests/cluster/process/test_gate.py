@@ -222,7 +222,10 @@ def test_an_ordered_topic_has_ordered_channels_on_its_leader(
     shared: LocalCluster, topic_name: str
 ) -> None:
     """orderedmulti=true reaches the nsqd: the channels of the topic deliver in order."""
-    assert create(shared, topic_name, partition_num=2, replicator=1, orderedmulti="true")[0] == 200
+    assert create(shared, topic_name, partition_num=2, replicator=1, orderedmulti="true") == (
+        200,
+        None,
+    )
     leader = leaders(shared, topic_name)[0]
     wait_for(lambda: stats_partitions(shared, leader, topic_name))
     client = wire(shared, leader)

@@ -319,7 +319,7 @@ def test_a_channel_is_created_on_each_holder_right_after_the_topic(
     would), not 404 TOPIC_NOT_FOUND; a topic the cluster lacks is still 404."""
     for n in range(4):
         topic = f"{topic_name}_{n}"
-        assert create(shared, topic, partition_num=1, replicator=3)[0] == 200
+        assert create(shared, topic, partition_num=1, replicator=3) == (200, None)
         for i in range(3):
             path = f"/channel/create?topic={topic}&channel=c"
             assert shared.request("POST", shared.nsqd_http(i), path)[0] == 200, (n, i)

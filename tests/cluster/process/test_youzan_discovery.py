@@ -50,7 +50,10 @@ def test_java_sdk_lookup_for_writing_and_reading(shared: LocalCluster, topic_nam
     """NSQLookupdAddresses.lookup: ``/lookup?topic=T&access=w|r&metainfo=true``; the bare
     V1 body (no status_code/data wrapper); ``producers`` present and non-empty; for writing
     ``meta.partition_num`` present; ``partitions`` keys parsed by Integer.valueOf."""
-    assert create(shared, topic_name, 1, partition_num=3, replicator=2, multipart="true")[0] == 200
+    assert create(shared, topic_name, 1, partition_num=3, replicator=2, multipart="true") == (
+        200,
+        None,
+    )
     for access in ("w", "r"):
         status, doc, headers = youzan_get(
             shared, f"/lookup?topic={topic_name}&access={access}&metainfo=true"
@@ -78,7 +81,7 @@ def test_go_nsq_producer_and_consumer_lookup(shared: LocalCluster, topic_name: s
     key (an int in [0, 1024]) into a slice of ``meta.partition_num`` (<= 0: meta invalid,
     ordered publishing fails); consumers ask ``access=r`` and SUB each partition at
     ``broadcast_address:tcp_port``."""
-    assert create(shared, topic_name, 1, partition_num=2, replicator=1)[0] == 200
+    assert create(shared, topic_name, 1, partition_num=2, replicator=1) == (200, None)
     status, doc, _h = youzan_get(shared, f"/lookup?topic={topic_name}&access=w&metainfo=true")
     assert status == 200
     count = doc["meta"]["partition_num"]
