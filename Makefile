@@ -12,6 +12,8 @@ STAMP  := $(VENV)/.installed
 # every test module again in each worker. So pip need not compile what it installs: a module
 # is compiled when first imported (pip's compiling took 28 of the 64 s of the install, and
 # most of what it compiles, the packages' own tests among it, is never imported here).
+# Outside make, with PYTHONDONTWRITEBYTECODE set, a module no make command has imported yet
+# is compiled again by every process that imports it.
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test check fmt lint typecheck venv assets sysdeps bench clean jepsen jepsen-long youzan-suite wheel
@@ -85,6 +87,7 @@ bench: venv sysdeps
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info frontend/node_modules $(STATIC)/uPlot.*
+	find src tests bench scripts -name __pycache__ -prune -exec rm -rf {} +
 
 # A wheel for `pip install` (dist/): nsqadmin's built assets inside, the C speedups compiled
 # for this machine. pip install dist/nsqpy-*.whl for one node; with '[cluster]' after the

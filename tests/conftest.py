@@ -3,9 +3,10 @@ shared fixtures (``clock``, ``nsqd``, ``nsqd_servers``, ``data_path``, ``start_n
 the teardown after every test that closes the connections it left open. The kit's own
 ``assert`` statements (``subscriber``, ``publish``) are rewritten to show their values.
 
-Every etcd member a test starts keeps its data on /dev/shm (``nsqpy.testing.etcd``,
-``IN_MEMORY_ENV``): a member's fsync then never waits behind what other tests write to the
-disk, which took longer than the test clusters' 2 s leases.
+Every etcd member a test starts through ``nsqpy.testing.etcd`` keeps its data on /dev/shm
+when there is room (``IN_MEMORY_ENV``): a member's fsync then never waits behind what other
+tests write to the disk, which took longer than the test clusters' 2 s leases. (The Jepsen
+harness's members keep theirs on disk.)
 
 With ``NSQPY_ARTIFACTS`` set (``make test``), each test's start and end, and the pytest-xdist
 worker that ran it, go to ``timeline.jsonl`` there: where a run's wall time went."""

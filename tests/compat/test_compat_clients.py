@@ -181,8 +181,8 @@ def test_pynsq_touch_keeps_a_message_and_silence_times_it_out(nsqd_1s: DaemonPro
     assert attempts == 1
     (first, second) = arrivals(report, "dropped")
     assert (first[0], second[0]) == (1, 2)
-    # (from the publish, before which nsqd cannot have sent it: the first arrival's time
-    # is when the client's handler ran, which a loaded machine delays past the send)
+    # (from the publish, made once the consumer had sent RDY: the first arrival's time is
+    # when the client's handler ran, which a loaded machine delays past nsqd's send)
     assert second[1] >= 0.9, "redelivered only after the 1 s msg_timeout"
     # Every message finished (one left unfinished would be back in the depth).
     wait_for(lambda: compat_channel(nsqd_1s, "pynsq_touch")["in_flight_count"] == 0)
@@ -204,8 +204,8 @@ def test_gnsq_touch_req_with_delay_and_timeout(nsqd_1s: DaemonProcess) -> None:
     assert second[1] - first[1] >= 1.45, "the REQ's 1500 ms delay was kept"
     (first, second) = arrivals(report, "dropped")
     assert (first[0], second[0]) == (1, 2)
-    # (from the publish, before which nsqd cannot have sent it: the first arrival's time
-    # is when the client's handler ran, which a loaded machine delays past the send)
+    # (from the publish, made once the consumer had sent RDY: the first arrival's time is
+    # when the client's handler ran, which a loaded machine delays past nsqd's send)
     assert second[1] >= 0.9, "redelivered only after the 1 s msg_timeout"
     # Every message finished (one left unfinished would be back in the depth).
     wait_for(lambda: compat_channel(nsqd_1s, "gnsq_touch")["in_flight_count"] == 0)

@@ -159,8 +159,11 @@ def test_output_not_read_for_a_heartbeat_closes_the_connection(
     wire.append(sock)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", nsqd.tcp_port))
-    sock.sendall(b"  V2")
-    chunk = pub("unread", b"x" * 100) * 500
+    sock.sendall(b"  V2SUB unread c\n")  # (no RDY: nothing is delivered)
+    # FINs of IDs not in flight: 21 bytes in, each answered with a non-fatal E_FIN_FAILED of
+    # some 70 bytes out, nothing stored (PUBs, answered with 10 bytes each, took some 40 MB
+    # of publishing to fill the buffers: up to 17 s of a loaded machine)
+    chunk = b"".join(b"FIN %016x\n" % i for i in range(1000))
     sock.settimeout(0.2)
     started, closed = time.monotonic(), None
     while closed is None and time.monotonic() - started < 15:

@@ -136,14 +136,15 @@ def test_namespaces_of_a_dead_harness_are_cleaned_and_a_live_ones_kept() -> None
     live = Network(["z"], prefix=f"nsqpyj{os.getpid()}-zz").create()
     # the folder a dead harness mounted its nodes' small disks in (one still mounted)
     orphan_disks = Path(f"/tmp/nsqpyj{dead.pid}-disks")
-    disk = SmallDisk(orphan_disks / "n1", 1 << 20).mount()
+    disk = SmallDisk(orphan_disks / "n1", 1 << 20)
     try:
+        disk.mount()
         removed = clean_stale()
         assert orphan.ns("z") in removed and orphan.switch in removed
         assert orphan.ns("z") not in namespaces()
         assert live.ns("z") in namespaces()
+        assert str(disk.path) in removed, "its disk unmounted"
         assert str(orphan_disks) in removed and not orphan_disks.exists()
-        assert not disk.path.is_mount()
     finally:
         orphan.destroy()
         live.destroy()

@@ -186,6 +186,7 @@ def _write_run(config: RunConfig, out: Path, wall: float) -> None:
         "kinds": config.kinds or list(config.run_profile().kinds),
         "cycles": config.run_profile().cycles,
         "hosts": config.hosts,
+        "prefix": config.prefix,  # (of its namespaces and /tmp/<prefix>disks)
         "unsafe_ack": config.unsafe_ack,
         "secure": not config.insecure,
         "netem": config.netem,

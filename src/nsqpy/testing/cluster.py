@@ -14,7 +14,6 @@ adapt it. Imports only the standard library and the rest of ``nsqpy.testing``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -132,12 +131,21 @@ class LocalCluster:
             *self._cluster_flags(), *self.lookupd_flags, tcp_port=tcp, http_port=http
         )
         proc.env = dict(self.lookupd_env) or None
+        proc.log_path = self._log_file(f"nsqlookupd{i}")
         return proc
+
+    def _log_file(self, daemon: str) -> Path:
+        """``logs/<daemon>.log`` in the cluster's folder: every line the daemon logs, in all
+        its lives, as it logs it (a failed test's kept temporary folder shows what the
+        cluster did, also when the test was killed by its timeout)."""
+        folder = self.directory / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{daemon}.log"
 
     def _nsqd(self, i: int) -> DaemonProcess:
         data = self.directory / f"nsqd{i}"
         data.mkdir(parents=True, exist_ok=True)
-        return nsqd_process(
+        proc = nsqd_process(
             data,
             *self._cluster_flags(),
             f"--rpc-address=127.0.0.1:{self._rpc_ports[i]}",
@@ -145,6 +153,8 @@ class LocalCluster:
             *self.nsqd_flags,
             env=dict(self.nsqd_env[i]) if i in self.nsqd_env else None,
         )
+        proc.log_path = self._log_file(f"nsqd{i}")
+        return proc
 
     def close(self) -> None:
         for proc in [*self.nodes, *self.lookupds]:
@@ -158,20 +168,6 @@ class LocalCluster:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-        else:
-            self.write_logs()
-
-    def write_logs(self) -> None:
-        """What each daemon logged (since its last start) to ``logs/<daemon><i>.log`` in the
-        cluster's folder: a failed test's kept temporary folder shows what the cluster did."""
-        folder = self.directory / "logs"
-        with contextlib.suppress(OSError):
-            folder.mkdir(parents=True, exist_ok=True)
-            for kind, procs in (("nsqlookupd", self.lookupds), ("nsqd", self.nodes)):
-                for i, proc in enumerate(procs):
-                    (folder / f"{kind}{i}.log").write_text(
-                        "".join(f"{line}\n" for line in proc.log_lines)
-                    )
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -9,7 +9,9 @@ directories are on ``/dev/shm`` (a tmpfs, when it has 1 GiB free), their logs st
 ``directory``: etcd fsyncs every write, and on a disk that other processes are writing
 hundreds of MB to, an fsync can wait seconds, longer than the 2 s leases of the test
 clusters (a node or the coordinator then loses its lease). A member killed and started
-again finds its data as before; the folder goes at ``close()``.
+again finds its data as before; the folder goes at ``close()`` (or, after a process killed
+before it, when the next such member starts). etcd preallocates its write-ahead log (64
+MB a file), which takes memory there: some 130 MB a member.
 ``close()`` kills every member it started, also when ``start`` failed, and runs at exit as
 a last resort.
 
@@ -122,9 +124,12 @@ class EtcdCluster:
             self.directory = Path(self._tmp)
         return self.directory
 
+    def data_dir(self, i: int) -> Path:
+        """Member ``i``'s data directory (on /dev/shm or not: see the module docstring)."""
+        return self._data_root() / self.name(i)
+
     def _data_root(self) -> Path:
-        """Where the members' data directories are: see the module docstring."""
-        if self._data_tmp is None and os.environ.get(IN_MEMORY_ENV) == "1" and _shm_free():
+        if self._data_tmp is None and os.environ.get(IN_MEMORY_ENV) == "1" and shm_has_room():
             import tempfile
 
             _remove_stale_data()
@@ -151,7 +156,7 @@ class EtcdCluster:
             *self.prefix,
             ETCD,
             f"--name={self.name(i)}",
-            f"--data-dir={self._data_root() / self.name(i)}",
+            f"--data-dir={self.data_dir(i)}",
             f"--listen-client-urls={client}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
@@ -350,6 +355,10 @@ class EtcdCluster:
             return None
         return base64.b64decode(kvs[0].get("value", "")), int(kvs[0]["mod_revision"])
 
+    def put(self, key: str, value: bytes) -> None:
+        """``key`` set to ``value`` (JSON gateway, first running member)."""
+        self._post("/v3/kv/put", {"key": _b64(key.encode()), "value": _b64(value)})
+
     def leader(self) -> int | None:
         """The index of the member that is the raft leader now, as that member says, or
         None when no running member says it leads."""
@@ -437,7 +446,7 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _shm_free() -> bool:
+def shm_has_room() -> bool:
     """/dev/shm is a tmpfs with 1 GiB free (a container's is often 64 MB)."""
     try:
         st = os.statvfs(SHM)

@@ -66,6 +66,9 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     return f"{base}_{next(_names)}"
 
 
+CREATED = (200, None)  # what ``create`` answers when the topic was made
+
+
 def create(cluster: LocalCluster, topic: str, via: int | None = None, **args: object) -> Any:
     """POST /topic/create on lookupd ``via`` (None: the first running); (status, body).
     After a 200, once every running lookupd shows the topic (each answers from its own

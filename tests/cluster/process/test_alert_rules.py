@@ -22,7 +22,7 @@ from nsqpy.testing import free_ports
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.http import http_get
 
-from .conftest import OwnCluster, create, leaders
+from .conftest import CREATED, OwnCluster, create, leaders
 
 RULES = Path(__file__).parents[3] / "deploy" / "prometheus"
 
@@ -42,7 +42,7 @@ def test_the_rules_are_valid_and_pass_their_unit_tests() -> None:
 def test_every_series_the_rules_read_is_one_the_daemons_expose(
     shared: LocalCluster, topic_name: str
 ) -> None:
-    assert create(shared, topic_name, partition_num=1, replicator=3) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=3) == CREATED
     shared.wait_for(lambda: len(leaders(shared, topic_name)) == 1, 20, "a leader")
     exposed = set()
     for address in [shared.nsqd_http(i) for i in range(3)] + [shared.lookupd_http(0)]:
@@ -111,7 +111,7 @@ def test_prometheus_fires_under_replicated_on_a_followers_death_and_resolves(
     own_cluster: OwnCluster, prometheus: tuple[Path, int]
 ) -> None:
     cluster = own_cluster(lookupds=2)
-    assert create(cluster, "alerted", partition_num=1, replicator=3) == (200, None)
+    assert create(cluster, "alerted", partition_num=1, replicator=3) == CREATED
     leader = leaders(cluster, "alerted")[0]
     follower = next(i for i in range(3) if i != leader)
     directory, port = prometheus

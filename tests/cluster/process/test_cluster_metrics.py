@@ -12,7 +12,7 @@ from nsqpy.protocol.extend import encode_mpub_partition
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.http import http_get
 
-from .conftest import OwnCluster, create, leaders, stats_partitions, wire
+from .conftest import CREATED, OwnCluster, create, leaders, stats_partitions, wire
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -33,7 +33,7 @@ def at(samples: Samples, name: str, **labels: str) -> float | None:
 
 def test_partitions_and_followers_in_nsqd_metrics(shared: LocalCluster, topic_name: str) -> None:
     topic = topic_name
-    assert create(shared, topic, partition_num=2, replicator=3, multipart="true") == (200, None)
+    assert create(shared, topic, partition_num=2, replicator=3, multipart="true") == CREATED
     for i in range(3):
         shared.wait_for(lambda i=i: len(stats_partitions(shared, i, topic)) == 2, 20,  # type: ignore[misc]
                         f"nsqd {i} holds both partitions")  # fmt: skip
@@ -84,7 +84,7 @@ def test_a_followers_death_shows_as_under_replicated_until_it_is_back(
 ) -> None:
     cluster = own_cluster(lookupds=2)
     topic = "watched"
-    assert create(cluster, topic, partition_num=1, replicator=3) == (200, None)
+    assert create(cluster, topic, partition_num=1, replicator=3) == CREATED
     leader = leaders(cluster, topic)[0]
     follower = next(i for i in range(3) if i != leader)
 

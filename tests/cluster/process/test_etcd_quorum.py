@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from .conftest import OwnCluster, create
+from .conftest import CREATED, OwnCluster, create
 
 # Longer than the shared clusters' 2 s: on a loaded 2-core machine an etcd election has
 # taken over 5 s (seen once in a full run), and a lease that runs out meanwhile is lost
@@ -19,7 +19,7 @@ def test_etcd_leader_killed_under_a_running_cluster(own_cluster: OwnCluster) -> 
     coordinator = cluster.coordinator()
     nodes = sorted(cluster.live_nodes())
     assert len(nodes) == 3
-    assert create(cluster, "before", partition_num=3, replicator=2, multipart="true") == (200, None)
+    assert create(cluster, "before", partition_num=3, replicator=2, multipart="true") == CREATED
 
     leader = cluster.etcd.wait_leader()
     cluster.etcd.kill(leader)

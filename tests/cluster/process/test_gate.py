@@ -17,7 +17,7 @@ from nsqpy.protocol.logread import decode_columns
 from nsqpy.testing import consume, dpub, http_request, identify, mpub, pub, wait_for
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import OwnCluster, create, leaders, stats_partitions, wire
+from .conftest import CREATED, OwnCluster, create, leaders, stats_partitions, wire
 
 NOT_LEADER = (1, b"E_FAILED_ON_NOT_LEADER")
 
@@ -47,7 +47,7 @@ def test_pub_where_the_topic_is_led_elsewhere_goes_to_its_leader(
     """CLUSTER.md "Publish to any node": PUB, MPUB, DPUB and HTTP /pub, /mpub on a node
     that leads no partition of the topic are forwarded to the leader and answered after
     it; nothing of the topic is created on the forwarding node."""
-    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=1) == CREATED
     leader = leaders(shared, topic_name)[0]
     other = (leader + 1) % 3
     wait_for(lambda: stats_partitions(shared, leader, topic_name))
@@ -83,7 +83,7 @@ def test_a_partitioned_pub_goes_to_that_partitions_leader(
 ) -> None:
     """``PUB <topic> <partition>`` (Youzan's form) on a node leading another partition of
     the topic goes to the named partition's leader; a key over HTTP picks the partition."""
-    assert create(shared, topic_name, partition_num=3, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=3, replicator=1) == CREATED
     led = leaders(shared, topic_name)
     for node in set(led.values()):
         wait_for(lambda node=node: stats_partitions(shared, node, topic_name))  # type: ignore[misc]
@@ -114,7 +114,7 @@ def test_http_publishes_with_headers_or_trace_ids_go_to_the_leader(
     """/pub_ext, /pubtrace and /pub?trace_id on a node that does not lead go to the leader
     with their headers and trace ids; the traced forms answer with the leader's message
     id and offset. Deferred and traced at once has no form to go in: refused."""
-    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=1) == CREATED
     leader = leaders(shared, topic_name)[0]
     other = (leader + 1) % 3
     wait_for(lambda: stats_partitions(shared, leader, topic_name))
@@ -153,7 +153,7 @@ def test_a_forwarded_publish_is_never_forwarded_again(
 ) -> None:
     """A publish from another nsqd's forwarder (its user agent) to a node that does not
     lead either is refused with E_FAILED_ON_NOT_LEADER (not fatal), so none can loop."""
-    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=1) == CREATED
     leader = leaders(shared, topic_name)[0]
     other = (leader + 1) % 3
     client = wire(shared, other)
@@ -210,7 +210,7 @@ def test_disable_auto_create_answers_topic_not_exist(own_cluster: OwnCluster) ->
     )
     assert (status, json.loads(body)) == (404, {"message": "E_TOPIC_NOT_EXIST"})
     # a topic created through lookupd is served as usual
-    assert create(cluster, "made", partition_num=1, replicator=1) == (200, None)
+    assert create(cluster, "made", partition_num=1, replicator=1) == CREATED
     leader = leaders(cluster, "made")[0]
     wait_for(lambda: stats_partitions(cluster, leader, "made"))
     client = wire(cluster, leader)
@@ -222,10 +222,7 @@ def test_an_ordered_topic_has_ordered_channels_on_its_leader(
     shared: LocalCluster, topic_name: str
 ) -> None:
     """orderedmulti=true reaches the nsqd: the channels of the topic deliver in order."""
-    assert create(shared, topic_name, partition_num=2, replicator=1, orderedmulti="true") == (
-        200,
-        None,
-    )
+    assert create(shared, topic_name, partition_num=2, replicator=1, orderedmulti="true") == CREATED
     leader = leaders(shared, topic_name)[0]
     wait_for(lambda: stats_partitions(shared, leader, topic_name))
     client = wire(shared, leader)
@@ -245,7 +242,7 @@ def test_publishes_waiting_for_a_stalled_leader_throttle_the_client(
     made to hold more while the leader is stalled); once the leader answers, every
     publish is answered OK."""
     cluster = own_cluster(lease_ttl="10s")  # (a 2 s pause must not be a failover here)
-    assert create(cluster, "stalled", partition_num=1, replicator=1) == (200, None)
+    assert create(cluster, "stalled", partition_num=1, replicator=1) == CREATED
     leader = leaders(cluster, "stalled")[0]
     other = (leader + 1) % 3
     wait_for(lambda: stats_partitions(cluster, leader, "stalled"))

@@ -16,7 +16,7 @@ from nsqpy.cluster.tls import INSECURE
 from nsqpy.testing import http_request, wait_for
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import create, leaders, stats_partitions
+from .conftest import CREATED, create, leaders, stats_partitions
 
 NODE_COUNT_ERROR = "ErrType:9 ErrCode:1 : No node is available for topic"
 PEER_KEYS = {"remote_address", "hostname", "broadcast_address", "tcp_port", "http_port", "version"}
@@ -31,7 +31,7 @@ def test_create_places_eight_replicas_spread_and_every_nsqd_holds_its_own(
 ) -> None:
     # through the lookupd that does not coordinate: it forwards the create
     assert create(shared, topic_name, non_coordinator(shared), partition_num=4,
-                  replicator=2, multipart="true") == (200, None)  # fmt: skip
+                  replicator=2, multipart="true") == CREATED  # fmt: skip
     parts = shared.partitions(topic_name)
     assert sorted(parts) == [0, 1, 2, 3]
     ids = {shared.node_id(i) for i in range(3)}
@@ -113,10 +113,10 @@ def test_create_argument_errors_are_youzans_codes(
 def test_create_again_same_meta_is_ok_other_meta_is_refused(
     shared: LocalCluster, topic_name: str
 ) -> None:
-    assert create(shared, topic_name, partition_num=2, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=2, replicator=1) == CREATED
     before = shared.partitions(topic_name)
     for via in (0, 1):
-        assert create(shared, topic_name, via, partition_num=2, replicator=1) == (200, None)
+        assert create(shared, topic_name, via, partition_num=2, replicator=1) == CREATED
         exists = f"topic {topic_name} exists with 2 partitions x 1 replicas"
         assert create(shared, topic_name, via, partition_num=3, replicator=1) == (
             400, {"message": "TOPIC_ALREADY_EXIST", "detail": exists})  # fmt: skip
@@ -129,7 +129,7 @@ def test_plain_lookup_lists_the_leaders_as_nsq_producers(
     shared: LocalCluster, topic_name: str
 ) -> None:
     assert create(shared, topic_name, partition_num=4, replicator=2,
-                  multipart="true") == (200, None)  # fmt: skip
+                  multipart="true") == CREATED  # fmt: skip
     parts = shared.partitions(topic_name)
     leader_ids = {info["id"] for info in parts.values()}
     for via in (0, 1):
@@ -157,7 +157,7 @@ def test_plain_lookup_lists_the_leaders_as_nsq_producers(
 
 def test_lookup_with_metainfo_partition_and_access(shared: LocalCluster, topic_name: str) -> None:
     assert create(shared, topic_name, partition_num=3, replicator=2,
-                  multipart="true") == (200, None)  # fmt: skip
+                  multipart="true") == CREATED  # fmt: skip
     doc = shared.lookupd_json(f"/lookup?topic={topic_name}&metainfo=true&access=w", 1)
     assert doc["meta"] == {"partition_num": 3, "replica": 2, "extend_support": False,
                            "ordered": False, "multi_part": True,
@@ -193,7 +193,7 @@ def test_lookup_of_an_unknown_topic(shared: LocalCluster, topic_name: str) -> No
 
 def test_lookup_answers_v1_with_the_accept_header(shared: LocalCluster, topic_name: str) -> None:
     """nsqJavaSDK and go-nsq send Youzan's Accept header and read the bare body."""
-    assert create(shared, topic_name, partition_num=1, replicator=1) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=1) == CREATED
     url = f"http://{shared.lookupd_http(0)}/lookup?topic={topic_name}&metainfo=true"
     status, body, headers = http_request("GET", url)
     assert status == 200 and headers.get("X-NSQ-Content-Type") == "nsq; version=1.0"
@@ -295,7 +295,7 @@ def test_a_deleted_topic_leaves_every_lookupds_listing(
     """Channels created on each lookupd (nsqadmin's create form posts /channel/create to
     every one) are registrations of that lookupd alone; deleting the topic through one
     lookupd removes it from etcd, and every lookupd forgets it as its view sees that."""
-    assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
+    assert create(shared, topic_name, partition_num=1, replicator=2) == CREATED
     lookupds = [shared.lookupd_http(i) for i in range(len(shared.lookupds))]
     for address in lookupds:
         path = f"/channel/create?topic={topic_name}&channel=c"
@@ -303,7 +303,7 @@ def test_a_deleted_topic_leaves_every_lookupds_listing(
         assert topic_name in shared.request("GET", address, "/topics")[1]["topics"]
     for via in (0, 1):  # (whichever coordinates, the other lookupd forgets it too)
         if via:
-            assert create(shared, topic_name, partition_num=1, replicator=2) == (200, None)
+            assert create(shared, topic_name, partition_num=1, replicator=2) == CREATED
             for address in lookupds:
                 shared.request("POST", address, f"/channel/create?topic={topic_name}&channel=c")
         assert shared.request("POST", lookupds[via], f"/topic/delete?topic={topic_name}")[0] == 200
@@ -319,7 +319,7 @@ def test_a_channel_is_created_on_each_holder_right_after_the_topic(
     would), not 404 TOPIC_NOT_FOUND; a topic the cluster lacks is still 404."""
     for n in range(4):
         topic = f"{topic_name}_{n}"
-        assert create(shared, topic, partition_num=1, replicator=3) == (200, None)
+        assert create(shared, topic, partition_num=1, replicator=3) == CREATED
         for i in range(3):
             path = f"/channel/create?topic={topic}&channel=c"
             assert shared.request("POST", shared.nsqd_http(i), path)[0] == 200, (n, i)

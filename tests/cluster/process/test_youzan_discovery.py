@@ -17,7 +17,7 @@ from typing import Any
 from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.http import http_request
 
-from .conftest import create
+from .conftest import CREATED, create
 
 # Topics are created through lookupd 1 and read there (a lookupd reads its own writes).
 V1_ACCEPT = "application/vnd.nsq; version=1.0"  # what both clients send
@@ -50,10 +50,7 @@ def test_java_sdk_lookup_for_writing_and_reading(shared: LocalCluster, topic_nam
     """NSQLookupdAddresses.lookup: ``/lookup?topic=T&access=w|r&metainfo=true``; the bare
     V1 body (no status_code/data wrapper); ``producers`` present and non-empty; for writing
     ``meta.partition_num`` present; ``partitions`` keys parsed by Integer.valueOf."""
-    assert create(shared, topic_name, 1, partition_num=3, replicator=2, multipart="true") == (
-        200,
-        None,
-    )
+    assert create(shared, topic_name, 1, partition_num=3, replicator=2, multipart="true") == CREATED
     for access in ("w", "r"):
         status, doc, headers = youzan_get(
             shared, f"/lookup?topic={topic_name}&access={access}&metainfo=true"
@@ -81,7 +78,7 @@ def test_go_nsq_producer_and_consumer_lookup(shared: LocalCluster, topic_name: s
     key (an int in [0, 1024]) into a slice of ``meta.partition_num`` (<= 0: meta invalid,
     ordered publishing fails); consumers ask ``access=r`` and SUB each partition at
     ``broadcast_address:tcp_port``."""
-    assert create(shared, topic_name, 1, partition_num=2, replicator=1) == (200, None)
+    assert create(shared, topic_name, 1, partition_num=2, replicator=1) == CREATED
     status, doc, _h = youzan_get(shared, f"/lookup?topic={topic_name}&access=w&metainfo=true")
     assert status == 200
     count = doc["meta"]["partition_num"]

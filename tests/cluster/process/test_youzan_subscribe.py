@@ -14,7 +14,7 @@ from nsqpy.protocol.message import decode_message
 from nsqpy.testing import WireClient
 from nsqpy.testing.cluster import LocalCluster
 
-from .conftest import create, leaders, stats_partitions, wire
+from .conftest import CREATED, create, leaders, stats_partitions, wire
 
 
 def confirmed(cluster: LocalCluster, i: int, topic: str, partition: int, channel: str) -> int:
@@ -32,7 +32,7 @@ def test_sub_advanced_moves_the_cursor_on_every_replica(
     shared: LocalCluster, topic_name: str
 ) -> None:
     topic = topic_name
-    assert create(shared, topic, partition_num=2, replicator=3, multipart="true") == (200, None)
+    assert create(shared, topic, partition_num=2, replicator=3, multipart="true") == CREATED
     for i in range(3):
         shared.wait_for(lambda i=i: len(stats_partitions(shared, i, topic)) == 2, 20,  # type: ignore[misc]
                         f"nsqd {i} holds both partitions")  # fmt: skip
@@ -72,7 +72,7 @@ def test_the_client_finds_one_partitions_leader_and_consumes_it_in_order(
     shared: LocalCluster, topic_name: str
 ) -> None:
     topic = topic_name
-    assert create(shared, topic, partition_num=2, replicator=2, multipart="true") == (200, None)
+    assert create(shared, topic, partition_num=2, replicator=2, multipart="true") == CREATED
     lead = leaders(shared, topic)
     for p in (0, 1):
         client = wire(shared, lead[p])

@@ -57,6 +57,9 @@ def main() -> int:
     consumer.on_message.connect(handler, weak=False)
     consumer.on_error.connect(lambda _c, error: errors.append(repr(error)), weak=False)
     consumer.start(block=False)
+    deadline = time.monotonic() + 30  # (its RDY sent: nsqd delivers at the publish)
+    while consumer.total_ready_count == 0 and time.monotonic() < deadline:
+        gevent.sleep(0.01)
     producer = gnsq.Producer(nsqd_tcp_addresses=[address])
     producer.start()
     started[0] = time.monotonic()

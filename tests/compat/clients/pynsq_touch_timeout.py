@@ -64,7 +64,7 @@ def main() -> int:
         done(body)
         return True
 
-    nsq.Reader(
+    reader = nsq.Reader(
         topic=topic,
         channel="compat",
         message_handler=handler,
@@ -80,7 +80,10 @@ def main() -> int:
         started[0] = time.monotonic()
         writer.mpub(topic, [b"held", b"dropped"], callback=published)
 
-    publish_and_run(loop, lambda: bool(writer.conns), publish, 30)
+    def ready() -> bool:  # (the reader's RDY sent: nsqd delivers at the publish)
+        return bool(writer.conns) and any(c.rdy > 0 for c in reader.conns.values())
+
+    publish_and_run(loop, ready, publish, 30)
     print(json.dumps({"deliveries": deliveries, "pub": replies, "errors": errors.lines}))
     return 0
 
