@@ -103,7 +103,7 @@ youzan-suite: venv sysdeps
 		--out $(CURDIR)/test-artifacts/youzan-suite$(if $(CLUSTER),-cluster)
 
 # The Jepsen-style fault harness (root: network namespaces; docs/jepsen.md). `make jepsen`
-# is the short profile (about three minutes, run by .ci/run); `make jepsen-long` the long
+# is the short profile (about two minutes, run by .ci/run); `make jepsen-long` the long
 # one (at least 30 minutes). SEED=N replays a run's schedule.
 JEPSEN_OUT := $(CURDIR)/test-artifacts/jepsen
 SEED ?=
