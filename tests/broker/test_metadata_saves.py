@@ -73,3 +73,50 @@ def test_a_topic_deleted_just_before_a_crash_is_not_loaded_again(
     again.load_metadata()
     assert again.topics == {}
     again.close()
+
+
+def test_a_document_taken_earlier_never_replaces_a_later_one(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server writes ``nsqd.dat`` in a worker thread (``metadata_write``) while the
+    event loop may write it at once (a deleted topic): whichever comes last on disk, the
+    file holds the later document, and an older write that failed meanwhile does not turn
+    the health NOK."""
+    path = broker.data_path / metadata.METADATA_FILE
+    broker.topic("first")
+    early = broker.metadata_write()
+    assert early is not None
+    assert broker.metadata_write() is None  # (one write in flight)
+    broker.topic("second")
+    broker.save_metadata()  # the loop's own write, while the thread's has not run yet
+    early()
+    broker.metadata_written(None)
+    assert [t["name"] for t in json.loads(path.read_bytes())["topics"]] == ["first", "second"]
+
+    broker.topic("third")
+    late = broker.metadata_write()
+    assert late is not None
+    broker.save_metadata()
+    monkeypatch.setattr(metadata, "write", refuse)
+    late()  # (skipped: the file holds a later document)
+    broker.metadata_written(None)
+    assert broker.healthy and broker.metadata_write() is None
+
+    broker.topic("fourth")
+    failing = broker.metadata_write()
+    assert failing is not None
+    with pytest.raises(OSError) as failed:
+        failing()
+    broker.metadata_written(failed.value)
+    assert broker.health.startswith("NOK - failed to persist metadata: ")
+    monkeypatch.undo()
+    retry = broker.metadata_write()  # owed again
+    assert retry is not None
+    retry()
+    broker.metadata_written(None)
+    assert broker.healthy
+    assert [t["name"] for t in json.loads(path.read_bytes())["topics"]][-1] == "fourth"
+
+
+def refuse(data_path: Path, doc: dict[str, object]) -> None:
+    raise OSError(28, "No space left on device")

@@ -273,6 +273,7 @@ def test_the_delayed_store_on_a_full_disk(
     assert consumer.read_frame() == (0, b"OK")
     msg_id, body, attempts = next_message(consumer)
     assert (body, attempts) == (b"first", 1)
+    wait_for(lambda: listed(disk, "t", "c"))  # (or its save fails on the full disk)
     disk.fill()
 
     # REQ with a delay: the store cannot take it; E_REQ_FAILED (not fatal), still in flight.

@@ -181,3 +181,32 @@ def test_a_reservation_that_cannot_be_written_fails_the_flush_and_writes_nothing
     log.flush()
     assert [f[4] for f in log.read_frames(0, 10)] == [b"kept"]
     log.close()
+
+
+def test_a_new_log_fsyncs_nothing_until_its_first_flush_makes_the_reservation_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creating a log (on an event loop, often: a PUB to a new topic, a partition taken
+    up) waits for no fsync: nothing is handed out yet. The first flush makes the
+    reservation durable (the file, then its directory) before any record is written."""
+    real_fsync = os.fsync
+    synced: list[tuple[str, int]] = []  # (what was fsynced, the segment's size then)
+    directory = tmp_path / "p0"
+
+    def spy(fd: int) -> None:
+        seg = segments(directory)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), seg[0].stat().st_size if seg else -1))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    log = PartitionLog(directory)
+    assert synced == []
+    assert (directory / "reserved").read_text().split()[:4] == ["handed", "0", "reserved", "0"]
+    log.append_bodies([b"first"])
+    log.flush()
+    assert synced[:2] == [
+        (str(directory / "reserved.tmp"), 0),
+        (str(directory), 0),
+    ]
+    assert log.reserved == 1 + RESERVE_MIN
+    log.close()

@@ -730,10 +730,19 @@ class Broker:
         """Write ``nsqd.dat`` (a failure: reported, and written again by ``retry_saves``)."""
         self.persistence.save_metadata()
 
-    def retry_saves(self) -> None:
-        """Timer: write again what a storage failure left unsaved (the metadata,
-        ``features.json``, deleted channels' deferred rows)."""
-        self.persistence.retry_metadata()
+    def metadata_write(self) -> Callable[[], None] | None:
+        """The write ``nsqd.dat`` is owed, to run off the event loop (``Persistence``)."""
+        return self.persistence.metadata_write()
+
+    def metadata_written(self, exc: BaseException | None) -> None:
+        self.persistence.metadata_written(exc)
+
+    def retry_saves(self, metadata: bool = True) -> None:
+        """Timer: write again what a storage failure left unsaved (the metadata, unless
+        ``metadata`` is False: the caller runs ``metadata_write``; ``features.json``,
+        deleted channels' deferred rows)."""
+        if metadata:
+            self.persistence.retry_metadata()
         self.features.retry_saves()
         self.persistence.retry_purges()
 

@@ -10,7 +10,10 @@ one data path would overwrite each other's logs and cursors; then checks the dat
 format version (``nsqpy.broker.dataformat``: newer refused, older upgraded). It writes
 ``nsqd.dat``
 (``nsqpy.broker.metadata`` makes and reads the document), at once or at the next timer
-tick after a creation, and loads it at start through a ``Restorer`` (the broker). A
+tick after a creation (``metadata_write``: the server runs that write in a worker thread,
+so that its two fsyncs never stop the event loop), and loads it at start through a
+``Restorer`` (the broker). Writes are serialized, and each document is numbered when it is
+taken: one taken earlier never replaces a later one on disk. A
 metadata save that failed, and the deferred rows of a deleted channel the delayed store
 refused to clear, are written again by ``retry_metadata``/``retry_purges`` (the server's
 ticker, through ``Broker.retry_saves``) until they succeed, each reported under its own key
@@ -22,7 +25,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,8 +79,15 @@ class Persistence:
         except BaseException:
             os.close(self._lock_fd)
             raise
-        self._metadata_unsaved = False  # nsqd.dat failed to be written: retry writes it
         self._metadata_due = False  # topics or channels were created: retry writes it
+        # Documents of nsqd.dat are numbered as they are taken (``_taken``); the file holds
+        # number ``_written`` (a write failed or none ran yet while it is below ``_taken``:
+        # retry writes it). One write at a time (``_write_lock``), a document never
+        # replaced by an older one; ``_writing``: one runs in a worker thread
+        self._taken = 0
+        self._written = 0
+        self._write_lock = threading.Lock()
+        self._writing = False
         self._purging: set[Partition] = set()  # deleted channels' deferred rows left behind
 
     # -- metadata (nsqpy.broker.metadata) --------------------------------------------
@@ -90,7 +101,6 @@ class Persistence:
         try:
             self.write_metadata()
         except OSError as exc:
-            self._metadata_unsaved = True
             self.health.failed(METADATA_FAILED, exc)
 
     def metadata_changed(self) -> None:
@@ -103,11 +113,53 @@ class Persistence:
 
     def write_metadata(self) -> None:
         """Write ``nsqd.dat`` now (OSError when it cannot be written)."""
-        self._metadata_due = False
-        metadata.write(self.data_path, self.document())
-        self._metadata_unsaved = False
-        if self.health.error:
+        self._write(*self._take())
+        self.metadata_written(None)
+
+    @property
+    def metadata_owed(self) -> bool:
+        """Whether ``nsqd.dat`` does not hold the topics and channels as they are."""
+        return self._metadata_due or self._written < self._taken
+
+    def metadata_write(self) -> Callable[[], None] | None:
+        """The write ``nsqd.dat`` is owed (a creation, a failed save), of the document as it
+        is now, to be run off the event loop (it fsyncs twice), its outcome given to
+        ``metadata_written`` after; None when none is owed or one already runs."""
+        if self._writing or not self.metadata_owed:
+            return None
+        doc, number = self._take()
+        self._writing = True
+
+        def write() -> None:
+            try:
+                self._write(doc, number)
+            finally:
+                self._writing = False
+
+        return write
+
+    def metadata_written(self, exc: BaseException | None) -> None:
+        """How a write of ``metadata_write`` ended (on the event loop): a failure turns the
+        health NOK while the file is behind (the write is owed again); the file holding
+        the latest document turns it OK."""
+        if self._written < self._taken:
+            if exc is not None:
+                self.health.failed(METADATA_FAILED, exc)
+        elif self.health.error:
             self.health.ok(METADATA_FAILED)
+
+    def _take(self) -> tuple[dict[str, object], int]:
+        """The document as it is now, and its number."""
+        self._metadata_due = False
+        self._taken += 1
+        return self.document(), self._taken
+
+    def _write(self, doc: dict[str, object], number: int) -> None:
+        with self._write_lock:
+            if number <= self._written:  # (a later one is on disk already)
+                return
+            metadata.write(self.data_path, doc)
+            self._written = number
 
     def load_metadata(self, restorer: metadata.Restorer) -> None:
         """Recreate what ``nsqd.dat`` (reconciled with the disk) names, through ``restorer``,
@@ -126,7 +178,7 @@ class Persistence:
 
     def retry_metadata(self) -> None:
         """Timer: write ``nsqd.dat`` if a save failed or a creation is not in it yet."""
-        if self._metadata_unsaved or self._metadata_due:
+        if self.metadata_owed:
             self.save_metadata()
 
     def purge_later(self, topic: Topic) -> None:

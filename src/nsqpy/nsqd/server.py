@@ -658,7 +658,8 @@ class NsqdServer:
                 self._unsynced.discard(part)
             elif log_.sync_due(clock):
                 self._start_sync(part)
-        self.broker.retry_saves()
+        self._save_metadata()
+        self.broker.retry_saves(metadata=False)
         if ticks % 50 == 0:
             self.broker.housekeeping()
             self._check_descriptors()
@@ -696,6 +697,19 @@ class NsqdServer:
             fut = self._loop.run_in_executor(None, cursor_file.write, snap)
             self._cursor_writes[cursor_file] = fut
             fut.add_done_callback(functools.partial(self._cursor_written, cursor_file))
+
+    def _save_metadata(self) -> None:
+        """Write ``nsqd.dat`` when it is owed (topics or channels created, a failed save) in
+        a worker thread: its fsyncs off the loop, one write in flight."""
+        if self._loop is None:
+            return
+        write = self.broker.metadata_write()
+        if write is None:
+            return
+        fut = self._loop.run_in_executor(None, write)
+        fut.add_done_callback(
+            lambda f: self.broker.metadata_written(None if f.cancelled() else f.exception())
+        )
 
     def _cursor_written(self, cursor_file: CursorFile, fut: asyncio.Future[bool]) -> None:
         """A cursor write ended: a failure turns the health NOK and leaves the cursor due,

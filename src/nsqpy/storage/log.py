@@ -296,7 +296,10 @@ class PartitionLog:
         floor = max(start_offset, res.floor)
         if not self._segments:  # a new log: its reservation first, then its first segment
             res.handed = floor
-            res.write(floor)
+            # (no fsync, on whatever thread creates the log, an event loop's often: nothing
+            # is handed out yet, and the first flush's reservation is durable before any
+            # record is written)
+            res.write(floor, durable=False)
             seg = self._segment(floor, end=floor)
             seg.open_fd()
             self._segments.append(seg)

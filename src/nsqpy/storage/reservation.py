@@ -97,10 +97,13 @@ class Reservation:
         )  # fmt: skip
         return 0, 0, ""
 
-    def write(self, reserved: int) -> None:
-        """Make ``reserved`` (with ``handed`` and this boot's id) the durable reservation."""
+    def write(self, reserved: int, durable: bool = True) -> None:
+        """Make ``reserved`` (with ``handed`` and this boot's id) the durable reservation.
+        ``durable`` False (a new log's first: nothing handed out yet) skips the fsyncs; a
+        power loss then leaves the file as it was before, or none, and the first flush
+        makes its reservation durable before any offset is read."""
         line = f"handed {self.handed} reserved {reserved} boot {boot_id() or '-'}\n"
-        write_atomic(self.path, line.encode())
+        write_atomic(self.path, line.encode(), durable=durable)
         self.reserved = reserved
         self.settled = reserved == self.handed
         self.file_handed = self.handed
