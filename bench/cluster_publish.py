@@ -10,7 +10,11 @@ found (``--go-tools`` or ``$NSQ_GO_TOOLS``, see ``vs_go.GO_TOOLS_HELP``), the sa
 them against fresh topics: publishing (go-nsq, MPUB of ``--batch``) for ``--runfor``,
 then consuming what it wrote (RDY 2500, a FIN per message) for ``--readfor``, short
 enough that the reader never runs out of messages; with ``bench_writer``, also the CPU
-each nsqd spent per batch written (from ``/proc``: the leader, then the others).
+each nsqd spent per batch written (from ``/proc``: the leader, then the others; user and
+system apart) and ``bench_writer``'s own, then what replication adds per batch against a
+single node's batch and the tool's, and the ratio a CPU-bound machine would give with it
+and without its user-space part (the kernel's part: sockets, wake-ups, the followers'
+writes and fsyncs).
 ``--sync-every`` etc. are nsqd's defaults (fsync on its schedule, not per batch).
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import platform
 import re
+import resource
 import socket
 import struct
 import subprocess
@@ -31,7 +36,7 @@ from nsqpy.testing.cluster import LocalCluster
 from nsqpy.testing.wire import mpub
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_go import GO_TOOLS_HELP, TOOLS, cpu_seconds
+from vs_go import GO_TOOLS_HELP, TOOLS, cpu_split
 
 
 def publish(port: int, topic: str, batches: int, batch: int, size: int, inflight: int) -> float:
@@ -118,6 +123,7 @@ def main() -> None:
             print(f"# no NSQ bench tools in {tools}: skipped")
             return
         go: dict[str, tuple[float, float]] = {}
+        costs: dict[str, tuple[list[tuple[float, float]], float]] = {}
         for name, replicas in topics.items():
             topic = f"go_{name}"  # (a fresh topic: bench_reader drains what bench_writer wrote)
             status, _ = cluster.post(
@@ -136,16 +142,22 @@ def main() -> None:
             # (each nsqd's CPU per batch written, from /proc: the leader first)
             pids = [n.proc.pid for i, n in sorted(enumerate(cluster.nodes), key=lambda x: x[0] != lead)
                     if n.proc is not None]  # fmt: skip
-            before = [cpu_seconds(pid) for pid in pids]
+            before = [cpu_split(pid) for pid in pids]
+            tool_before = children_cpu()
             started = time.perf_counter()
             wrote = ops(run_tool(tools / "bench_writer", *common, f"--runfor={args.runfor}",
                                  f"--batch-size={args.batch}"))  # fmt: skip
             batches = wrote * (time.perf_counter() - started) / args.batch
+            per = 1e6 / batches
             cpu = [
-                (cpu_seconds(pid) - b) * 1e6 / batches for pid, b in zip(pids, before, strict=True)
+                ((u - bu) * per, (k - bk) * per)
+                for (u, k), (bu, bk) in zip(map(cpu_split, pids), before, strict=True)
             ]
-            print(f"bench_writer {name}: CPU per batch of {args.batch}: leader {cpu[0]:.0f} µs, "
-                  f"the others " + ", ".join(f"{c:.0f}" for c in cpu[1:]))  # fmt: skip
+            tool = (children_cpu() - tool_before) * per
+            costs[name] = (cpu, tool)
+            shown = [f"{u + k:.0f} (user {u:.0f}, system {k:.0f})" for u, k in cpu]
+            print(f"bench_writer {name}: CPU per batch of {args.batch}: leader {shown[0]}, "
+                  f"the others {', '.join(shown[1:])}; bench_writer {tool:.0f} µs")  # fmt: skip
             read = ops(run_tool(tools / "bench_reader", *common, f"--runfor={args.readfor}"))
             go[name] = (wrote, read)
             print(f"bench_writer / bench_reader {name:<12} {wrote:>12,.0f} / {read:>10,.0f} ops/s")
@@ -155,6 +167,33 @@ def main() -> None:
                     f"NSQ tools, {name} / plain: publish {go[name][0] / go['plain'][0]:.2f}x,"
                     f" consume {go[name][1] / go['plain'][1]:.2f}x"
                 )
+        print_budget(costs)
+
+
+def children_cpu() -> float:
+    """CPU seconds of the child processes waited for so far (the bench tools)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def print_budget(costs: dict[str, tuple[list[tuple[float, float]], float]]) -> None:
+    """What replication adds per batch with ``bench_writer``, split into user and system
+    CPU, against what a single node's batch costs with the tool's own: on a machine the
+    processes keep busy, a ratio near (single + tool) / (single + tool + added). The
+    kernel's share of what replication adds (sockets between the nsqd, their wake-ups, the
+    followers' page cache writes and fsyncs) is the part no leaner nsqd code removes."""
+    plain_cpu, plain_tool = costs["plain"]
+    plain_leader = plain_cpu[0]
+    base = sum(plain_leader) + plain_tool
+    for name, (cpu, _tool) in costs.items():
+        if name == "plain":
+            continue
+        user = cpu[0][0] - plain_leader[0] + sum(u for u, _ in cpu[1:])
+        system = cpu[0][1] - plain_leader[1] + sum(k for _, k in cpu[1:])
+        print(f"{name}: replication adds {user + system:.0f} µs of CPU per batch (user "
+              f"{user:.0f}, system {system:.0f}) to a single node's {base:.0f} with "
+              f"bench_writer's; CPU-bound model: {base / (base + user + system):.2f}x, "
+              f"{base / (base + system):.2f}x with no user-space cost of replication")  # fmt: skip
 
 
 def run_tool(tool: Path, *args: str) -> str:

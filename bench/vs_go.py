@@ -53,9 +53,16 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far: its own code, and the kernel's work
+    for it (system calls, the network stack, the page cache, context switches)."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

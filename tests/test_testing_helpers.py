@@ -5,6 +5,9 @@ example of the package docstring."""
 from __future__ import annotations
 
 import socket
+import ssl
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ from nsqpy.testing import (
     topic_stats,
     wait_for,
 )
+from nsqpy.testing.certs import make_certs
 
 
 def test_free_ports_are_distinct() -> None:
@@ -73,6 +77,38 @@ def test_a_daemon_that_cannot_bind_fails_its_start_clearly() -> None:
         )
         with pytest.raises(RuntimeError, match="nsqlookupd exited with"):
             daemon.start()
+
+
+# Runs nsqd (its path is the first argument) with its HTTPS listener started half a
+# second late: a machine under load can delay it that much after the HTTP one.
+LATE_HTTPS = """
+import asyncio, sys
+import nsqpy.nsqd.server as server
+real = server.start_https
+async def late(*args, **kwargs):
+    await asyncio.sleep(0.5)
+    return await real(*args, **kwargs)
+server.start_https = late
+sys.argv = sys.argv[1:]
+from nsqpy.nsqd.app import main
+sys.exit(main())
+"""
+
+
+def test_an_nsqd_given_a_certificate_is_started_once_it_listens_on_https_too(
+    tmp_path: Path,
+) -> None:
+    certs = make_certs(tmp_path / "certs")
+    daemon = nsqd_process(
+        tmp_path / "data", f"--tls-cert={certs.server_cert}", f"--tls-key={certs.server_key}"
+    )
+    daemon.prefix = [sys.executable, "-c", LATE_HTTPS]
+    with daemon:
+        assert {"TCP", "HTTP", "HTTPS"} <= set(daemon.ports)
+        context = ssl.create_default_context(cafile=certs.ca)
+        url = f"https://127.0.0.1:{daemon.ports['HTTPS']}/ping"
+        with urllib.request.urlopen(url, context=context, timeout=5) as resp:
+            assert resp.read() == b"OK"
 
 
 def test_wait_for_returns_the_first_truthy_value_or_names_the_condition() -> None:

@@ -210,7 +210,13 @@ class DaemonProcess:
         return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def _wanted(self) -> set[str]:
-        return {"TCP", "HTTP"} if self.program != "nsqadmin" else {"HTTP"}
+        """The listeners the program is started once it logs: an nsqd given a certificate,
+        its key and an --https-address listens on HTTPS too (logged after TCP and HTTP)."""
+        if self.program == "nsqadmin":
+            return {"HTTP"}
+        flags = {a.split("=", 1)[0] for a in self.args if "=" in a and not a.endswith("=")}
+        https = {"--tls-cert", "--tls-key", "--https-address"} <= flags
+        return {"TCP", "HTTP", "HTTPS"} if self.program == "nsqd" and https else {"TCP", "HTTP"}
 
     def _read_log(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
