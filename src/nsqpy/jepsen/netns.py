@@ -36,6 +36,8 @@ import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+from nsqpy.testing.processes import pid_alive
+
 SUBNET = "10.77.0"
 _CLONE_NEWNET = 0x40000000
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -80,16 +82,6 @@ def _setns(fd: int, where: str) -> None:
         raise NetworkError(f"setns into {where}: {os.strerror(ctypes.get_errno())}")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale() -> list[str]:
     """Delete the namespaces and unmount the tmpfs mounts of harnesses that are no longer
     running (a crash, a SIGKILL); returns what was removed."""
@@ -98,19 +90,19 @@ def clean_stale() -> list[str]:
     for line in listing.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         m = _STALE.match(name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
             removed.append(name)
     with open("/proc/mounts") as f:
         mounts = [line.split()[1] for line in f]
     for mount in reversed(mounts):  # the deepest first
         m = re.search(rf"/{PREFIX_BASE}(\d+)-", mount)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
             removed.append(mount)
     for folder in Path("/tmp").glob(f"{PREFIX_BASE}*-disks"):  # (their mount points)
         m = re.fullmatch(rf"{PREFIX_BASE}(\d+)-disks", folder.name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     return removed

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from nsqpy.testing.processes import die_with_parent, free_ports
+from nsqpy.testing.processes import die_with_parent, free_ports, pid_alive
 
 if TYPE_CHECKING:
     from nsqpy.testing.certs import CertFiles
@@ -459,5 +459,5 @@ def _remove_stale_data() -> None:
     """Members' data on /dev/shm left by a process that is gone (killed before ``close``)."""
     for folder in SHM.glob("nsqpy-etcd-*-*"):
         pid = folder.name.split("-")[2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)

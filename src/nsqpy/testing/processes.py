@@ -121,6 +121,17 @@ def die_with_parent(command: Sequence[str]) -> list[str]:
     return [SETPRIV, "--pdeathsig", "KILL", "--", *command]
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts: it is alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _bin(name: str) -> str:
     candidate = Path(sys.executable).with_name(name)
     return str(candidate) if candidate.exists() else name
