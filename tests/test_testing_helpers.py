@@ -111,6 +111,15 @@ def test_an_nsqd_given_a_certificate_is_started_once_it_listens_on_https_too(
             assert resp.read() == b"OK"
 
 
+def test_an_nsqd_whose_https_address_is_emptied_again_is_started_without_https(
+    tmp_path: Path,
+) -> None:
+    certs = make_certs(tmp_path / "certs")
+    flags = [f"--tls-cert={certs.server_cert}", f"--tls-key={certs.server_key}"]
+    with nsqd_process(tmp_path / "data", *flags, "--https-address=") as daemon:
+        assert set(daemon.ports) == {"TCP", "HTTP"}
+
+
 def test_wait_for_returns_the_first_truthy_value_or_names_the_condition() -> None:
     calls = iter([0, [], "ready"])
     assert wait_for(lambda: next(calls), interval=0) == "ready"

@@ -101,6 +101,8 @@ def test_a_document_taken_earlier_never_replaces_a_later_one(
     late()  # (skipped: the file holds a later document)
     broker.metadata_written(None)
     assert broker.healthy and broker.metadata_write() is None
+    broker.metadata_written(OSError(5, "an older write failed"))  # (the file is current)
+    assert broker.healthy and broker.metadata_write() is None
 
     broker.topic("fourth")
     failing = broker.metadata_write()
@@ -120,3 +122,31 @@ def test_a_document_taken_earlier_never_replaces_a_later_one(
 
 def refuse(data_path: Path, doc: dict[str, object]) -> None:
     raise OSError(28, "No space left on device")
+
+
+def test_a_write_that_could_not_start_leaves_the_next_one_free(broker: Broker) -> None:
+    broker.topic("t")
+    assert broker.metadata_write() is not None
+    broker.metadata_written(RuntimeError("cannot schedule new futures after shutdown"))
+    again = broker.metadata_write()  # (owed still, and no write is taken for running)
+    assert again is not None
+    again()
+    broker.metadata_written(None)
+    assert broker.healthy and broker.metadata_write() is None
+
+
+def test_no_write_lands_once_the_data_path_is_let_go(tmp_path: Path, clock: FakeClock) -> None:
+    """A write taken before the stop and run after it would replace the file of whoever
+    took the data path since: it writes nothing."""
+    first = Broker(nsqd_options(tmp_path), clock=clock)
+    first.topic("old")
+    queued = first.metadata_write()
+    assert queued is not None
+    first.persistence.unlock()
+    again = Broker(nsqd_options(tmp_path), clock=clock)
+    again.topic("new")
+    again.save_metadata()
+    queued()
+    saved = json.loads((tmp_path / "data" / "nsqd.dat").read_bytes())
+    assert [t["name"] for t in saved["topics"]] == ["new"]
+    again.close()

@@ -210,3 +210,22 @@ def test_a_new_log_fsyncs_nothing_until_its_first_flush_makes_the_reservation_du
     ]
     assert log.reserved == 1 + RESERVE_MIN
     log.close()
+
+
+def test_a_log_made_again_where_a_deleted_one_ended_fsyncs_its_reservation_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation a deleted log left (its end) is the only record of what it handed
+    out: the log made again in its place replaces it durably, before anything else."""
+    write(tmp_path, 5).destroy()
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    with PartitionLog(tmp_path) as again:
+        assert synced[:2] == [str(tmp_path / "reserved.tmp"), str(tmp_path)]
+        assert again.high_watermark == 5 and again.append_bodies([b"next"]) == 5

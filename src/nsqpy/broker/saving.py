@@ -23,6 +23,7 @@ until then. Must not import asyncio or any server, nor the broker.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import threading
@@ -114,7 +115,7 @@ class Persistence:
     def write_metadata(self) -> None:
         """Write ``nsqd.dat`` now (OSError when it cannot be written)."""
         self._write(*self._take())
-        self.metadata_written(None)
+        self._report(None)
 
     @property
     def metadata_owed(self) -> bool:
@@ -129,19 +130,17 @@ class Persistence:
             return None
         doc, number = self._take()
         self._writing = True
-
-        def write() -> None:
-            try:
-                self._write(doc, number)
-            finally:
-                self._writing = False
-
-        return write
+        return functools.partial(self._write, doc, number)
 
     def metadata_written(self, exc: BaseException | None) -> None:
-        """How a write of ``metadata_write`` ended (on the event loop): a failure turns the
-        health NOK while the file is behind (the write is owed again); the file holding
-        the latest document turns it OK."""
+        """How a write of ``metadata_write`` ended, or why it could not start (on the event
+        loop): the next may be taken."""
+        self._writing = False
+        self._report(exc)
+
+    def _report(self, exc: BaseException | None) -> None:
+        """A failure turns the health NOK while the file is behind (the write is owed
+        again); the file holding the latest document turns it OK."""
         if self._written < self._taken:
             if exc is not None:
                 self.health.failed(METADATA_FAILED, exc)
@@ -156,6 +155,8 @@ class Persistence:
 
     def _write(self, doc: dict[str, object], number: int) -> None:
         with self._write_lock:
+            if self._lock_fd is None:  # (unlocked: the data path may be another's now)
+                return
             if number <= self._written:  # (a later one is on disk already)
                 return
             metadata.write(self.data_path, doc)
@@ -197,6 +198,7 @@ class Persistence:
 
     def unlock(self) -> None:
         """Let go of the data path (closing the fd releases the flock)."""
-        fd, self._lock_fd = self._lock_fd, None
+        with self._write_lock:  # (a write running in a thread ends first; none after)
+            fd, self._lock_fd = self._lock_fd, None
         if fd is not None:
             os.close(fd)

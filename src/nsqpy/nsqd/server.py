@@ -706,8 +706,12 @@ class NsqdServer:
         write = self.broker.metadata_write()
         if write is None:
             return
-        fut = self._loop.run_in_executor(None, write)
-        fut.add_done_callback(
+        try:
+            fut = self._loop.run_in_executor(None, write)
+        except RuntimeError as exc:  # (the executor shut down: at stop)
+            self.broker.metadata_written(exc)
+            return
+        fut.add_done_callback(  # (cancelled: not written, owed still)
             lambda f: self.broker.metadata_written(None if f.cancelled() else f.exception())
         )
 

@@ -296,10 +296,11 @@ class PartitionLog:
         floor = max(start_offset, res.floor)
         if not self._segments:  # a new log: its reservation first, then its first segment
             res.handed = floor
-            # (no fsync, on whatever thread creates the log, an event loop's often: nothing
-            # is handed out yet, and the first flush's reservation is durable before any
-            # record is written)
-            res.write(floor, durable=False)
+            # (no fsync for a brand-new log, made on an event loop often: nothing was handed
+            # out, and the first flush's reservation is durable before any record is
+            # written; but a log made again where a deleted one kept its end must not lose
+            # that end to a power loss)
+            res.write(floor, durable=res.existed or floor > 0)
             seg = self._segment(floor, end=floor)
             seg.open_fd()
             self._segments.append(seg)

@@ -1,7 +1,8 @@
 """A partition log's offset reservation: no offset, and so no message ID, is handed out twice.
 
 Owns the ``reserved`` file of a log directory, one line ``handed H reserved R boot B``
-written atomically (temp file, fsync, rename, fsync of the directory):
+written atomically (temp file, fsync, rename, fsync of the directory; a brand-new log's first
+file without the fsyncs, see ``write``):
 
 - R: before a flush makes offsets readable, R is made durable at or above them, a block
   ahead (``RESERVE_MIN`` offsets at first, doubling while a block lasts under a second, up
@@ -57,6 +58,7 @@ class Reservation:
         self.reserved = 0  # durable: no offset at or above it was ever handed out
         self._step = RESERVE_MIN
         self._extended_at = 0  # clock when the reservation was last extended
+        self.existed = self.path.exists()  # (before ``_load``: a deleted log's is kept)
         self.found_handed, found_reserved, found_boot = self._load()
         # Whether the file says the log is settled (every writer of R == H fsyncs the log
         # first); kept up to date by ``write``
@@ -99,9 +101,10 @@ class Reservation:
 
     def write(self, reserved: int, durable: bool = True) -> None:
         """Make ``reserved`` (with ``handed`` and this boot's id) the durable reservation.
-        ``durable`` False (a new log's first: nothing handed out yet) skips the fsyncs; a
-        power loss then leaves the file as it was before, or none, and the first flush
-        makes its reservation durable before any offset is read."""
+        ``durable`` False skips the fsyncs: only for the first file of a log made where
+        there was none (nothing handed out, nothing to keep): a power loss may then leave
+        no file, or an empty or damaged one (read as zeros), and the first flush makes the
+        reservation durable before any offset is read."""
         line = f"handed {self.handed} reserved {reserved} boot {boot_id() or '-'}\n"
         write_atomic(self.path, line.encode(), durable=durable)
         self.reserved = reserved

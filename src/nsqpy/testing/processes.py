@@ -225,8 +225,8 @@ class DaemonProcess:
         its key and an --https-address listens on HTTPS too (logged after TCP and HTTP)."""
         if self.program == "nsqadmin":
             return {"HTTP"}
-        flags = {a.split("=", 1)[0] for a in self.args if "=" in a and not a.endswith("=")}
-        https = {"--tls-cert", "--tls-key", "--https-address"} <= flags
+        last = dict(a.split("=", 1) for a in self.args if a.startswith("--") and "=" in a)
+        https = all(last.get(f) for f in ("--tls-cert", "--tls-key", "--https-address"))
         return {"TCP", "HTTP", "HTTPS"} if self.program == "nsqd" and https else {"TCP", "HTTP"}
 
     def _read_log(self) -> None:
