@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from pathlib import Path
 
@@ -96,35 +95,5 @@ async def test_cursor_saves_follow_sync_every(tmp_path: Path, clock: FakeClock) 
         assert saved_confirmed(path) == 0  # two confirmations: not due
         await s.send(b"FIN " + ids[2] + b"\n")
         await eventually(lambda: saved_confirmed(path) == 3)  # the third: saved, no time passed
-    finally:
-        await server.stop()
-
-
-async def test_a_new_channels_cursor_file_is_fsynced_off_the_event_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A SUB to a new channel writes its cursor file at once, without fsync: the next
-    periodic save (due at once for it) fsyncs the file and its directory in a worker
-    thread. A disk slow to fsync then holds no client meanwhile."""
-    loop_thread = threading.get_ident()
-    fsyncs: list[tuple[int, str]] = []  # (thread, what)
-    real = cursor_module.fsync_file
-
-    def spy(fd: int) -> None:
-        fsyncs.append((threading.get_ident(), os.readlink(f"/proc/self/fd/{fd}")))
-        real(fd)
-
-    monkeypatch.setattr(cursor_module, "fsync_file", spy)
-    server = NsqdServer(nsqd_options(tmp_path, queue_scan_interval_ms=20))
-    await server.start()
-    try:
-        await subscriber(server.tcp_port, "t", "c", rdy=1)
-        path = cursor_path(tmp_path / "data", "t", "c")
-        assert saved_confirmed(path) == 0  # (written at once)
-        await eventually(lambda: len(fsyncs) >= 2)  # the file's, then its directory's
-        assert fsyncs[:2] == [(fsyncs[0][0], str(path) + ".tmp"), (fsyncs[0][0], str(path.parent))]
-        assert all(thread != loop_thread for thread, _ in fsyncs), "fsynced on the event loop"
-        await asyncio.sleep(0.2)  # (then no longer due: no save more without a FIN)
-        assert len(fsyncs) == 2
     finally:
         await server.stop()

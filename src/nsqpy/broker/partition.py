@@ -288,11 +288,7 @@ class Partition:
         ahead = self._deferred_ahead(name, cursor, deferred)
         if cursor_file is not None:
             try:
-                # (a channel's file is what makes it found at start; a brand-new one's is
-                # fsynced by the next periodic save, off the event loop: a power loss before
-                # then loses the channel, or, once nsqd.dat names it, restarts it at the
-                # log's low watermark: messages again, none skipped)
-                cursor_file.save(cursor, durable=not (fresh and not listed))
+                cursor_file.save(cursor)  # (a new channel's file is what makes it durable)
             except OSError as exc:
                 if not listed:
                     raise  # not created: nothing would find it after a restart

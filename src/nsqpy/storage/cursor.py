@@ -205,7 +205,6 @@ class CursorFile:
         self._saved_at = clock()
         self._seq = 0
         self._written = 0  # seq of the newest snapshot on disk
-        self._owed_fsync = False  # that snapshot was written without its fsyncs (``save``)
         self._removed = False
         self._write_lock = threading.Lock()
 
@@ -223,12 +222,9 @@ class CursorFile:
             _log.error("cursor %s is corrupt (%s); renamed to %s", self.path, exc, aside.name)
             return None
 
-    def save(self, state: CursorState, durable: bool = True) -> None:
-        """Snapshot and write now (creation, shutdown, HTTP actions). ``durable`` False (a
-        brand-new channel's first file, made on an event loop often): written without the
-        fsyncs, and owed them: the next periodic save is due at once (``note``) and writes
-        it durably, off the loop."""
-        self.write(self.snapshot(state), durable=durable)
+    def save(self, state: CursorState) -> None:
+        """Snapshot and write now (creation, shutdown, HTTP actions)."""
+        self.write(self.snapshot(state))
 
     def snapshot(self, state: CursorState) -> CursorSnapshot:
         """The bytes to write for ``state``; from now on the cursor counts as saved."""
@@ -237,9 +233,8 @@ class CursorFile:
         self._saved_at = self._clock()
         return CursorSnapshot(self._seq, state.to_bytes())
 
-    def write(self, snap: CursorSnapshot, durable: bool = True) -> bool:
-        """Write a snapshot atomically: temp file, fsync, rename, fsync the directory (no
-        fsync when not ``durable``: see ``save``).
+    def write(self, snap: CursorSnapshot) -> bool:
+        """Write a snapshot atomically: temp file, fsync, rename, fsync the directory.
 
         Safe from a worker thread. Skipped (False) when a newer snapshot is already on
         disk or the file was removed (its channel deleted)."""
@@ -247,9 +242,8 @@ class CursorFile:
             if self._removed or snap.seq <= self._written:
                 return False
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, snap.data, durable=durable, fsync=fsync_file)
+            write_atomic(self.path, snap.data, fsync=fsync_file)
             self._written = snap.seq
-            self._owed_fsync = not durable
             return True
 
     @property
@@ -258,11 +252,8 @@ class CursorFile:
         return self._written >= self._seq
 
     def note(self, confirmations: int) -> bool:
-        """Count confirmations; True when a save is due (N confirmations or T ms elapsed,
-        or the file on disk is owed its fsyncs)."""
+        """Count confirmations; True when a save is due (N confirmations or T ms elapsed)."""
         self._unsaved += confirmations
-        if self._owed_fsync:
-            return True
         if not self._unsaved:
             return False
         if self.every_confirmations and self._unsaved >= self.every_confirmations:
