@@ -11,8 +11,9 @@ format version (``nsqpy.broker.dataformat``: newer refused, older upgraded). It 
 ``nsqd.dat``
 (``nsqpy.broker.metadata`` makes and reads the document), at once or at the next timer
 tick after a creation (``metadata_write``: the server runs that write in a worker thread,
-so that its two fsyncs never stop the event loop), and loads it at start through a
-``Restorer`` (the broker). Writes are serialized, and each document is numbered when it is
+so that its two fsyncs do not stop the event loop; a save at once, after an operator's
+action, still runs on the caller's thread), and loads it at start through a ``Restorer``
+(the broker). Writes are serialized, and each document is numbered when it is
 taken: one taken earlier never replaces a later one on disk. A
 metadata save that failed, and the deferred rows of a deleted channel the delayed store
 refused to clear, are written again by ``retry_metadata``/``retry_purges`` (the server's
