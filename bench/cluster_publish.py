@@ -181,7 +181,8 @@ def print_budget(costs: dict[str, tuple[list[tuple[float, float]], float]]) -> N
     CPU, against what a single node's batch costs with the tool's own: on a machine the
     processes keep busy, a ratio near (single + tool) / (single + tool + added). The
     kernel's share of what replication adds (sockets between the nsqd, their wake-ups, the
-    followers' page cache writes and fsyncs) is the part no leaner nsqd code removes."""
+    followers' page cache writes and fsyncs) is the part leaner nsqd code does not remove
+    (fewer wake-ups would remove some of it)."""
     plain_cpu, plain_tool = costs["plain"]
     plain_leader = plain_cpu[0]
     base = sum(plain_leader) + plain_tool
